@@ -1,0 +1,292 @@
+package config
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Value is one property value with the line it was read from.
+type Value struct {
+	Text string
+	Line int
+}
+
+// Props is the set of properties of one component (or of one part of it,
+// such as a selector), with keys relative to Prefix. Components read their
+// settings through the typed getters, which record a Problem for a bad value
+// and remember which keys were read, so that Unused can report every key no
+// component asked for as an unknown property.
+//
+// A Props is not safe for concurrent use; components read it once, in their
+// constructor.
+type Props struct {
+	File   string
+	Prefix string // full key prefix, such as "a1.sources.r1."
+	Line   int    // line of the component's type key, for problems without a key of their own
+
+	vals  map[string]Value // relative to the root prefix
+	root  string           // Prefix of the root Props; vals keys are relative to it
+	used  map[string]bool
+	probs *Problems
+}
+
+// NewProps returns the properties vals (keys relative to prefix) of one
+// component defined at line of file; problems go to probs.
+func NewProps(file, prefix string, line int, vals map[string]Value, probs *Problems) *Props {
+	if vals == nil {
+		vals = map[string]Value{}
+	}
+	if probs == nil {
+		probs = &Problems{}
+	}
+	return &Props{File: file, Prefix: prefix, Line: line, vals: vals, root: prefix, used: map[string]bool{}, probs: probs}
+}
+
+// FromMap is a convenience for tests and for components built in code: the
+// properties m of a component named prefix, with no file.
+func FromMap(prefix string, m map[string]string) *Props {
+	vals := make(map[string]Value, len(m))
+	for k, v := range m {
+		vals[k] = Value{Text: v}
+	}
+	return NewProps("<map>", prefix, 0, vals, nil)
+}
+
+// Problems returns where p records problems.
+func (p *Props) Problems() *Problems { return p.probs }
+
+// Err returns the problems recorded so far (for every Props sharing them).
+func (p *Props) Err() error { return p.probs.Err() }
+
+// Sub returns the view of the keys under p's key prefix sub (such as
+// "selector."), sharing p's problems and used-key record.
+func (p *Props) Sub(sub string) *Props {
+	q := *p
+	q.Prefix = p.Prefix + sub
+	return &q
+}
+
+func (p *Props) rel(key string) string { return p.Prefix[len(p.root):] + key }
+
+// Full returns the full property name of key, as a user wrote it.
+func (p *Props) Full(key string) string { return p.Prefix + key }
+
+// Has reports whether key is set, and marks it read.
+func (p *Props) Has(key string) bool {
+	_, ok := p.lookup(key)
+	return ok
+}
+
+func (p *Props) lookup(key string) (Value, bool) {
+	r := p.rel(key)
+	v, ok := p.vals[r]
+	if ok {
+		p.used[r] = true
+	}
+	return v, ok
+}
+
+// LineOf returns the line key was read from, or the component's line.
+func (p *Props) LineOf(key string) int {
+	if v, ok := p.vals[p.rel(key)]; ok && v.Line > 0 {
+		return v.Line
+	}
+	return p.Line
+}
+
+// Errorf records a problem about key.
+func (p *Props) Errorf(key, format string, args ...any) {
+	p.probs.Add(p.File, p.LineOf(key), p.Full(key), format, args...)
+}
+
+// Keys returns the keys below prefix (relative to p, prefix included),
+// sorted, without marking them read.
+func (p *Props) Keys(prefix string) []string {
+	base := p.rel("")
+	var out []string
+	for k := range p.vals {
+		if strings.HasPrefix(k, base+prefix) {
+			out = append(out, k[len(base):])
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// MarkUsed marks key as read without reading it, for keys another layer
+// handles.
+func (p *Props) MarkUsed(key string) { p.used[p.rel(key)] = true }
+
+// String returns key's value, or def when it is not set.
+func (p *Props) String(key, def string) string {
+	if v, ok := p.lookup(key); ok {
+		return v.Text
+	}
+	return def
+}
+
+// Required returns key's value and records a problem when it is missing or empty.
+func (p *Props) Required(key string) string {
+	v, ok := p.lookup(key)
+	if !ok || strings.TrimSpace(v.Text) == "" {
+		p.probs.Add(p.File, p.Line, p.Full(key), "missing required property; set %s", p.Full(key))
+		return ""
+	}
+	return strings.TrimSpace(v.Text)
+}
+
+// Int returns key's value as an int, or def when unset.
+func (p *Props) Int(key string, def int) int {
+	return int(p.Int64(key, int64(def)))
+}
+
+// Int64 returns key's value as an int64, or def when unset.
+func (p *Props) Int64(key string, def int64) int64 {
+	v, ok := p.lookup(key)
+	if !ok {
+		return def
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v.Text), 10, 64)
+	if err != nil {
+		p.Errorf(key, "%q is not a whole number", v.Text)
+		return def
+	}
+	return n
+}
+
+// IntRange is Int with bounds: a value outside [lo, hi] is a problem.
+func (p *Props) IntRange(key string, def, lo, hi int) int {
+	n := p.Int(key, def)
+	if n < lo || n > hi {
+		p.Errorf(key, "%d is out of range; use a value from %d to %d", n, lo, hi)
+		return def
+	}
+	return n
+}
+
+// Float returns key's value as a float64, or def when unset.
+func (p *Props) Float(key string, def float64) float64 {
+	v, ok := p.lookup(key)
+	if !ok {
+		return def
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(v.Text), 64)
+	if err != nil {
+		p.Errorf(key, "%q is not a number", v.Text)
+		return def
+	}
+	return f
+}
+
+// Bool returns key's value as a bool, or def when unset. Flume reads
+// booleans with Java's Boolean.parseBoolean, which takes anything but "true"
+// as false; sluice accepts true and false in any case and reports the rest.
+func (p *Props) Bool(key string, def bool) bool {
+	v, ok := p.lookup(key)
+	if !ok {
+		return def
+	}
+	switch strings.ToLower(strings.TrimSpace(v.Text)) {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	p.Errorf(key, "%q is not a boolean; use true or false", v.Text)
+	return def
+}
+
+// Enum returns key's value lowercased when it is one of allowed (compared
+// case-insensitively), def when unset, and records a problem otherwise.
+func (p *Props) Enum(key, def string, allowed ...string) string {
+	v, ok := p.lookup(key)
+	if !ok {
+		return def
+	}
+	s := strings.ToLower(strings.TrimSpace(v.Text))
+	for _, a := range allowed {
+		if s == strings.ToLower(a) {
+			return s
+		}
+	}
+	p.Errorf(key, "%q is not one of %s", v.Text, strings.Join(allowed, ", "))
+	return def
+}
+
+// Fields returns key's value split on white space, as Flume splits its lists.
+func (p *Props) Fields(key string) []string {
+	v, ok := p.lookup(key)
+	if !ok {
+		return nil
+	}
+	return strings.Fields(v.Text)
+}
+
+// Split returns key's value split on sep with each part trimmed and empty
+// parts dropped (for comma lists such as dataDirs).
+func (p *Props) Split(key, sep string) []string {
+	v, ok := p.lookup(key)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, s := range strings.Split(v.Text, sep) {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Unused records an "unknown property" problem for every key below p that
+// nothing read, with a suggestion when a read key is close in spelling.
+// Call it on a component's root Props after its constructor ran.
+func (p *Props) Unused() {
+	base := p.rel("")
+	var keys []string
+	for k := range p.vals {
+		if strings.HasPrefix(k, base) && !p.used[k] {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		msg := "unknown property"
+		if s := p.closest(k); s != "" {
+			msg += "; did you mean " + p.root + s + "?"
+		}
+		p.probs.Add(p.File, p.vals[k].Line, p.root+k, "%s", msg)
+	}
+}
+
+// closest returns the read key nearest to k in edit distance, if close.
+func (p *Props) closest(k string) string {
+	best, bestD := "", 3
+	for u := range p.used {
+		if d := editDistance(strings.ToLower(k), strings.ToLower(u)); d < bestD || (d == bestD && u < best && best != "") {
+			best, bestD = u, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,192 @@
+// Package flow is the core of the agent: the contracts between sources,
+// channels and sinks, and the machinery that moves events between them with
+// transactions (the ChannelProcessor on the way in, the SinkRunner and sink
+// processors on the way out). It names no concrete component; the agent
+// package wires them.
+//
+// Delivery rule: a source acknowledges its sender only after every required
+// channel committed the events; a sink commits its take only after the
+// downstream system acknowledged them. So an acknowledged event is always
+// either delivered or still held in a channel.
+package flow
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// ErrChannelFull is returned (wrapped, test with errors.Is) when a channel
+// could not take a put within its keep-alive, or a transaction would exceed
+// its transactionCapacity. The source must push back to its sender (Avro
+// FAILED, HTTP 503, stop reading TCP) and keep the data retryable.
+var ErrChannelFull = errors.New("channel full")
+
+// ErrClosed is returned by a channel that was stopped.
+var ErrClosed = errors.New("channel closed")
+
+// Channel buffers events between sources and sinks. Every operation happens
+// inside a Transaction. Order is FIFO for committed puts.
+type Channel interface {
+	// Start makes the channel ready (opening files, connecting). It is called
+	// once, before any source or sink that uses the channel starts.
+	Start(ctx context.Context) error
+	// Stop releases the channel after every source and sink using it stopped.
+	// A durable channel keeps its events; the memory channel loses them
+	// (as Flume's does) unless the agent keeps the channel across a reload.
+	Stop(ctx context.Context) error
+	// Begin opens a transaction. A transaction belongs to one goroutine and
+	// ends with exactly one Commit or Rollback.
+	Begin() Transaction
+	// Len reports how many committed events the channel holds, or -1 when it
+	// cannot tell cheaply (the agent uses it to know when draining is done).
+	Len() int
+}
+
+// Transaction is one unit of work on a channel.
+type Transaction interface {
+	// Put stages events; they become visible to takers only at Commit. The
+	// channel copies the Event values; the caller may reuse the slice, not the
+	// events' headers or bodies. It fails with ErrChannelFull when the
+	// transaction would hold more than transactionCapacity events.
+	Put(events []event.Event) error
+	// Take removes up to max committed events from the head of the channel and
+	// appends them to dst. When the channel is empty it waits until an event
+	// is committed or ctx is done, then returns what it has (possibly none);
+	// the end of ctx is not an error. It never waits once it has one event,
+	// so a sink's batch is whatever is there, up to max.
+	Take(ctx context.Context, dst []event.Event, max int) ([]event.Event, error)
+	// Commit makes puts visible and takes permanent. For puts it may wait up
+	// to the channel's keep-alive for space and then fail with
+	// ErrChannelFull; after any Commit error the caller calls Rollback.
+	Commit() error
+	// Rollback drops the puts and returns the takes to the head of the
+	// channel in their original order.
+	Rollback() error
+}
+
+// Processor is what a source hands its events to: the ChannelProcessor of
+// that source.
+type Processor interface {
+	// Process runs the events through the source's interceptors, then its
+	// selector, then puts them into each required channel in one transaction
+	// per channel and commits; optional channels follow, and their failures
+	// are counted and logged, never returned. It returns nil only when every
+	// required channel committed; then, and only then, the source may
+	// acknowledge its sender. An error wrapping ErrChannelFull means push back
+	// and retry later. Events may be modified (interceptors) and the slice
+	// reordered; the caller may reuse the slice after Process returns.
+	Process(ctx context.Context, events []event.Event) error
+}
+
+// Source brings events into the agent.
+type Source interface {
+	// Start begins intake in goroutines the source owns (listeners, pollers)
+	// and returns without waiting for input. Startup errors (a port in use)
+	// are returned here. ctx is only for the start itself.
+	Start(ctx context.Context, p Processor) error
+	// Stop stops intake and returns once every goroutine of the source has
+	// exited and every batch it had read was committed or refused to its
+	// sender. ctx bounds how long it may wait.
+	Stop(ctx context.Context) error
+}
+
+// Status is what a sink's Process tells its runner.
+type Status int
+
+const (
+	// Ready means call Process again at once.
+	Ready Status = iota
+	// Backoff means there was nothing to do (the channel was empty for the
+	// whole wait); the runner may pause before the next call.
+	Backoff
+)
+
+func (s Status) String() string {
+	if s == Backoff {
+		return "BACKOFF"
+	}
+	return "READY"
+}
+
+// Sink moves events from its channel to a downstream system.
+type Sink interface {
+	// Start prepares the sink. It should not fail because the downstream
+	// system is down: Process connects and reconnects as needed.
+	Start(ctx context.Context) error
+	// Process takes at most one batch from the sink's channel in a
+	// transaction and delivers it, committing only after the downstream
+	// acknowledged it and rolling back otherwise. It returns Backoff when the
+	// channel stayed empty until ctx was done, and an error when delivery
+	// failed (the events are back in the channel). Process is called from one
+	// goroutine at a time.
+	Process(ctx context.Context) (Status, error)
+	// Stop closes connections and files; it is called after the last Process.
+	Stop(ctx context.Context) error
+}
+
+// Interceptor changes or drops events before the selector sees them.
+type Interceptor interface {
+	// Intercept changes events in place and returns the ones to keep, which
+	// may share events' backing array. Dropped events are counted by the
+	// interceptor.
+	Intercept(events []event.Event) []event.Event
+}
+
+// BatchSizer is implemented by sources and sinks that move events in
+// batches, so the agent can check batch size against each channel's
+// transactionCapacity, as Flume does.
+type BatchSizer interface {
+	BatchSize() int
+}
+
+// TxCapacity is implemented by channels with a transactionCapacity.
+type TxCapacity interface {
+	TransactionCapacity() int
+}
+
+// Env is what a component's constructor receives from the agent besides
+// its properties.
+type Env struct {
+	Agent  string // agent name (-n)
+	Name   string // component name, such as "r1"
+	Type   string // canonical component type, such as "netcat"
+	Logger *slog.Logger
+	// Metrics is where the component registers its counter set and finds
+	// its latency histograms. Never nil when built by the agent.
+	Metrics *metrics.Registry
+	// Channel is the channel a sink takes from; nil for other components.
+	Channel Channel
+}
+
+// Log returns the component's logger, never nil.
+func (e Env) Log() *slog.Logger {
+	if e.Logger == nil {
+		return slog.Default()
+	}
+	return e.Logger
+}
+
+// Constructors build a component from its properties without starting it,
+// so `sluice validate` can run them all. They read every property through p
+// (bad values are recorded in p's problems) and return an error only for
+// problems p cannot hold.
+type (
+	SourceFactory      func(env Env, p *config.Props) (Source, error)
+	ChannelFactory     func(env Env, p *config.Props) (Channel, error)
+	SinkFactory        func(env Env, p *config.Props) (Sink, error)
+	InterceptorFactory func(env Env, p *config.Props) (Interceptor, error)
+)
+
+// Registry returns env.Metrics, or a private registry when the component is
+// built outside an agent (in tests).
+func (e Env) Registry() *metrics.Registry {
+	if e.Metrics == nil {
+		return metrics.NewRegistry(e.Agent)
+	}
+	return e.Metrics
+}

@@ -1,0 +1,204 @@
+// Package metrics holds the agent's counters and latency histograms and
+// exposes them as Flume's JSON and in Prometheus text format.
+package metrics
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Kind is the Flume component kind that prefixes a component's JSON key.
+type Kind string
+
+const (
+	KindSource  Kind = "SOURCE"
+	KindChannel Kind = "CHANNEL"
+	KindSink    Kind = "SINK"
+)
+
+// Set is the named counters and gauges of one component, in the order they
+// were registered. Counters are atomics that components update on their hot
+// path; exposition reads them without locks.
+type Set struct {
+	Kind Kind
+	Name string // component name, such as "r1"
+	Type string // component type, such as "netcat"
+
+	mu       sync.Mutex
+	names    []string
+	counters []*atomic.Int64
+	gauges   []gauge
+
+	startTime atomic.Int64 // Unix ms
+	stopTime  atomic.Int64
+}
+
+type gauge struct {
+	name string
+	fn   func() string
+}
+
+// NewSet returns an empty Set.
+func NewSet(kind Kind, name, typ string) *Set {
+	return &Set{Kind: kind, Name: name, Type: typ}
+}
+
+// Counter registers (or returns the already registered) counter name.
+func (s *Set) Counter(name string) *atomic.Int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, n := range s.names {
+		if n == name {
+			return s.counters[i]
+		}
+	}
+	c := new(atomic.Int64)
+	s.names = append(s.names, name)
+	s.counters = append(s.counters, c)
+	return c
+}
+
+// Gauge registers a value computed when metrics are read, formatted as Flume
+// prints it (see FormatFloat for doubles).
+func (s *Set) Gauge(name string, fn func() string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gauges = append(s.gauges, gauge{name, fn})
+}
+
+// Started records the start time and resets every counter, as Flume does on start().
+func (s *Set) Started() {
+	s.mu.Lock()
+	for _, c := range s.counters {
+		c.Store(0)
+	}
+	s.mu.Unlock()
+	s.startTime.Store(time.Now().UnixMilli())
+	s.stopTime.Store(0)
+}
+
+// Stopped records the stop time.
+func (s *Set) Stopped() { s.stopTime.Store(time.Now().UnixMilli()) }
+
+// Each calls fn for every attribute of the set as Flume shows it, counters
+// and gauges as strings, StartTime and StopTime included; Type is not.
+func (s *Set) Each(fn func(name, value string)) {
+	s.mu.Lock()
+	names := append([]string(nil), s.names...)
+	counters := append([]*atomic.Int64(nil), s.counters...)
+	gauges := append([]gauge(nil), s.gauges...)
+	s.mu.Unlock()
+	for i, n := range names {
+		fn(n, strconv.FormatInt(counters[i].Load(), 10))
+	}
+	for _, g := range gauges {
+		fn(g.name, g.fn())
+	}
+	fn("StartTime", strconv.FormatInt(s.startTime.Load(), 10))
+	fn("StopTime", strconv.FormatInt(s.stopTime.Load(), 10))
+}
+
+// SourceCounters are Flume's SourceCounter attributes.
+type SourceCounters struct {
+	*Set
+	EventReceived, EventAccepted             *atomic.Int64
+	AppendReceived, AppendAccepted           *atomic.Int64
+	AppendBatchReceived, AppendBatchAccepted *atomic.Int64
+	OpenConnection                           *atomic.Int64
+	EventReadFail, ChannelWriteFail          *atomic.Int64
+	GenericProcessingFail                    *atomic.Int64
+}
+
+// NewSourceCounters registers Flume's source counters in a new Set.
+func NewSourceCounters(name, typ string) *SourceCounters {
+	s := NewSet(KindSource, name, typ)
+	return &SourceCounters{
+		Set:                   s,
+		EventReceived:         s.Counter("EventReceivedCount"),
+		EventAccepted:         s.Counter("EventAcceptedCount"),
+		AppendReceived:        s.Counter("AppendReceivedCount"),
+		AppendAccepted:        s.Counter("AppendAcceptedCount"),
+		AppendBatchReceived:   s.Counter("AppendBatchReceivedCount"),
+		AppendBatchAccepted:   s.Counter("AppendBatchAcceptedCount"),
+		OpenConnection:        s.Counter("OpenConnectionCount"),
+		EventReadFail:         s.Counter("EventReadFail"),
+		ChannelWriteFail:      s.Counter("ChannelWriteFail"),
+		GenericProcessingFail: s.Counter("GenericProcessingFail"),
+	}
+}
+
+// ChannelCounters are Flume's ChannelCounter attributes. ChannelSize,
+// ChannelCapacity and ChannelFillPercentage are gauges registered with
+// SetSize.
+type ChannelCounters struct {
+	*Set
+	EventPutAttempt, EventPutSuccess   *atomic.Int64
+	EventTakeAttempt, EventTakeSuccess *atomic.Int64
+}
+
+// NewChannelCounters registers Flume's channel counters in a new Set.
+func NewChannelCounters(name, typ string) *ChannelCounters {
+	s := NewSet(KindChannel, name, typ)
+	return &ChannelCounters{
+		Set:              s,
+		EventPutAttempt:  s.Counter("EventPutAttemptCount"),
+		EventPutSuccess:  s.Counter("EventPutSuccessCount"),
+		EventTakeAttempt: s.Counter("EventTakeAttemptCount"),
+		EventTakeSuccess: s.Counter("EventTakeSuccessCount"),
+	}
+}
+
+// SetSize registers the ChannelSize, ChannelCapacity and
+// ChannelFillPercentage gauges, read from size and capacity.
+func (c *ChannelCounters) SetSize(size func() int64, capacity func() int64) {
+	c.Gauge("ChannelSize", func() string { return strconv.FormatInt(size(), 10) })
+	c.Gauge("ChannelCapacity", func() string { return strconv.FormatInt(capacity(), 10) })
+	c.Gauge("ChannelFillPercentage", func() string {
+		cp := capacity()
+		if cp == 0 {
+			return "1.7976931348623157E308" // Java's Double.MAX_VALUE, as Flume prints it
+		}
+		return FormatFloat(float64(size()) / float64(cp) * 100)
+	})
+}
+
+// SinkCounters are Flume's SinkCounter attributes.
+type SinkCounters struct {
+	*Set
+	ConnectionCreated, ConnectionClosed, ConnectionFailed *atomic.Int64
+	BatchEmpty, BatchUnderflow, BatchComplete             *atomic.Int64
+	EventDrainAttempt, EventDrainSuccess                  *atomic.Int64
+	EventWriteFail, ChannelReadFail                       *atomic.Int64
+}
+
+// NewSinkCounters registers Flume's sink counters in a new Set.
+func NewSinkCounters(name, typ string) *SinkCounters {
+	s := NewSet(KindSink, name, typ)
+	return &SinkCounters{
+		Set:               s,
+		ConnectionCreated: s.Counter("ConnectionCreatedCount"),
+		ConnectionClosed:  s.Counter("ConnectionClosedCount"),
+		ConnectionFailed:  s.Counter("ConnectionFailedCount"),
+		BatchEmpty:        s.Counter("BatchEmptyCount"),
+		BatchUnderflow:    s.Counter("BatchUnderflowCount"),
+		BatchComplete:     s.Counter("BatchCompleteCount"),
+		EventDrainAttempt: s.Counter("EventDrainAttemptCount"),
+		EventDrainSuccess: s.Counter("EventDrainSuccessCount"),
+		EventWriteFail:    s.Counter("EventWriteFail"),
+		ChannelReadFail:   s.Counter("ChannelReadFail"),
+	}
+}
+
+// FormatFloat prints f the way Java's Double.toString does for the values
+// Flume shows (always a decimal point, "0.0" for zero).
+func FormatFloat(f float64) string {
+	s := strconv.FormatFloat(f, 'f', -1, 64)
+	for i := 0; i < len(s); i++ {
+		if s[i] == '.' {
+			return s
+		}
+	}
+	return s + ".0"
+}
