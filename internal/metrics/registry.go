@@ -32,6 +32,7 @@ type Registry struct {
 	sets map[string]*Set // by Kind + "." + Name
 
 	latency *prometheus.HistogramVec
+	dropped *prometheus.CounterVec
 }
 
 // NewRegistry returns an empty registry for the agent named agent.
@@ -46,8 +47,23 @@ func NewRegistry(agent string) *Registry {
 			// 10 µs to ~80 s: sub-millisecond paths and Flume-like seconds both resolve.
 			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 24),
 		}, []string{"stage", "component"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "sluice_events_dropped_total",
+			Help:        "Events dropped on purpose by configuration (filter interceptors, failed optional channels), by component and reason.",
+			ConstLabels: prometheus.Labels{"agent": agent},
+		}, []string{"component", "reason"}),
 	}
 }
+
+// Dropped returns the counter of events component dropped for reason (such
+// as "filtered" or "optional_channel_failed"). Every drop a user configured
+// is counted here; nothing is dropped silently.
+func (r *Registry) Dropped(component, reason string) prometheus.Counter {
+	return r.dropped.WithLabelValues(component, reason)
+}
+
+// DroppedVec is the underlying counter vector, for exposition.
+func (r *Registry) DroppedVec() *prometheus.CounterVec { return r.dropped }
 
 // Add registers s, replacing a set of the same kind and name.
 func (r *Registry) Add(s *Set) {
