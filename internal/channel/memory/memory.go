@@ -1,0 +1,509 @@
+// Package memory is Flume's memory channel: a bounded, in-process FIFO of
+// events with transactions.
+//
+// Durability: none. Events held by a memory channel are lost if the process
+// dies, and when the agent stops without draining it (as with Flume's memory
+// channel, FLUME-2894). A reload that keeps the channel keeps its events. Use
+// the file channel when an acknowledged event must survive a crash.
+//
+// Properties (Flume's names and defaults):
+//
+//	capacity                      100   events the channel holds, counting events taken by open transactions
+//	transactionCapacity           100   events one transaction may put, or take; at most capacity
+//	keep-alive                    3     seconds a commit waits for space before failing; sluice also
+//	                                    accepts a decimal number of seconds (0.25)
+//	byteCapacity                  see below  body bytes the channel holds; 0 or less means unlimited
+//	byteCapacityBufferPercentage  20    share of byteCapacity kept free for headers and overhead
+//
+// Flume's default byteCapacity is 80% of the JVM's maximum heap. Go has no
+// fixed heap, so sluice uses 80% of GOMEMLIMIT when it is set, and otherwise
+// 80% of a quarter of the machine's memory (or of the cgroup's memory.max when
+// that is lower) — a quarter being the JVM's default maximum heap. So by
+// default a memory channel may hold body bytes up to 16% of RAM (20% less the
+// 20% buffer). Like Flume, each memory channel gets this default on its own.
+//
+// Only body bytes are counted, as Flume does; byteCapacityBufferPercentage is
+// the allowance for headers and per-event overhead (about 100 bytes an event).
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// Defaults, as in Flume.
+const (
+	DefaultCapacity            = 100
+	DefaultTransactionCapacity = 100
+	DefaultKeepAlive           = 3 * time.Second
+	DefaultBufferPercentage    = 20
+)
+
+// initialRing is the ring size a channel starts with; the ring doubles as
+// events arrive, up to capacity, so a large capacity costs nothing until used.
+const initialRing = 1024
+
+// Channel is a memory channel. It is safe for concurrent use; each
+// transaction belongs to one goroutine.
+type Channel struct {
+	name      string
+	log       *slog.Logger
+	capacity  int
+	txCap     int
+	keepAlive time.Duration
+	byteCap   int64 // effective limit on body bytes after the buffer; math.MaxInt64 = unlimited
+	counters  *metrics.ChannelCounters
+	lists     sync.Pool // *[]event.Event with cap txCap, for transactions' put and take lists
+
+	mu       sync.Mutex
+	ring     []event.Event // committed events from head, n of them, wrapping
+	head     int
+	n        int
+	reserved int           // n plus events taken by open transactions: what capacity limits
+	bytes    int64         // body bytes of the reserved events
+	notEmpty chan struct{} // closed at the next commit of puts; nil while no taker waits
+	notFull  chan struct{} // closed when space is freed; nil while no committer waits
+	closed   bool
+}
+
+var (
+	_ flow.Channel    = (*Channel)(nil)
+	_ flow.TxCapacity = (*Channel)(nil)
+)
+
+// New builds a memory channel from its properties.
+func New(env flow.Env, p *config.Props) (flow.Channel, error) {
+	c := &Channel{name: env.Name, log: env.Log()}
+	c.capacity = p.Int("capacity", DefaultCapacity)
+	if c.capacity < 1 {
+		p.Errorf("capacity", "%d is not a positive number of events; the default is %d", c.capacity, DefaultCapacity)
+		c.capacity = DefaultCapacity
+	}
+	c.txCap = p.Int("transactionCapacity", DefaultTransactionCapacity)
+	switch {
+	case c.txCap < 1:
+		p.Errorf("transactionCapacity", "%d is not a positive number of events; the default is %d", c.txCap, DefaultTransactionCapacity)
+		c.txCap = min(DefaultTransactionCapacity, c.capacity)
+	case c.txCap > c.capacity:
+		p.Errorf("transactionCapacity", "%d is larger than capacity %d; a transaction must fit in the channel: raise capacity or lower transactionCapacity", c.txCap, c.capacity)
+		c.txCap = c.capacity
+	}
+	ka := p.Float("keep-alive", DefaultKeepAlive.Seconds())
+	if ka < 0 || ka > 24*3600 || math.IsNaN(ka) {
+		p.Errorf("keep-alive", "%v is not a number of seconds from 0 to 86400", ka)
+		ka = DefaultKeepAlive.Seconds()
+	}
+	c.keepAlive = time.Duration(ka * float64(time.Second))
+	byteCap := p.Int64("byteCapacity", DefaultByteCapacity())
+	pct := p.Int("byteCapacityBufferPercentage", DefaultBufferPercentage)
+	if pct < 0 || pct > 99 {
+		p.Errorf("byteCapacityBufferPercentage", "%d is out of range; use a percentage from 0 to 99", pct)
+		pct = DefaultBufferPercentage
+	}
+	if byteCap <= 0 {
+		c.byteCap = math.MaxInt64
+	} else {
+		c.byteCap = max(1, int64(float64(byteCap)*float64(100-pct)/100))
+	}
+
+	c.ring = make([]event.Event, min(c.capacity, initialRing))
+	txCap := c.txCap
+	c.lists.New = func() any {
+		s := make([]event.Event, 0, min(txCap, 1024))
+		return &s
+	}
+	c.counters = metrics.NewChannelCounters(env.Name, env.Type)
+	c.counters.SetSize(func() int64 { return int64(c.Len()) }, func() int64 { return int64(c.capacity) })
+	env.Registry().Add(c.counters.Set)
+	return c, nil
+}
+
+// DefaultByteCapacity is the byteCapacity used when none is configured: 80%
+// of GOMEMLIMIT when set, else 80% of a quarter of the memory available to
+// the process (the JVM's default heap), or 0 (unlimited) when unknown.
+func DefaultByteCapacity() int64 {
+	if lim := debug.SetMemoryLimit(-1); lim > 0 && lim < math.MaxInt64 {
+		return lim / 10 * 8
+	}
+	if m := availableMemory(); m > 0 {
+		return int64(m / 4 / 10 * 8)
+	}
+	return 0
+}
+
+// TransactionCapacity is the most events one transaction may put or take.
+func (c *Channel) TransactionCapacity() int { return c.txCap }
+
+// Capacity is the most events the channel holds.
+func (c *Channel) Capacity() int { return c.capacity }
+
+// ByteCapacity is the effective limit on held body bytes (byteCapacity less
+// the buffer percentage), or 0 when unlimited.
+func (c *Channel) ByteCapacity() int64 {
+	if c.byteCap == math.MaxInt64 {
+		return 0
+	}
+	return c.byteCap
+}
+
+// KeepAlive is how long a commit waits for space.
+func (c *Channel) KeepAlive() time.Duration { return c.keepAlive }
+
+// Start opens the channel (again, after a Stop) and resets its counters.
+func (c *Channel) Start(context.Context) error {
+	c.mu.Lock()
+	c.closed = false
+	c.mu.Unlock()
+	c.counters.Started()
+	return nil
+}
+
+// Stop closes the channel: waiting takes and commits return ErrClosed. The
+// events it holds stay in memory until the channel is dropped; they are lost
+// then, as with Flume's memory channel.
+func (c *Channel) Stop(context.Context) error {
+	c.mu.Lock()
+	c.closed = true
+	c.wakeTakers()
+	c.wakeCommitters()
+	n := c.n
+	c.mu.Unlock()
+	if n > 0 {
+		c.log.Warn("memory channel stopped while holding events; they are lost unless the channel is reused", "channel", c.name, "events", n)
+	}
+	c.counters.Stopped()
+	return nil
+}
+
+// Len reports the committed events the channel holds.
+func (c *Channel) Len() int {
+	c.mu.Lock()
+	n := c.n
+	c.mu.Unlock()
+	return n
+}
+
+// Begin opens a transaction.
+func (c *Channel) Begin() flow.Transaction { return &tx{c: c} }
+
+// Lock must be held.
+func (c *Channel) wakeTakers() {
+	if c.notEmpty != nil {
+		close(c.notEmpty)
+		c.notEmpty = nil
+	}
+}
+
+// Lock must be held.
+func (c *Channel) wakeCommitters() {
+	if c.notFull != nil {
+		close(c.notFull)
+		c.notFull = nil
+	}
+}
+
+// ensureRoom grows the ring so it holds k more events. Callers have
+// reserved them, so n+k never exceeds capacity. Lock must be held.
+func (c *Channel) ensureRoom(k int) {
+	need := c.n + k
+	if need <= len(c.ring) {
+		return
+	}
+	size := max(need, min(c.capacity, 2*len(c.ring)))
+	ring := make([]event.Event, size)
+	c.copyOut(ring[:c.n], c.head)
+	c.ring, c.head = ring, 0
+}
+
+// copyOut copies len(dst) events of the ring starting at index i into dst.
+// Lock must be held.
+func (c *Channel) copyOut(dst []event.Event, i int) {
+	k := copy(dst, c.ring[i:])
+	copy(dst[k:], c.ring)
+}
+
+// copyIn copies src into the ring starting at index i. Lock must be held.
+func (c *Channel) copyIn(i int, src []event.Event) {
+	k := copy(c.ring[i:], src)
+	copy(c.ring, src[k:])
+}
+
+// clearRange zeroes k slots from index i, so taken events are not kept
+// alive by the ring. Lock must be held.
+func (c *Channel) clearRange(i, k int) {
+	end := i + k
+	if end <= len(c.ring) {
+		clear(c.ring[i:end])
+		return
+	}
+	clear(c.ring[i:])
+	clear(c.ring[:end-len(c.ring)])
+}
+
+func (c *Channel) wrap(i int) int {
+	if i >= len(c.ring) {
+		i -= len(c.ring)
+	}
+	return i
+}
+
+func (c *Channel) getList() *[]event.Event { return c.lists.Get().(*[]event.Event) }
+
+func (c *Channel) putList(l *[]event.Event) {
+	if l == nil {
+		return
+	}
+	clear(*l)
+	*l = (*l)[:0]
+	c.lists.Put(l)
+}
+
+// tx is a memory channel transaction: a put list staged until commit and a
+// take list kept for rollback.
+type tx struct {
+	c                   *Channel
+	puts, takes         *[]event.Event
+	putBytes, takeBytes int64
+	done                bool
+}
+
+var errDone = errors.New("transaction already committed or rolled back")
+
+func (t *tx) Put(events []event.Event) error {
+	c := t.c
+	if t.done {
+		return fmt.Errorf("memory channel %s: put: %w", c.name, errDone)
+	}
+	c.counters.EventPutAttempt.Add(int64(len(events)))
+	if t.puts == nil {
+		t.puts = c.getList()
+	}
+	if len(*t.puts)+len(events) > c.txCap {
+		return flow.FullErrorf("channel %s: put list of transaction full (transactionCapacity %d); "+
+			"commit smaller batches or raise transactionCapacity", c.name, c.txCap)
+	}
+	*t.puts = append(*t.puts, events...)
+	for i := range events {
+		t.putBytes += int64(len(events[i].Body))
+	}
+	return nil
+}
+
+func (t *tx) Take(ctx context.Context, dst []event.Event, max int) ([]event.Event, error) {
+	c := t.c
+	if t.done {
+		return dst, fmt.Errorf("memory channel %s: take: %w", c.name, errDone)
+	}
+	if t.takes == nil {
+		t.takes = c.getList()
+	}
+	room := c.txCap - len(*t.takes)
+	if room <= 0 {
+		return dst, flow.FullErrorf("channel %s: take list of transaction full (transactionCapacity %d); "+
+			"take smaller batches or raise transactionCapacity", c.name, c.txCap)
+	}
+	max = min(max, room)
+	if max <= 0 {
+		return dst, nil
+	}
+	c.mu.Lock()
+	for c.n == 0 {
+		if c.closed {
+			c.mu.Unlock()
+			return dst, fmt.Errorf("memory channel %s: take: %w", c.name, flow.ErrClosed)
+		}
+		if c.notEmpty == nil {
+			c.notEmpty = make(chan struct{})
+		}
+		wait := c.notEmpty
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			c.counters.EventTakeAttempt.Add(1)
+			return dst, nil
+		case <-wait:
+		}
+		c.mu.Lock()
+	}
+	k := min(c.n, max)
+	start := len(dst)
+	dst = growLen(dst, k)
+	c.copyOut(dst[start:], c.head)
+	c.clearRange(c.head, k)
+	c.head = c.wrap(c.head + k)
+	c.n -= k
+	c.mu.Unlock()
+
+	taken := dst[start:]
+	*t.takes = append(*t.takes, taken...)
+	for i := range taken {
+		t.takeBytes += int64(len(taken[i].Body))
+	}
+	attempts := int64(k)
+	if k < max {
+		attempts++ // Flume's sink loop counts the take that found nothing
+	}
+	c.counters.EventTakeAttempt.Add(attempts)
+	return dst, nil
+}
+
+// growLen extends s by k elements, reallocating only when its capacity is short.
+func growLen(s []event.Event, k int) []event.Event {
+	n := len(s) + k
+	if n <= cap(s) {
+		return s[:n]
+	}
+	return append(s, make([]event.Event, k)...)
+}
+
+func (t *tx) Commit() error {
+	c := t.c
+	if t.done {
+		return fmt.Errorf("memory channel %s: commit: %w", c.name, errDone)
+	}
+	var puts, takes []event.Event
+	if t.puts != nil {
+		puts = *t.puts
+	}
+	if t.takes != nil {
+		takes = *t.takes
+	}
+	if len(puts) == 0 && len(takes) == 0 {
+		t.finish()
+		return nil
+	}
+	net := len(puts) - len(takes)
+	netBytes := t.putBytes - t.takeBytes
+	if netBytes > c.byteCap {
+		return flow.FullErrorf("channel %s is full: a transaction of %d body bytes can never fit in byteCapacity %d "+
+			"(after byteCapacityBufferPercentage); raise byteCapacity or send smaller batches", c.name, t.putBytes, c.byteCap)
+	}
+	now := event.Now()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return fmt.Errorf("memory channel %s: commit: %w", c.name, flow.ErrClosed)
+	}
+	if !c.fits(net, netBytes) {
+		if err := c.waitSpace(net, netBytes); err != nil {
+			c.mu.Unlock()
+			return err
+		}
+		now = event.Now()
+	}
+	if len(puts) > 0 {
+		for i := range puts {
+			puts[i].CommittedAt = now
+		}
+		c.ensureRoom(len(puts))
+		c.copyIn(c.wrap(c.head+c.n), puts)
+		c.n += len(puts)
+		c.wakeTakers()
+	}
+	c.reserved += net
+	c.bytes += netBytes
+	if net < 0 || netBytes < 0 {
+		c.wakeCommitters()
+	}
+	c.mu.Unlock()
+	c.counters.EventPutSuccess.Add(int64(len(puts)))
+	c.counters.EventTakeSuccess.Add(int64(len(takes)))
+	t.finish()
+	return nil
+}
+
+// fits reports whether net more events and netBytes more bytes fit. Lock must be held.
+func (c *Channel) fits(net int, netBytes int64) bool {
+	return c.reserved+net <= c.capacity && c.bytes+netBytes <= c.byteCap
+}
+
+// waitSpace waits up to keep-alive until net events and netBytes fit, or
+// returns why not. Lock must be held; it is released while waiting.
+func (c *Channel) waitSpace(net int, netBytes int64) error {
+	var timer *time.Timer
+	if c.keepAlive > 0 {
+		timer = time.NewTimer(c.keepAlive)
+		defer timer.Stop()
+	}
+	for !c.fits(net, netBytes) {
+		if timer == nil {
+			return c.fullError(net)
+		}
+		if c.notFull == nil {
+			c.notFull = make(chan struct{})
+		}
+		wait := c.notFull
+		c.mu.Unlock()
+		expired := false
+		select {
+		case <-wait:
+		case <-timer.C:
+			expired = true
+		}
+		c.mu.Lock()
+		if c.closed {
+			return fmt.Errorf("memory channel %s: commit: %w", c.name, flow.ErrClosed)
+		}
+		if expired && !c.fits(net, netBytes) {
+			return c.fullError(net)
+		}
+	}
+	return nil
+}
+
+// fullError says which limit stopped a commit. Lock must be held.
+func (c *Channel) fullError(net int) error {
+	if c.reserved+net > c.capacity {
+		return flow.FullErrorf("channel %s is full: capacity %d reached (%d held or being taken, %d more to commit) "+
+			"after waiting keep-alive %s; the sinks are not keeping up: add sinks, raise capacity, or slow the senders",
+			c.name, c.capacity, c.reserved, net, c.keepAlive)
+	}
+	return flow.FullErrorf("channel %s is full: byteCapacity %s reached after waiting keep-alive %s; "+
+		"the sinks are not keeping up: add sinks, raise byteCapacity, or slow the senders",
+		c.name, formatBytes(c.byteCap), c.keepAlive)
+}
+
+func formatBytes(n int64) string {
+	return strconv.FormatInt(n, 10) + " bytes (after byteCapacityBufferPercentage)"
+}
+
+func (t *tx) Rollback() error {
+	c := t.c
+	if t.done {
+		return fmt.Errorf("memory channel %s: rollback: %w", c.name, errDone)
+	}
+	if t.takes != nil && len(*t.takes) > 0 {
+		takes := *t.takes
+		c.mu.Lock()
+		c.ensureRoom(len(takes))
+		c.head -= len(takes)
+		if c.head < 0 {
+			c.head += len(c.ring)
+		}
+		c.copyIn(c.head, takes)
+		c.n += len(takes)
+		c.wakeTakers()
+		c.mu.Unlock()
+	}
+	t.finish()
+	return nil
+}
+
+func (t *tx) finish() {
+	t.c.putList(t.puts)
+	t.c.putList(t.takes)
+	t.puts, t.takes = nil, nil
+	t.done = true
+}
