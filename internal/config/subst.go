@@ -1,0 +1,152 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Lookup resolves the variables of ${...} references in property values.
+// Sys holds the system properties (-DNAME=value on the sluice command line);
+// Env looks up an environment variable (os.LookupEnv when nil).
+type Lookup struct {
+	Sys map[string]string
+	Env func(name string) (string, bool)
+}
+
+// Substitute expands the variable references in a property value, as Flume
+// 1.10+ does with commons-text's StringSubstitutor:
+//
+//	${env:NAME}       the environment variable NAME
+//	${sys:NAME}       the system property NAME (-DNAME=value)
+//	${NAME}           the system property NAME, else the environment variable
+//	${NAME:-default}  default when NAME is not set (with any of the above)
+//	$${NAME}          the literal text ${NAME}
+//
+// A reference may be nested in a name (${env:${sys:which}}); a resolved
+// value is not expanded again. A "${" without its closing brace is left as
+// it is. Every reference to a variable that is not set is returned as a
+// problem message, and the reference is left in the result unexpanded.
+//
+// Flume's own bare ${NAME} looks NAME up among the other properties (or,
+// with -DpropertiesImplementation=org.apache.flume.node.EnvVarResolverProperties,
+// among the properties and then the environment); sluice looks in the
+// system properties and then the environment, which covers what such
+// configurations use in practice.
+func (l Lookup) Substitute(value string) (string, []string) {
+	if !strings.Contains(value, "${") {
+		return value, nil
+	}
+	var probs []string
+	out := l.expand(value, &probs, 0)
+	return out, probs
+}
+
+// maxNesting bounds the recursion of nested references.
+const maxNesting = 8
+
+func (l Lookup) expand(s string, probs *[]string, depth int) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "${")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		if i > 0 && s[i-1] == '$' {
+			// "$${" is an escaped "${": drop the escape, keep the rest as text.
+			b.WriteString(s[:i-1])
+			b.WriteString("${")
+			s = s[i+2:]
+			continue
+		}
+		end := closingBrace(s, i+2)
+		if end < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		ref := s[i : end+1]
+		name := s[i+2 : end]
+		if depth < maxNesting && strings.Contains(name, "${") {
+			name = l.expand(name, probs, depth+1)
+		}
+		if v, ok := l.resolve(name, ref, probs, depth); ok {
+			b.WriteString(v)
+		} else {
+			b.WriteString(ref)
+		}
+		s = s[end+1:]
+	}
+}
+
+// closingBrace returns the index of the '}' that closes a reference whose
+// name starts at from, allowing nested references, or -1.
+func closingBrace(s string, from int) int {
+	depth := 0
+	for j := from; j < len(s); j++ {
+		switch {
+		case s[j] == '$' && j+1 < len(s) && s[j+1] == '{':
+			depth++
+			j++
+		case s[j] == '}':
+			if depth == 0 {
+				return j
+			}
+			depth--
+		}
+	}
+	return -1
+}
+
+func (l Lookup) resolve(name, ref string, probs *[]string, depth int) (string, bool) {
+	def, hasDef := "", false
+	if k := strings.Index(name, ":-"); k >= 0 {
+		name, def, hasDef = name[:k], name[k+2:], true
+	}
+	kind, key := "", name
+	if k := strings.IndexByte(name, ':'); k >= 0 {
+		kind, key = name[:k], name[k+1:]
+	}
+	if key == "" {
+		*probs = append(*probs, fmt.Sprintf("%s has no variable name", ref))
+		return "", false
+	}
+	var v string
+	var ok bool
+	var missing string
+	switch kind {
+	case "env":
+		v, ok = l.env(key)
+		missing = fmt.Sprintf("environment variable %s is not set", key)
+	case "sys":
+		v, ok = l.Sys[key]
+		missing = fmt.Sprintf("system property %s is not set; pass -D%s=value to sluice", key, key)
+	case "":
+		if v, ok = l.Sys[key]; !ok {
+			v, ok = l.env(key)
+		}
+		missing = fmt.Sprintf("%s is neither a system property (-D%s=value) nor an environment variable", key, key)
+	default:
+		*probs = append(*probs, fmt.Sprintf("%s: unknown lookup %q; use ${env:NAME}, ${sys:NAME} or ${NAME}", ref, kind))
+		return "", false
+	}
+	if ok {
+		return v, true
+	}
+	if hasDef {
+		if depth < maxNesting {
+			def = l.expand(def, probs, depth+1)
+		}
+		return def, true
+	}
+	*probs = append(*probs, missing)
+	return "", false
+}
+
+func (l Lookup) env(name string) (string, bool) {
+	if l.Env == nil {
+		return os.LookupEnv(name)
+	}
+	return l.Env(name)
+}
