@@ -1,0 +1,120 @@
+// Package sourcetest holds helpers for the sources' tests: a pipeline of a
+// real memory channel behind a processor, and a sink-side drain that takes
+// events in transactions.
+package sourcetest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/channel/memory"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// Pipeline is a started memory channel and the processor a source puts
+// into it through.
+type Pipeline struct {
+	Channel   flow.Channel
+	Processor flow.Processor
+}
+
+// NewPipeline starts a memory channel of capacity events (transactions of
+// at most txCap) whose commits wait keepAlive for space, and returns it with
+// a processor that puts into it. The channel is stopped at the end of the test.
+func NewPipeline(tb testing.TB, capacity, txCap int, keepAlive time.Duration) *Pipeline {
+	tb.Helper()
+	p := config.FromMap("a1.channels.c1.", map[string]string{
+		"capacity":            strconv.Itoa(capacity),
+		"transactionCapacity": strconv.Itoa(txCap),
+		"keep-alive":          strconv.FormatFloat(keepAlive.Seconds(), 'f', -1, 64),
+		"byteCapacity":        "0",
+	})
+	env := Env("c1", "memory")
+	ch, err := memory.New(env, p)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := p.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := ch.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ch.Stop(context.Background()) })
+	return &Pipeline{Channel: ch, Processor: newProcessor(ch)}
+}
+
+// Take takes up to max events in one committed transaction, waiting up to
+// wait for the first.
+func (pl *Pipeline) Take(tb testing.TB, max int, wait time.Duration) []event.Event {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	tx := pl.Channel.Begin()
+	got, err := tx.Take(ctx, nil, max)
+	if err != nil {
+		tx.Rollback()
+		tb.Fatalf("take: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		tb.Fatalf("commit take: %v", err)
+	}
+	return got
+}
+
+// Drain takes events until it has n of them or timeout passes, and returns
+// what it took.
+func (pl *Pipeline) Drain(tb testing.TB, n int, timeout time.Duration) []event.Event {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	var out []event.Event
+	for len(out) < n && time.Now().Before(deadline) {
+		out = append(out, pl.Take(tb, min(n-len(out), 100), time.Until(deadline))...)
+	}
+	return out
+}
+
+// Bodies returns the bodies of events as strings.
+func Bodies(events []event.Event) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = string(e.Body)
+	}
+	return out
+}
+
+// Seq returns the strings prefix0 ... prefix(n-1).
+func Seq(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}
+
+// Env returns a component environment with a private metrics registry.
+func Env(name, typ string) flow.Env {
+	return flow.Env{Agent: "a1", Name: name, Type: typ, Metrics: metrics.NewRegistry("a1"), Logger: slog.New(slog.DiscardHandler)}
+}
+
+// Eventually polls cond every few milliseconds until it holds or timeout
+// passes, and reports whether it held.
+func Eventually(cond func() bool, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
