@@ -1,0 +1,143 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// Reader replays records in log order from a position up to the end of the
+// durable data at the time it was made. Damaged regions and missing
+// segments are skipped, logged and counted (in the Reader and in the Log's
+// Stats). A Reader is used by one goroutine; Close it when done.
+type Reader struct {
+	l    *Log
+	from Position
+	end  Position
+	seg  uint64
+
+	f   *os.File
+	sc  *scanner
+	buf []byte
+
+	pos Position
+	rec []byte
+	err error
+
+	regions   int
+	lostBytes int64
+}
+
+// NewReader returns a Reader of the records at or after from. A from
+// before the oldest segment present starts at that segment.
+func (l *Log) NewReader(from Position) *Reader {
+	l.mu.Lock()
+	end, first := l.durable, l.first
+	l.mu.Unlock()
+	if from.Segment < first {
+		from = Position{Segment: first, Offset: SegmentHeaderSize}
+	}
+	return &Reader{l: l, from: from, end: end, seg: from.Segment}
+}
+
+// Next advances to the next intact record and reports whether there is
+// one. It returns false at the end or on an I/O error (see Err).
+func (r *Reader) Next() bool {
+	for r.err == nil && r.seg <= r.end.Segment {
+		if r.sc == nil && !r.openSegment() {
+			continue
+		}
+		regions, lost := r.sc.regions, r.sc.lostBytes
+		ok := r.sc.next()
+		if d := r.sc.regions - regions; d > 0 {
+			b := r.sc.lostBytes - lost
+			r.damage(d, b, "damaged records skipped", r.sc.off)
+		}
+		if ok {
+			r.pos = Position{Segment: r.seg, Offset: r.sc.recOff}
+			r.rec = r.sc.rec
+			return true
+		}
+		if r.sc.err != nil {
+			r.err = fmt.Errorf("wal: read %s: %w", r.f.Name(), r.sc.err)
+			return false
+		}
+		r.buf = r.sc.buf
+		r.closeSegment()
+		r.seg++
+	}
+	return false
+}
+
+// openSegment opens r.seg for scanning; it returns false when the segment
+// was skipped (missing) or r.err was set.
+func (r *Reader) openSegment() bool {
+	path := segmentPath(r.l.dir, r.seg)
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			r.damage(1, 0, "segment missing", 0)
+			r.seg++
+			return false
+		}
+		r.err = fmt.Errorf("wal: open %s: %w", path, err)
+		return false
+	}
+	size := r.end.Offset
+	if r.seg < r.end.Segment {
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			r.err = fmt.Errorf("wal: stat %s: %w", path, err)
+			return false
+		}
+		size = fi.Size()
+	}
+	var hdr [SegmentHeaderSize]byte
+	if n, _ := f.ReadAt(hdr[:], 0); n < SegmentHeaderSize || checkSegmentHeader(hdr[:], r.seg) != "" {
+		r.damage(1, SegmentHeaderSize, "damaged segment header", 0)
+	}
+	start := int64(SegmentHeaderSize)
+	if r.seg == r.from.Segment && r.from.Offset > start {
+		start = r.from.Offset
+	}
+	r.f = f
+	r.sc = newScanner(f, size, start, r.buf)
+	return true
+}
+
+func (r *Reader) closeSegment() {
+	if r.f != nil {
+		r.f.Close()
+	}
+	r.f, r.sc = nil, nil
+}
+
+func (r *Reader) damage(regions int, bytes int64, what string, off int64) {
+	r.regions += regions
+	r.lostBytes += bytes
+	r.l.countLoss(uint64(regions), uint64(bytes))
+	r.l.log.Warn("wal: "+what, "segment", segmentPath(r.l.dir, r.seg), "near_offset", off,
+		"regions", regions, "bytes", bytes)
+}
+
+// Record returns the current record's payload; it is valid until the next
+// call to Next.
+func (r *Reader) Record() []byte { return r.rec }
+
+// Position returns the current record's position.
+func (r *Reader) Position() Position { return r.pos }
+
+// Err returns the I/O error that stopped the Reader, if any. Damage is not
+// an error.
+func (r *Reader) Err() error { return r.err }
+
+// Damaged returns how many damaged regions (and missing segments) the
+// Reader has skipped so far, and their known size in bytes.
+func (r *Reader) Damaged() (regions int, bytes int64) { return r.regions, r.lostBytes }
+
+// Close releases the Reader's file.
+func (r *Reader) Close() error {
+	r.closeSegment()
+	return nil
+}

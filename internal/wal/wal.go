@@ -1,0 +1,723 @@
+// Package wal is a segmented, append-only, CRC32C-framed write-ahead log
+// with group commit, the storage under the file channel. The disk format,
+// the durability rules and the recovery rules are in docs/format/wal.md.
+//
+// Append blocks until its records are durable (written and fdatasync'ed);
+// concurrent Appends share one write pass and one fdatasync. A write or sync
+// error sticks: every later Append fails with it until the Log is closed
+// and opened again. Open recovers from damage by itself and counts what it
+// could not keep in Stats.
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+)
+
+// Options configure a Log. The zero value is usable.
+type Options struct {
+	// SegmentSize is the most bytes a segment file may hold (header
+	// included); a segment is rotated before a record would exceed it.
+	// Default 64 MiB; at least 64 KiB.
+	SegmentSize int64
+	// Logger receives recovery and error reports; default slog.Default().
+	Logger *slog.Logger
+
+	// openFile opens segment files for writing; tests replace it to inject
+	// faults. Default: openOSFile.
+	openFile func(path string) (writeFile, error)
+}
+
+// DefaultSegmentSize is the segment size when Options.SegmentSize is 0.
+const DefaultSegmentSize = 64 << 20
+
+const minSegmentSize = 64 << 10
+
+// writeFile is the part of a segment file the writer uses. It exists so
+// tests can inject write and sync failures.
+type writeFile interface {
+	Write(p []byte) (int, error)
+	Datasync() error
+	Close() error
+}
+
+type osFile struct{ *os.File }
+
+func (f osFile) Datasync() error { return datasync(f.File) }
+
+func openOSFile(path string) (writeFile, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+// Stats are cumulative counters of a Log since Open.
+type Stats struct {
+	Appends         uint64 // Append calls that succeeded
+	Records         uint64 // records in them
+	BytesWritten    uint64 // bytes written to segments, headers included
+	Syncs           uint64 // fdatasync calls on segments
+	SegmentsCreated uint64
+	SegmentsDeleted uint64
+	// LostRegions counts damaged regions (torn tails included) skipped by
+	// recovery and readers, and missing segments; LostBytes their size
+	// where known. Records read by position that failed their check are
+	// counted here too.
+	LostRegions uint64
+	LostBytes   uint64
+}
+
+type stats struct {
+	appends, records, bytes, syncs, created, deleted, lostRegions, lostBytes atomic.Uint64
+}
+
+// chunk is the part of an Append's buffer that goes into one segment.
+type chunk struct {
+	seg        uint64
+	start, end int
+}
+
+// pending is one Append waiting for the writer.
+type pending struct {
+	seq    uint64
+	buf    *[]byte
+	chunks []chunk
+	one    [1]chunk // backing array for the common single-chunk case
+	end    Position // position after its last record
+}
+
+// Log is an open write-ahead log. Its methods are safe for concurrent use.
+type Log struct {
+	dir  string
+	opts Options
+	log  *slog.Logger
+	lock *os.File
+
+	mu   sync.Mutex
+	cond sync.Cond // on mu; signalled when durableSeq or err changes
+	// Lock mu for everything below.
+	queue      []*pending
+	spare      []*pending
+	nextSeq    uint64   // ticket of the next Append
+	durableSeq uint64   // highest ticket made durable
+	tail       Position // where the next record goes
+	durable    Position // end of the durable data
+	err        error    // sticky write/sync error
+	errSeq     uint64   // first ticket that failed with err
+	closing    bool
+	first      uint64 // oldest segment still present
+
+	wake chan struct{} // cap 1; nudges the writer
+	done chan struct{} // closed when the writer exits
+
+	// Writer-owned.
+	cur    writeFile
+	curSeg uint64
+
+	rmu     sync.Mutex
+	readers map[uint64]*os.File // read-only handles by segment
+
+	st stats
+}
+
+// Open opens (creating if needed) the log in dir, recovers its last
+// segment (docs/format/wal.md, "Recovery") and starts a new segment for
+// writing. Damage never makes Open fail; it is logged and counted in
+// Stats. Open fails on I/O errors and when another Log holds dir.
+func Open(dir string, opts Options) (*Log, error) {
+	if opts.SegmentSize == 0 {
+		opts.SegmentSize = DefaultSegmentSize
+	}
+	if opts.SegmentSize < minSegmentSize {
+		return nil, fmt.Errorf("wal: segment size %d is below the minimum %d", opts.SegmentSize, minSegmentSize)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.openFile == nil {
+		opts.openFile = openOSFile
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("wal: create %s: %w", dir, err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	l := &Log{
+		dir:     dir,
+		opts:    opts,
+		log:     opts.Logger,
+		lock:    lock,
+		wake:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		readers: make(map[uint64]*os.File),
+	}
+	l.cond.L = &l.mu
+	if err := l.recover(); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	go l.run()
+	return l, nil
+}
+
+// recover repairs the last segment and creates the next one.
+func (l *Log) recover() error {
+	segs, err := listSegments(l.dir)
+	if err != nil {
+		return fmt.Errorf("wal: list %s: %w", l.dir, err)
+	}
+	next := uint64(1)
+	if len(segs) > 0 {
+		last := segs[len(segs)-1]
+		removed, err := l.repairLast(last)
+		if err != nil {
+			return err
+		}
+		next = last + 1
+		if removed {
+			// Its number is reused so no gap appears; the segment before
+			// it is now the last one and may have a torn tail too.
+			next = last
+			segs = segs[:len(segs)-1]
+			if len(segs) > 0 {
+				if _, err := l.repairLast(segs[len(segs)-1]); err != nil {
+					return err
+				}
+			}
+		}
+		l.first = next
+		if len(segs) > 0 {
+			l.first = segs[0]
+		}
+		for i := 1; i < len(segs); i++ {
+			if segs[i] != segs[i-1]+1 {
+				l.log.Warn("wal: segments missing", "dir", l.dir, "from", segs[i-1]+1, "to", segs[i]-1)
+			}
+		}
+	} else {
+		l.first = 1
+	}
+	if err := l.createSegment(next); err != nil {
+		return err
+	}
+	l.tail = Position{Segment: next, Offset: SegmentHeaderSize}
+	l.durable = l.tail
+	return nil
+}
+
+// repairLast scans segment n and truncates a torn tail; a file too short to
+// hold its header is removed (and removed is true).
+func (l *Log) repairLast(n uint64) (removed bool, err error) {
+	path := segmentPath(l.dir, n)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return false, fmt.Errorf("wal: open %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("wal: stat %s: %w", path, err)
+	}
+	size := fi.Size()
+	if size < SegmentHeaderSize {
+		// Crashed while creating it: no record in it was acknowledged.
+		l.log.Warn("wal: removing segment shorter than its header", "segment", path, "size", size)
+		if size > 0 {
+			l.countLoss(1, uint64(size))
+		}
+		f.Close()
+		if err := os.Remove(path); err != nil {
+			return false, fmt.Errorf("wal: remove %s: %w", path, err)
+		}
+		return true, syncDir(l.dir)
+	}
+	var hdr [SegmentHeaderSize]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		return false, fmt.Errorf("wal: read %s: %w", path, err)
+	}
+	if why := checkSegmentHeader(hdr[:], n); why != "" {
+		// Counted by the Reader that replays this segment.
+		l.log.Warn("wal: damaged segment header, scanning records anyway", "segment", path, "reason", why)
+	}
+	s := newScanner(f, size, SegmentHeaderSize, nil)
+	records := 0
+	for s.next() {
+		records++
+	}
+	if s.err != nil {
+		return false, fmt.Errorf("wal: read %s: %w", path, s.err)
+	}
+	if s.regions > 0 {
+		l.log.Warn("wal: recovered damaged last segment", "segment", path,
+			"damaged_regions", s.regions, "bytes_lost", s.lostBytes, "records_kept", records,
+			"truncated_at", s.tail)
+	}
+	if s.tail >= 0 {
+		// Damaged regions before the tail stay in the file and are counted
+		// by the Reader that replays them; the tail is counted here.
+		l.countLoss(1, uint64(size-s.tail))
+		if err := f.Truncate(s.tail); err != nil {
+			return false, fmt.Errorf("wal: truncate %s at %d: %w", path, s.tail, err)
+		}
+		if err := datasync(f); err != nil {
+			return false, fmt.Errorf("wal: sync %s: %w", path, err)
+		}
+	}
+	return false, nil
+}
+
+func (l *Log) countLoss(regions uint64, bytes uint64) {
+	l.st.lostRegions.Add(regions)
+	l.st.lostBytes.Add(bytes)
+}
+
+// createSegment creates segment n, writes its header and makes both the
+// file and its directory entry durable. It becomes the writer's current
+// segment.
+func (l *Log) createSegment(n uint64) error {
+	path := segmentPath(l.dir, n)
+	f, err := l.opts.openFile(path)
+	if err != nil {
+		return fmt.Errorf("wal: create segment %s: %w", path, err)
+	}
+	var hdr [SegmentHeaderSize]byte
+	encodeSegmentHeader(hdr[:], n)
+	if _, err := f.Write(hdr[:]); err != nil {
+		f.Close()
+		return fmt.Errorf("wal: write segment header %s: %w", path, err)
+	}
+	if err := f.Datasync(); err != nil {
+		f.Close()
+		return fmt.Errorf("wal: sync %s: %w", path, err)
+	}
+	if err := syncDir(l.dir); err != nil {
+		f.Close()
+		return fmt.Errorf("wal: sync dir %s: %w", l.dir, err)
+	}
+	l.st.bytes.Add(SegmentHeaderSize)
+	l.st.syncs.Add(1)
+	l.st.created.Add(1)
+	l.cur, l.curSeg = f, n
+	return nil
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+const maxPooledBuf = 16 << 20
+
+// Append writes recs as consecutive records and returns once they are
+// durable, with the position of the first. The records of one call are
+// contiguous in one segment unless together they exceed a segment.
+func (l *Log) Append(recs ...[]byte) (Position, error) {
+	var one [1]Position
+	var pos []Position
+	if len(recs) > 0 {
+		pos = one[:]
+	}
+	err := l.append(pos, recs)
+	return one[0], err
+}
+
+// AppendPositions is Append that also reports where each record went: pos
+// must be nil or have len(recs), and receives each record's position.
+func (l *Log) AppendPositions(pos []Position, recs ...[]byte) error {
+	if pos != nil && len(pos) != len(recs) {
+		return fmt.Errorf("wal: AppendPositions got %d positions for %d records", len(pos), len(recs))
+	}
+	return l.append(pos, recs)
+}
+
+func (l *Log) append(pos []Position, recs [][]byte) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	capacity := l.opts.SegmentSize - SegmentHeaderSize
+	total := 0
+	for _, r := range recs {
+		if len(r) > MaxRecordSize || FrameSize(len(r)) > capacity {
+			return fmt.Errorf("%w: %d bytes (segment size %d)", ErrRecordTooLarge, len(r), l.opts.SegmentSize)
+		}
+		total += FrameHeaderSize + len(r)
+	}
+	// Frame outside the lock, so callers checksum in parallel.
+	bp := bufPool.Get().(*[]byte)
+	buf := (*bp)[:0]
+	if cap(buf) < total {
+		buf = make([]byte, 0, total)
+	}
+	for _, r := range recs {
+		buf = appendFrame(buf, r)
+	}
+	*bp = buf
+
+	p := &pending{buf: bp}
+	l.mu.Lock()
+	if l.err != nil {
+		err := l.err
+		l.mu.Unlock()
+		putBuf(bp)
+		return err
+	}
+	if l.closing {
+		l.mu.Unlock()
+		putBuf(bp)
+		return ErrClosed
+	}
+	l.place(p, recs, pos, int64(total), capacity)
+	p.end = l.tail
+	l.nextSeq++
+	p.seq = l.nextSeq
+	l.queue = append(l.queue, p)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+
+	l.mu.Lock()
+	for l.durableSeq < p.seq && (l.err == nil || l.errSeq > p.seq) {
+		l.cond.Wait()
+	}
+	err := l.err
+	if l.durableSeq >= p.seq {
+		err = nil
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	l.st.appends.Add(1)
+	l.st.records.Add(uint64(len(recs)))
+	return nil
+}
+
+// place assigns the records of p their positions, rotating segments as
+// needed. Lock mu.
+func (l *Log) place(p *pending, recs [][]byte, pos []Position, total, capacity int64) {
+	end := l.opts.SegmentSize
+	if l.tail.Offset+total > end && total <= capacity {
+		// Start a new segment so the whole batch stays in one.
+		l.tail = Position{Segment: l.tail.Segment + 1, Offset: SegmentHeaderSize}
+	}
+	if l.tail.Offset+total <= end {
+		p.one[0] = chunk{seg: l.tail.Segment, start: 0, end: int(total)}
+		p.chunks = p.one[:]
+		o := l.tail.Offset
+		for i, r := range recs {
+			if i < len(pos) {
+				pos[i] = Position{Segment: l.tail.Segment, Offset: o}
+			}
+			o += FrameSize(len(r))
+		}
+		l.tail.Offset = o
+		return
+	}
+	// Larger than a segment: split at record boundaries.
+	bufOff := 0
+	c := chunk{seg: l.tail.Segment}
+	for i, r := range recs {
+		n := FrameSize(len(r))
+		if l.tail.Offset+n > end {
+			if c.end > c.start {
+				p.chunks = append(p.chunks, c)
+			}
+			l.tail = Position{Segment: l.tail.Segment + 1, Offset: SegmentHeaderSize}
+			c = chunk{seg: l.tail.Segment, start: bufOff, end: bufOff}
+		}
+		if i < len(pos) {
+			pos[i] = l.tail
+		}
+		l.tail.Offset += n
+		bufOff += int(n)
+		c.end = bufOff
+	}
+	p.chunks = append(p.chunks, c)
+}
+
+func putBuf(bp *[]byte) {
+	if cap(*bp) <= maxPooledBuf {
+		*bp = (*bp)[:0]
+		bufPool.Put(bp)
+	}
+}
+
+// run is the writer goroutine: it takes every queued Append, writes them,
+// syncs once and wakes them all.
+func (l *Log) run() {
+	defer close(l.done)
+	for {
+		l.mu.Lock()
+		for len(l.queue) == 0 {
+			if l.closing {
+				l.mu.Unlock()
+				return
+			}
+			l.mu.Unlock()
+			<-l.wake
+			l.mu.Lock()
+		}
+		batch := l.queue
+		l.queue, l.spare = l.spare[:0], nil
+		l.mu.Unlock()
+
+		err := l.writeBatch(batch)
+
+		l.mu.Lock()
+		if err != nil {
+			if l.err == nil {
+				l.err = err
+				l.errSeq = batch[0].seq
+				l.log.Error("wal: write failed; the log refuses appends until reopened", "dir", l.dir, "err", err)
+			}
+		} else {
+			l.durableSeq = batch[len(batch)-1].seq
+			l.durable = batch[len(batch)-1].end
+		}
+		for i := range batch {
+			putBuf(batch[i].buf)
+			batch[i] = nil
+		}
+		l.spare = batch[:0]
+		l.cond.Broadcast()
+		l.mu.Unlock()
+	}
+}
+
+func (l *Log) writeBatch(batch []*pending) error {
+	if l.err != nil { // read without mu: only the writer sets err
+		return l.err
+	}
+	dirty := false
+	for _, p := range batch {
+		buf := *p.buf
+		for _, c := range p.chunks {
+			if c.seg != l.curSeg {
+				if dirty {
+					if err := l.syncCur(); err != nil {
+						return err
+					}
+					dirty = false
+				}
+				if err := l.rotate(c.seg); err != nil {
+					return err
+				}
+			}
+			n, err := l.cur.Write(buf[c.start:c.end])
+			l.st.bytes.Add(uint64(n))
+			if err != nil {
+				return fmt.Errorf("wal: write segment %d: %w", l.curSeg, err)
+			}
+			dirty = true
+		}
+	}
+	if dirty {
+		return l.syncCur()
+	}
+	return nil
+}
+
+func (l *Log) syncCur() error {
+	if err := l.cur.Datasync(); err != nil {
+		return fmt.Errorf("wal: fdatasync segment %d: %w", l.curSeg, err)
+	}
+	l.st.syncs.Add(1)
+	return nil
+}
+
+// rotate closes the current segment and creates segment n.
+func (l *Log) rotate(n uint64) error {
+	if n != l.curSeg+1 {
+		return fmt.Errorf("wal: BUG: rotate from segment %d to %d", l.curSeg, n)
+	}
+	if err := l.cur.Close(); err != nil {
+		return fmt.Errorf("wal: close segment %d: %w", l.curSeg, err)
+	}
+	return l.createSegment(n)
+}
+
+// Err returns the sticky error, if any.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// End returns the position after the last durable record: where a
+// checkpoint taken now, with no Append in flight, would resume replay.
+func (l *Log) End() Position {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.durable
+}
+
+// FirstSegment returns the oldest segment still present.
+func (l *Log) FirstSegment() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.first
+}
+
+// Dir returns the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+// Stats returns a snapshot of the log's counters.
+func (l *Log) Stats() Stats {
+	return Stats{
+		Appends:         l.st.appends.Load(),
+		Records:         l.st.records.Load(),
+		BytesWritten:    l.st.bytes.Load(),
+		Syncs:           l.st.syncs.Load(),
+		SegmentsCreated: l.st.created.Load(),
+		SegmentsDeleted: l.st.deleted.Load(),
+		LostRegions:     l.st.lostRegions.Load(),
+		LostBytes:       l.st.lostBytes.Load(),
+	}
+}
+
+// TruncateBefore deletes every segment numbered below n (never the one
+// being written). Reading a position in a deleted segment then fails.
+func (l *Log) TruncateBefore(n uint64) error {
+	l.mu.Lock()
+	if n > l.tail.Segment {
+		n = l.tail.Segment
+	}
+	from := l.first
+	if n <= from {
+		l.mu.Unlock()
+		return nil
+	}
+	l.first = n
+	l.mu.Unlock()
+
+	l.rmu.Lock()
+	for s, f := range l.readers {
+		if s < n {
+			f.Close()
+			delete(l.readers, s)
+		}
+	}
+	l.rmu.Unlock()
+
+	segs, err := listSegments(l.dir)
+	if err != nil {
+		return fmt.Errorf("wal: list %s: %w", l.dir, err)
+	}
+	removed := 0
+	for _, s := range segs {
+		if s >= n {
+			break
+		}
+		if err := os.Remove(segmentPath(l.dir, s)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("wal: delete segment: %w", err)
+		}
+		removed++
+	}
+	l.st.deleted.Add(uint64(removed))
+	if removed > 0 {
+		return syncDir(l.dir)
+	}
+	return nil
+}
+
+// Close waits for queued Appends to finish, stops the writer and closes
+// every file. Appends after Close fail with ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closing {
+		l.mu.Unlock()
+		<-l.done
+		return nil
+	}
+	l.closing = true
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	<-l.done
+	var errs []error
+	if l.cur != nil {
+		errs = append(errs, l.cur.Close())
+	}
+	l.rmu.Lock()
+	for s, f := range l.readers {
+		errs = append(errs, f.Close())
+		delete(l.readers, s)
+	}
+	l.rmu.Unlock()
+	errs = append(errs, l.lock.Close())
+	return errors.Join(errs...)
+}
+
+// readerFor returns a read-only handle on segment n, cached.
+func (l *Log) readerFor(n uint64) (*os.File, error) {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	if f, ok := l.readers[n]; ok {
+		return f, nil
+	}
+	f, err := os.Open(segmentPath(l.dir, n))
+	if err != nil {
+		return nil, err
+	}
+	l.readers[n] = f
+	return f, nil
+}
+
+// ReadAt returns the payload of the record at pos, appended to buf. A
+// record that fails its check returns a *CorruptionError and is counted
+// in Stats.LostRegions.
+func (l *Log) ReadAt(pos Position, buf []byte) ([]byte, error) {
+	f, err := l.readerFor(pos.Segment)
+	if err != nil {
+		return buf, fmt.Errorf("wal: read %v: %w", pos, err)
+	}
+	var h [FrameHeaderSize]byte
+	if _, err := f.ReadAt(h[:], pos.Offset); err != nil {
+		return buf, l.readErr(f, pos, err)
+	}
+	n := frameLen(h[:])
+	if n < 0 {
+		l.countLoss(1, 0)
+		return buf, &CorruptionError{Path: f.Name(), Offset: pos.Offset, Reason: "bad frame header"}
+	}
+	start := len(buf)
+	buf = append(buf, make([]byte, n)...)
+	if _, err := f.ReadAt(buf[start:], pos.Offset+FrameHeaderSize); err != nil {
+		return buf[:start], l.readErr(f, pos, err)
+	}
+	if !frameCRCOK(h[:], buf[start:]) {
+		l.countLoss(1, uint64(FrameSize(n)))
+		return buf[:start], &CorruptionError{Path: f.Name(), Offset: pos.Offset, Reason: "checksum mismatch"}
+	}
+	return buf, nil
+}
+
+func (l *Log) readErr(f *os.File, pos Position, err error) error {
+	if errors.Is(err, io.EOF) {
+		l.countLoss(1, 0)
+		return &CorruptionError{Path: f.Name(), Offset: pos.Offset, Reason: "record beyond end of segment"}
+	}
+	return fmt.Errorf("wal: read %v: %w", pos, err)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
