@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"maps"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -98,3 +99,10 @@ func counterValue(t *testing.T, reg *metrics.Registry, component, reason string)
 	}
 	return m.GetCounter().GetValue()
 }
+
+type (
+	flowEnv         = flow.Env
+	flowInterceptor = flow.Interceptor
+)
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

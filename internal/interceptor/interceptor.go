@@ -13,7 +13,12 @@
 // (lookahead, lookbehind, backreferences, atomic groups, possessive
 // quantifiers, Java-only escapes and classes) are reported as configuration
 // problems that name the property, rather than silently matching something
-// else.
+// else. Small differences remain in patterns that compile in both: Java's
+// "." also excludes \r, \u0085, \u2028 and \u2029 (RE2's only \n), Java's
+// "$" also matches before a final line terminator (RE2's only at the end;
+// use \n?$ or (?m)), and Java's \s includes \x0B. A replacement after an
+// empty match that directly follows a match is skipped by RE2 (Java makes
+// it).
 package interceptor
 
 import (
