@@ -76,7 +76,7 @@ type Component struct {
 	Channels     []string       // a source's channels, in order
 	Channel      string         // a sink's channel
 	Selector     *Props         // a source's Props.Sub("selector."); read "type" for the kind
-	Interceptors []*Interceptor // a source's interceptors, in order
+	Interceptors []*Interceptor // a source's interceptors, in order; one without a type is reported and left out
 }
 
 // Interceptor is one interceptor of a source.
@@ -458,12 +458,16 @@ func (l *loader) selectorChannels(c *Component) {
 		}
 	}
 	sort.Strings(keys)
+	mine := map[string]bool{}
+	for _, ch := range c.Channels {
+		mine[ch] = true
+	}
 	for _, k := range keys {
 		for _, ch := range javaFields(p.vals[k].Text) {
 			if !l.checkChannel(p, k, ch) {
 				continue
 			}
-			if len(c.Channels) > 0 && !slices.Contains(c.Channels, ch) {
+			if len(mine) > 0 && !mine[ch] {
 				l.errorf(p.LineOf(k), p.Full(k), "channel %s is not one of %s; a selector chooses among its source's channels",
 					ch, p.Full("channels"))
 			}
@@ -476,7 +480,9 @@ func (l *loader) interceptors(c *Component) {
 	p.MarkUsed("interceptors")
 	listLine := p.LineOf("interceptors")
 	names := uniq(javaFields(p.vals["interceptors"].Text))
+	listed := map[string]bool{}
 	for _, n := range names {
+		listed[n] = true
 		sub := p.Sub("interceptors." + n + ".")
 		t, ok := p.vals["interceptors."+n+".type"]
 		if ok {
@@ -486,7 +492,9 @@ func (l *loader) interceptors(c *Component) {
 			l.errorf(listLine, sub.Full("type"), "missing required property; set %s", sub.Full("type"))
 		}
 		sub.MarkUsed("type")
-		c.Interceptors = append(c.Interceptors, &Interceptor{Name: n, Type: t.Text, Props: sub})
+		if ok {
+			c.Interceptors = append(c.Interceptors, &Interceptor{Name: n, Type: t.Text, Props: sub})
+		}
 	}
 	// Keys of interceptors that are not listed.
 	unlisted := map[string]*compKeys{}
@@ -496,7 +504,7 @@ func (l *loader) interceptors(c *Component) {
 			continue
 		}
 		n, prop, ok := strings.Cut(after, ".")
-		if !ok || n == "" || slices.Contains(names, n) {
+		if !ok || n == "" || listed[n] {
 			continue
 		}
 		if unlisted[n] == nil {
@@ -568,9 +576,12 @@ func (l *loader) sinkGroups() []*SinkGroup {
 
 // unlisted reports the components that have keys but are not in their list.
 func (l *loader) unlisted(part, what string) {
-	listed := l.listed(part)
+	listed := map[string]bool{}
+	for _, n := range l.listed(part) {
+		listed[n] = true
+	}
 	for _, n := range sortedKeys(l.comps[part]) {
-		if slices.Contains(listed, n) {
+		if listed[n] {
 			continue
 		}
 		ck := l.comps[part][n]
@@ -590,8 +601,10 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func uniq(s []string) []string {
 	var out []string
+	seen := make(map[string]bool, len(s))
 	for _, x := range s {
-		if !slices.Contains(out, x) {
+		if !seen[x] {
+			seen[x] = true
 			out = append(out, x)
 		}
 	}
