@@ -3,6 +3,7 @@ package avrorpc
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 )
@@ -62,6 +63,10 @@ type pack struct {
 func readPack(r *bufio.Reader, lim Limits, started func()) (pack, error) {
 	var hdr [8]byte
 	if _, err := r.ReadByte(); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			// A deflate stream is never finished: the peer just closes.
+			err = io.EOF
+		}
 		return pack{}, err // io.EOF here is a clean end between packs
 	}
 	_ = r.UnreadByte()
