@@ -205,7 +205,9 @@ func TestServerHandshakeVariants(t *testing.T) {
 	}
 }
 
-func stringsReplace(s, old, new string) string { return string(bytes.Replace([]byte(s), []byte(old), []byte(new), 1)) }
+func stringsReplace(s, old, new string) string {
+	return string(bytes.Replace([]byte(s), []byte(old), []byte(new), 1))
+}
 
 // TestClientAfterNone checks the client resends with its protocol text
 // when a server does not know its hash, as Java's Requester does.

@@ -131,7 +131,7 @@ func TestServerBadInput(t *testing.T) {
 		{"frames adding up past the limit", cat(hdr(1, 2), u32(600<<10), make([]byte, 600<<10), u32(600<<10)), false, "larger than"},
 		{"absurd array count", framed(1, cat(handshakeBoth, batchCall, appendLong(nil, 1<<60)), 8192), false, "block of"},
 		{"absurd string length", framed(1, cat(handshakeBoth, batchCall, []byte{2, 2}, appendLong(nil, 1<<40)), 8192), false, "length"},
-		{"absurd map count", framed(1, cat(handshakeBoth, batchCall, []byte{2}, appendLong(nil, -(1 << 50)), appendLong(nil, 10)), 8192), false, "block"},
+		{"absurd map count", framed(1, cat(handshakeBoth, batchCall, []byte{2}, appendLong(nil, -(1<<50)), appendLong(nil, 10)), 8192), false, "block"},
 		{"absurd bytes length", framed(1, cat(handshakeBoth, batchCall, []byte{2, 0}, appendLong(nil, 1<<33)), 8192), false, "length"},
 		{"too many events", framed(1, cat(handshakeBoth, batchCall, appendLong(nil, 200), bytes.Repeat([]byte{0, 0}, 200), []byte{0}), 8192), false, "batch of more than"},
 		{"wrong protocol hash", cat(framed(1, unknownHS, 8192), framed(2, unknownHS, 8192), framed(3, unknownHS, 8192)), false, "unknown protocol hash"},
