@@ -16,9 +16,9 @@
 // else. Small differences remain in patterns that compile in both: Java's
 // "." also excludes \r, \u0085, \u2028 and \u2029 (RE2's only \n), Java's
 // "$" also matches before a final line terminator (RE2's only at the end;
-// use \n?$ or (?m)), and Java's \s includes \x0B. A replacement after an
-// empty match that directly follows a match is skipped by RE2 (Java makes
-// it).
+// use \n?$ or (?m)), and Java's \s includes \x0B. In search_replace, RE2
+// skips an empty match that directly follows a match, where Java replaces
+// it too ("x*" on "axc" gives "-a-c-", Java "-a--c-").
 package interceptor
 
 import (
