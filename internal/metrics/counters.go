@@ -3,6 +3,8 @@
 package metrics
 
 import (
+	"bytes"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -62,9 +64,18 @@ func (s *Set) Counter(name string) *atomic.Int64 {
 
 // Gauge registers a value computed when metrics are read, formatted as Flume
 // prints it (see FormatFloat for doubles).
+// Registering a name again replaces the earlier function. Prometheus
+// exposition parses the string as a number ("true"/"false" as 1/0) and skips
+// values that are neither.
 func (s *Set) Gauge(name string, fn func() string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for i := range s.gauges {
+		if s.gauges[i].name == name {
+			s.gauges[i].fn = fn
+			return
+		}
+	}
 	s.gauges = append(s.gauges, gauge{name, fn})
 }
 
@@ -85,11 +96,7 @@ func (s *Set) Stopped() { s.stopTime.Store(time.Now().UnixMilli()) }
 // Each calls fn for every attribute of the set as Flume shows it, counters
 // and gauges as strings, StartTime and StopTime included; Type is not.
 func (s *Set) Each(fn func(name, value string)) {
-	s.mu.Lock()
-	names := append([]string(nil), s.names...)
-	counters := append([]*atomic.Int64(nil), s.counters...)
-	gauges := append([]gauge(nil), s.gauges...)
-	s.mu.Unlock()
+	names, counters, gauges := s.snapshot()
 	for i, n := range names {
 		fn(n, strconv.FormatInt(counters[i].Load(), 10))
 	}
@@ -98,6 +105,16 @@ func (s *Set) Each(fn func(name, value string)) {
 	}
 	fn("StartTime", strconv.FormatInt(s.startTime.Load(), 10))
 	fn("StopTime", strconv.FormatInt(s.stopTime.Load(), 10))
+}
+
+// snapshot copies the registered names, counters and gauges, so readers call
+// gauge functions without holding s.mu.
+func (s *Set) snapshot() ([]string, []*atomic.Int64, []gauge) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.names...),
+		append([]*atomic.Int64(nil), s.counters...),
+		append([]gauge(nil), s.gauges...)
 }
 
 // SourceCounters are Flume's SourceCounter attributes.
@@ -156,11 +173,7 @@ func (c *ChannelCounters) SetSize(size func() int64, capacity func() int64) {
 	c.Gauge("ChannelSize", func() string { return strconv.FormatInt(size(), 10) })
 	c.Gauge("ChannelCapacity", func() string { return strconv.FormatInt(capacity(), 10) })
 	c.Gauge("ChannelFillPercentage", func() string {
-		cp := capacity()
-		if cp == 0 {
-			return "1.7976931348623157E308" // Java's Double.MAX_VALUE, as Flume prints it
-		}
-		return FormatFloat(float64(size()) / float64(cp) * 100)
+		return FormatFloat(fillPercentage(size(), capacity()))
 	})
 }
 
@@ -191,14 +204,85 @@ func NewSinkCounters(name, typ string) *SinkCounters {
 	}
 }
 
-// FormatFloat prints f the way Java's Double.toString does for the values
-// Flume shows (always a decimal point, "0.0" for zero).
+// fillPercentage is Flume's ChannelCounter.getChannelFillPercentage:
+// size/capacity*100 in doubles, or Double.MAX_VALUE when the capacity is 0
+// (always so for the Kafka channel).
+func fillPercentage(size, capacity int64) float64 {
+	if capacity == 0 {
+		return math.MaxFloat64
+	}
+	return float64(size) / float64(capacity) * 100
+}
+
+// FormatFloat prints f as Java's Double.toString does, which is how Flume
+// shows doubles such as ChannelFillPercentage: plain decimal with at least
+// one fractional digit when 1e-3 <= |f| < 1e7 ("0.0", "12.5", "100.0"),
+// otherwise computerized scientific notation ("1.0E-5", "1.0E7",
+// "1.7976931348623157E308"), and "NaN", "Infinity", "-Infinity".
+//
+// The digits are the shortest that identify f, as Java prints them since
+// JDK 19. Older JDKs print a longer string for a few values (4.9E-324 for
+// the smallest subnormal, 9.999999999999999E22 for 1e23, 17-digit mantissas
+// for some values above 1e16); for every fill percentage (0 to 100) we
+// compared, JDK 17 and FormatFloat agree.
 func FormatFloat(f float64) string {
-	s := strconv.FormatFloat(f, 'f', -1, 64)
-	for i := 0; i < len(s); i++ {
-		if s[i] == '.' {
-			return s
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	case f == 0:
+		if math.Signbit(f) {
+			return "-0.0"
+		}
+		return "0.0"
+	}
+	// Shortest digits and the decimal exponent: "d.ddde±x".
+	var buf [32]byte
+	e := strconv.AppendFloat(buf[:0], f, 'e', -1, 64)
+	var out []byte
+	if e[0] == '-' {
+		out = append(out, '-')
+		e = e[1:]
+	}
+	ePos := bytes.IndexByte(e, 'e')
+	exp, _ := strconv.Atoi(string(e[ePos+1:]))
+	digits := make([]byte, 0, ePos)
+	for _, c := range e[:ePos] {
+		if c != '.' {
+			digits = append(digits, c)
 		}
 	}
-	return s + ".0"
+	if a := math.Abs(f); a >= 1e-3 && a < 1e7 {
+		switch {
+		case exp < 0: // 0.00ddd
+			out = append(out, "0."...)
+			for i := exp + 1; i < 0; i++ {
+				out = append(out, '0')
+			}
+			out = append(out, digits...)
+		case len(digits) <= exp+1: // ddd00.0
+			out = append(out, digits...)
+			for i := len(digits); i < exp+1; i++ {
+				out = append(out, '0')
+			}
+			out = append(out, ".0"...)
+		default: // dd.ddd
+			out = append(out, digits[:exp+1]...)
+			out = append(out, '.')
+			out = append(out, digits[exp+1:]...)
+		}
+		return string(out)
+	}
+	out = append(out, digits[0], '.')
+	if len(digits) > 1 {
+		out = append(out, digits[1:]...)
+	} else {
+		out = append(out, '0')
+	}
+	out = append(out, 'E')
+	out = strconv.AppendInt(out, int64(exp), 10)
+	return string(out)
 }
