@@ -3,7 +3,6 @@ package metrics
 import (
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -24,29 +23,31 @@ const (
 
 // Registry holds the counter sets and latency histograms of one agent.
 // Sets are added when components are built and removed when a reload drops
-// them; histograms live as long as the registry.
+// them; histograms live as long as the registry. Each Registry owns its
+// Prometheus registry (never the global default one), so several agents and
+// tests in one process do not collide.
 type Registry struct {
 	Agent string
 
-	mu   sync.Mutex
-	sets map[string]*Set // by Kind + "." + Name
+	mu    sync.Mutex
+	sets  map[string]*Set  // by Kind + "." + Name
+	hists map[string]*hist // by stage + "\x00" + component
+	order []*hist          // in creation order, for exposition
 
-	latency *prometheus.HistogramVec
 	dropped *prometheus.CounterVec
+
+	promOnce sync.Once
+	prom     *prometheus.Registry
 }
 
-// NewRegistry returns an empty registry for the agent named agent.
+// NewRegistry returns an empty registry for the agent named agent. It is
+// cheap: the Prometheus registry and its Go and process collectors are
+// built on first use of Prometheus.
 func NewRegistry(agent string) *Registry {
 	return &Registry{
 		Agent: agent,
 		sets:  map[string]*Set{},
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:        "sluice_stage_latency_seconds",
-			Help:        "Latency of each stage an event passes: source (receipt to put commit), channel (put commit to take), sink (take to downstream ack), end_to_end (receipt to downstream ack).",
-			ConstLabels: prometheus.Labels{"agent": agent},
-			// 10 µs to ~80 s: sub-millisecond paths and Flume-like seconds both resolve.
-			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 24),
-		}, []string{"stage", "component"}),
+		hists: map[string]*hist{},
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "sluice_events_dropped_total",
 			Help:        "Events dropped on purpose by configuration (filter interceptors, failed optional channels), by component and reason.",
@@ -96,33 +97,44 @@ func (r *Registry) Sets() []*Set {
 	return out
 }
 
-// Latency returns the histogram of stage for component. Callers look it up
-// once, at construction, and observe on the hot path.
+// Latency returns the histogram of stage for component, creating it on
+// first use. Callers look it up once, at construction, and observe on the
+// hot path; the same stage and component always give the same histogram.
 func (r *Registry) Latency(stage Stage, component string) Histogram {
-	return Histogram{h: r.latency.WithLabelValues(string(stage), component)}
-}
-
-// LatencyVec is the underlying histogram vector, for exposition.
-func (r *Registry) LatencyVec() *prometheus.HistogramVec { return r.latency }
-
-// Histogram records latencies of one stage of one component. The zero value
-// discards observations, so components built without a registry work.
-type Histogram struct {
-	h prometheus.Observer
-}
-
-// Since records the time from start (Unix nanoseconds, as in event.Event)
-// to now (the same unit). A zero start is unknown and not recorded.
-func (h Histogram) Since(start, now int64) {
-	if h.h == nil || start == 0 {
-		return
+	key := string(stage) + "\x00" + component
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.hists[key]
+	if !ok {
+		h = &hist{stage: stage, component: component}
+		r.hists[key] = h
+		r.order = append(r.order, h)
 	}
-	h.h.Observe(float64(now-start) / 1e9)
+	return Histogram{h: h}
 }
 
-// Observe records d.
-func (h Histogram) Observe(d time.Duration) {
-	if h.h != nil {
-		h.h.Observe(d.Seconds())
+// histograms returns the histograms ordered by stage and component.
+func (r *Registry) histograms() []*hist {
+	r.mu.Lock()
+	out := append([]*hist(nil), r.order...)
+	r.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].stage != out[j].stage {
+			return out[i].stage < out[j].stage
+		}
+		return out[i].component < out[j].component
+	})
+	return out
+}
+
+// LatencySnapshot summarises every latency histogram (count, mean, P50, P90,
+// P99, P99.9, max), ordered by stage and component. Histograms that have
+// seen no event are included with a zero Count.
+func (r *Registry) LatencySnapshot() []StageLatency {
+	hs := r.histograms()
+	out := make([]StageLatency, len(hs))
+	for i, h := range hs {
+		out[i] = h.summary()
 	}
+	return out
 }
