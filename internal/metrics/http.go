@@ -1,0 +1,133 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+const indexHTML = `<!DOCTYPE html>
+<html><head><title>sluice</title></head><body>
+<p>sluice agent metrics: <a href="./metrics">Flume JSON</a>, <a href="./metrics/prometheus">Prometheus</a>, <a href="./healthz">health</a>.</p>
+</body></html>
+`
+
+// Handler serves the agent's monitoring endpoints, as Flume's HTTP
+// monitoring does and more:
+//
+//	/metrics             Flume's JSON (path case-insensitive, as Flume)
+//	/metrics/prometheus  Prometheus text format
+//	/healthz             200 "ok" when health returns nil (or is nil), else 503 and the reason
+//	/                    an HTML page linking to the above
+//
+// Other paths are 404; TRACE and OPTIONS are 403, as in Flume.
+func Handler(r *Registry, health func() error) http.Handler {
+	prom := promhttp.HandlerFor(r.Prometheus(), promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method == http.MethodTrace || req.Method == http.MethodOptions {
+			http.Error(w, "forbidden", http.StatusForbidden)
+			return
+		}
+		p := req.URL.Path
+		switch {
+		case p == "/":
+			w.Header().Set("Content-Type", "text/html;charset=utf-8")
+			_, _ = w.Write([]byte(indexHTML))
+		case strings.EqualFold(p, "/metrics"):
+			w.Header().Set("Content-Type", "application/json;charset=utf-8")
+			_, _ = w.Write(r.FlumeJSON())
+		case strings.EqualFold(p, "/metrics/prometheus"):
+			prom.ServeHTTP(w, req)
+		case strings.EqualFold(p, "/healthz"):
+			w.Header().Set("Content-Type", "text/plain;charset=utf-8")
+			var err error
+			if health != nil {
+				err = health()
+			}
+			if err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = fmt.Fprintln(w, err.Error())
+				return
+			}
+			_, _ = w.Write([]byte("ok\n"))
+		default:
+			http.NotFound(w, req)
+		}
+	})
+}
+
+// Server is an HTTP server started by Serve.
+type Server struct {
+	srv  *http.Server
+	addr string
+	log  *slog.Logger
+	done chan struct{} // closed when Serve's goroutine returns
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Serve listens on addr (host:port; port 0 picks a free one) and serves h
+// with read, write and idle timeouts until Stop. ctx bounds only the
+// listen. The caller owns the returned Server and must call Stop.
+func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics http: listen %s: %w", addr, err)
+	}
+	s := &Server{
+		srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       60 * time.Second,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		},
+		addr: ln.Addr().String(),
+		log:  log,
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics http server failed", "addr", s.addr, "err", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", s.addr)
+	return s, nil
+}
+
+// Addr returns the address the server listens on, with the port it bound.
+func (s *Server) Addr() string { return s.addr }
+
+// Stop stops accepting connections and waits for requests in progress until
+// ctx is done, then closes the rest. It returns once the server has
+// stopped; later calls return the first call's result.
+func (s *Server) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() {
+		err := s.srv.Shutdown(ctx)
+		if err != nil {
+			_ = s.srv.Close()
+			err = fmt.Errorf("metrics http %s: shutdown: %w", s.addr, err)
+		}
+		<-s.done
+		s.stopErr = err
+	})
+	return s.stopErr
+}

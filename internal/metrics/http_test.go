@@ -1,0 +1,177 @@
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// serve starts Handler on 127.0.0.1:0 and returns its base URL.
+func serve(t *testing.T, r *Registry, health func() error) string {
+	t.Helper()
+	srv, err := Serve(context.Background(), "127.0.0.1:0", Handler(r, health), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Stop(context.Background()); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return "http://" + srv.Addr()
+}
+
+func TestHandler(t *testing.T) {
+	r, _, _, _ := testRegistry(t)
+	var unhealthy error
+	base := serve(t, r, func() error { return unhealthy })
+
+	tests := []struct {
+		method, path string
+		status       int
+		ctype        string // prefix
+		body         string // substring
+	}{
+		{"GET", "/metrics", 200, "application/json;charset=utf-8", `"SOURCE.r1":{`},
+		{"GET", "/METRICS", 200, "application/json;charset=utf-8", `"Type":"CHANNEL"`},
+		{"POST", "/Metrics", 200, "application/json;charset=utf-8", `"SINK.k1"`},
+		{"GET", "/", 200, "text/html", `href="./metrics"`},
+		{"GET", "/", 200, "text/html", `href="./metrics/prometheus"`},
+		{"GET", "/metrics/prometheus", 200, "text/plain; version=0.0.4", `sluice_source_event_received_total{agent="a1",component="r1",type="netcat"} 7`},
+		{"GET", "/healthz", 200, "text/plain", "ok"},
+		{"GET", "/nope", 404, "text/plain", ""},
+		{"GET", "/metrics/", 404, "text/plain", ""},
+		{"TRACE", "/metrics", 403, "text/plain", ""},
+		{"OPTIONS", "/", 403, "text/plain", ""},
+	}
+	for _, tt := range tests {
+		req, _ := http.NewRequest(tt.method, base+tt.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.status {
+			t.Errorf("%s %s: status %d, want %d", tt.method, tt.path, resp.StatusCode, tt.status)
+		}
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, tt.ctype) {
+			t.Errorf("%s %s: Content-Type %q, want %q", tt.method, tt.path, ct, tt.ctype)
+		}
+		if !strings.Contains(string(body), tt.body) {
+			t.Errorf("%s %s: body lacks %q:\n%.500s", tt.method, tt.path, tt.body, body)
+		}
+		if tt.path == "/metrics" && tt.status == 200 {
+			var m map[string]map[string]string
+			if err := json.Unmarshal(body, &m); err != nil {
+				t.Errorf("/metrics body is not Flume's JSON: %v", err)
+			}
+		}
+		if tt.path == "/metrics/prometheus" {
+			parseText(t, body)
+		}
+	}
+
+	unhealthy = errors.New("sink k1 is not running")
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "sink k1 is not running") {
+		t.Errorf("unhealthy /healthz: %d %q, want 503 with the reason", resp.StatusCode, body)
+	}
+}
+
+func TestHealthNil(t *testing.T) {
+	base := serve(t, NewRegistry("a1"), nil)
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("/healthz with no health func: %d, want 200", resp.StatusCode)
+	}
+}
+
+func TestServeStop(t *testing.T) {
+	if _, err := Serve(context.Background(), "127.0.0.1:-1", http.NotFoundHandler(), nil); err == nil {
+		t.Error("Serve on a bad address: want an error")
+	}
+
+	// A request in progress finishes; then the port is closed.
+	inHandler, release := make(chan struct{}), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		close(inHandler)
+		<-release
+		_, _ = w.Write([]byte("done"))
+	})
+	srv, err := Serve(context.Background(), "127.0.0.1:0", h, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		resp, err := http.Get("http://" + srv.Addr() + "/")
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- string(b)
+	}()
+	<-inHandler
+	stopped := make(chan error, 1)
+	go func() { stopped <- srv.Stop(context.Background()) }()
+	close(release)
+	if b := <-got; b != "done" {
+		t.Errorf("request in progress during Stop got %q, want done", b)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if err := srv.Stop(context.Background()); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+	c := http.Client{Timeout: 2 * time.Second}
+	if resp, err := c.Get("http://" + srv.Addr() + "/"); err == nil {
+		resp.Body.Close()
+		t.Error("server still answers after Stop")
+	}
+}
+
+func TestStopDeadline(t *testing.T) {
+	// A handler that never finishes: Stop gives up at ctx's deadline,
+	// closes the connection and still returns.
+	release := make(chan struct{})
+	defer close(release)
+	inHandler := make(chan struct{})
+	h := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		close(inHandler)
+		<-release
+	})
+	srv, err := Serve(context.Background(), "127.0.0.1:0", h, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if resp, err := http.Get("http://" + srv.Addr() + "/"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-inHandler
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := srv.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Stop past its deadline = %v, want DeadlineExceeded", err)
+	}
+}
