@@ -1,0 +1,380 @@
+package netcat
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/source/sourcetest"
+)
+
+func newTCP(tb testing.TB, props map[string]string) *Source {
+	tb.Helper()
+	all := map[string]string{"bind": "127.0.0.1", "port": "0"}
+	for k, v := range props {
+		all[k] = v
+	}
+	p := config.FromMap("a1.sources.r1.", all)
+	src, err := New(sourcetest.Env("r1", "netcat"), p)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.Unused()
+	if err := p.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return src.(*Source)
+}
+
+func start(tb testing.TB, s flow.Source, p flow.Processor) {
+	tb.Helper()
+	if err := s.Start(context.Background(), p); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.Stop(ctx); err != nil {
+			tb.Errorf("stop: %v", err)
+		}
+	})
+}
+
+func dial(tb testing.TB, addr net.Addr) *net.TCPConn {
+	tb.Helper()
+	c, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c.(*net.TCPConn)
+}
+
+// readAll reads c until EOF or a 5 s deadline.
+func readAll(t *testing.T, c net.Conn) string {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("read replies: %v (got %q)", err, b)
+	}
+	return string(b)
+}
+
+func readN(t *testing.T, r io.Reader, c net.Conn, n int) string {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		t.Fatalf("read %d reply bytes: %v (got %q)", n, err, b)
+	}
+	return string(b)
+}
+
+func TestLinesBecomeEvents(t *testing.T) {
+	tests := []struct {
+		name  string
+		props map[string]string
+		send  string
+		want  []string
+		reply string
+	}{
+		{"lines", nil, "one\ntwo\nthree\n", []string{"one", "two", "three"}, "OK\nOK\nOK\n"},
+		// Flume's netcat splits on '\n' only and keeps a '\r' in the body.
+		{"crlf kept", nil, "a\r\nb\r\n", []string{"a\r", "b\r"}, "OK\nOK\n"},
+		{"empty lines", nil, "\n\nx\n", []string{"", "", "x"}, "OK\nOK\nOK\n"},
+		{"no acks", map[string]string{"ack-every-event": "false"}, "a\nb\n", []string{"a", "b"}, ""},
+		{"utf-8", nil, "héllo wörld ✓\n", []string{"héllo wörld ✓"}, "OK\n"},
+		{"small batches", map[string]string{"batchSize": "2"}, "1\n2\n3\n4\n5\n", []string{"1", "2", "3", "4", "5"}, "OK\nOK\nOK\nOK\nOK\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pl := sourcetest.NewPipeline(t, 100, 100, time.Second)
+			s := newTCP(t, tt.props)
+			start(t, s, pl.Processor)
+			c := dial(t, s.Addr())
+			if _, err := c.Write([]byte(tt.send)); err != nil {
+				t.Fatal(err)
+			}
+			got := pl.Drain(t, len(tt.want), 5*time.Second)
+			if !slices.Equal(sourcetest.Bodies(got), tt.want) {
+				t.Fatalf("bodies = %q, want %q", sourcetest.Bodies(got), tt.want)
+			}
+			for _, e := range got {
+				if e.ReceivedAt == 0 || len(e.Headers) != 0 {
+					t.Errorf("event %q: ReceivedAt %d, headers %v; want a time and no headers", e.Body, e.ReceivedAt, e.Headers)
+				}
+			}
+			c.CloseWrite()
+			if r := readAll(t, c); r != tt.reply {
+				t.Errorf("replies = %q, want %q", r, tt.reply)
+			}
+			if n := s.counters.EventAccepted.Load(); n != int64(len(tt.want)) {
+				t.Errorf("EventAcceptedCount = %d, want %d", n, len(tt.want))
+			}
+		})
+	}
+}
+
+// An over-long line is answered as Flume answers it, after the lines before
+// it were committed and acknowledged, and the connection is closed.
+func TestOverlongLine(t *testing.T) {
+	tests := []struct {
+		name string
+		send string
+		want []string
+		fits bool
+	}{
+		{"fits exactly", "123456789\n", []string{"123456789"}, true},
+		{"one too many", "ok\n1234567890\nnever\n", []string{"ok"}, false},
+		{"no newline yet", "ok\n1234567890", []string{"ok"}, false},
+		// Flume counts chars, not bytes: 9 two-byte chars and the newline fit.
+		{"multibyte fits", "ééééééééé\n", []string{"ééééééééé"}, true},
+		{"multibyte too long", "éééééééééé\n", nil, false},
+		// A char outside the BMP is two Java chars.
+		{"surrogate pair fits", "1234567😀\n", []string{"1234567😀"}, true},
+		{"surrogate pair too long", "12345678😀\n", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pl := sourcetest.NewPipeline(t, 100, 100, time.Second)
+			s := newTCP(t, map[string]string{"max-line-length": "10"})
+			start(t, s, pl.Processor)
+			c := dial(t, s.Addr())
+			c.Write([]byte(tt.send))
+			got := pl.Drain(t, len(tt.want), 5*time.Second)
+			if !slices.Equal(sourcetest.Bodies(got), tt.want) {
+				t.Fatalf("bodies = %q, want %q", sourcetest.Bodies(got), tt.want)
+			}
+			wantReply := strings.Repeat("OK\n", len(tt.want))
+			if !tt.fits {
+				wantReply += "FAILED: Event exceeds the maximum length (10 chars, including newline)\n"
+			} else {
+				c.CloseWrite()
+			}
+			// The source closes the connection after FAILED, so this reads to EOF.
+			if r := readAll(t, c); r != wantReply {
+				t.Errorf("replies = %q, want %q", r, wantReply)
+			}
+			if !tt.fits && s.counters.EventReadFail.Load() != 1 {
+				t.Errorf("EventReadFail = %d, want 1", s.counters.EventReadFail.Load())
+			}
+		})
+	}
+}
+
+// A client that leaves in the middle of a line loses only that line.
+func TestDisconnectMidLine(t *testing.T) {
+	pl := sourcetest.NewPipeline(t, 100, 100, time.Second)
+	s := newTCP(t, nil)
+	start(t, s, pl.Processor)
+	c := dial(t, s.Addr())
+	c.Write([]byte("a\nb\npartial line"))
+	c.Close()
+	got := pl.Drain(t, 2, 5*time.Second)
+	if !slices.Equal(sourcetest.Bodies(got), []string{"a", "b"}) {
+		t.Fatalf("bodies = %q, want a, b", sourcetest.Bodies(got))
+	}
+	if !sourcetest.Eventually(func() bool { return s.counters.EventReadFail.Load() == 1 }, 5*time.Second) {
+		t.Errorf("EventReadFail = %d, want 1", s.counters.EventReadFail.Load())
+	}
+	if extra := pl.Take(t, 10, 50*time.Millisecond); len(extra) != 0 {
+		t.Errorf("the partial line became an event: %q", sourcetest.Bodies(extra))
+	}
+	if !sourcetest.Eventually(func() bool { return s.counters.OpenConnection.Load() == 0 }, 5*time.Second) {
+		t.Errorf("OpenConnectionCount = %d after the client left, want 0", s.counters.OpenConnection.Load())
+	}
+}
+
+// No OK is sent before the commit; a full channel stops the source reading,
+// the sender's writes block, and once the channel drains every line arrives
+// exactly once, in order, and is acknowledged.
+func TestBackpressure(t *testing.T) {
+	const capacity = 50
+	pl := sourcetest.NewPipeline(t, capacity, capacity, 200*time.Millisecond)
+	s := newTCP(t, map[string]string{"batchSize": "10"})
+	start(t, s, pl.Processor)
+	c := dial(t, s.Addr())
+	c.SetWriteBuffer(16 << 10) // keep the kernel from absorbing much of the stream
+
+	const lines = 20000
+	line := strings.Repeat("x", 500)
+	var written atomic.Int64
+	writeErr := make(chan error, 1)
+	go func() {
+		w := bufio.NewWriterSize(c, 8<<10)
+		for i := range lines {
+			if _, err := fmt.Fprintf(w, "%06d %s\n", i, line); err != nil {
+				writeErr <- err
+				return
+			}
+			written.Store(int64(i))
+		}
+		writeErr <- w.Flush()
+	}()
+	var oks atomic.Int64
+	readDone := make(chan error, 1)
+	go func() {
+		r := bufio.NewReader(c)
+		for oks.Load() < lines {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				readDone <- err
+				return
+			}
+			if l != "OK\n" {
+				readDone <- fmt.Errorf("reply %q", l)
+				return
+			}
+			oks.Add(1)
+		}
+		readDone <- nil
+	}()
+
+	// Full: the source keeps retrying a batch that does not fit, has stopped
+	// reading, so the sender stalls well short of the end, and nothing beyond
+	// what was committed is acknowledged.
+	if !sourcetest.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() >= 2 }, 5*time.Second) {
+		t.Fatal("the source never retried a full channel")
+	}
+	held, w1 := pl.Channel.Len(), written.Load()
+	if held <= capacity-10 {
+		t.Fatalf("channel holds %d events; a batch of at most 10 should not fit in the %d left", held, capacity-held)
+	}
+	time.Sleep(300 * time.Millisecond) // a negative: nothing may move meanwhile
+	if w2 := written.Load(); w2 >= lines-1 || w2 != w1 {
+		t.Fatalf("sender wrote %d then %d of %d lines while the channel was full; want it blocked", w1, w2, lines)
+	}
+	if n := oks.Load(); n != int64(held) {
+		t.Fatalf("%d OKs while %d events are committed", n, held)
+	}
+	if n := pl.Channel.Len(); n != held {
+		t.Fatalf("channel holds %d events, then %d with no taker", held, n)
+	}
+
+	got := sourcetest.Bodies(pl.Drain(t, lines, 30*time.Second))
+	if len(got) != lines {
+		t.Fatalf("drained %d events, want %d", len(got), lines)
+	}
+	for i, b := range got {
+		if want := fmt.Sprintf("%06d %s", i, line); b != want {
+			t.Fatalf("event %d = %.20q..., want %.20q...", i, b, want)
+		}
+	}
+	if err := <-writeErr; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-readDone; err != nil {
+		t.Fatalf("reading OKs: %v", err)
+	}
+	if n := s.counters.EventAccepted.Load(); n != lines {
+		t.Errorf("EventAcceptedCount = %d, want %d", n, lines)
+	}
+}
+
+func TestManyConnections(t *testing.T) {
+	pl := sourcetest.NewPipeline(t, 10000, 100, time.Second)
+	s := newTCP(t, nil)
+	start(t, s, pl.Processor)
+	const conns, lines = 8, 500
+	var wg sync.WaitGroup
+	for k := range conns {
+		c := dial(t, s.Addr())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var b bytes.Buffer
+			for i := range lines {
+				fmt.Fprintf(&b, "c%d-%d\n", k, i)
+			}
+			c.Write(b.Bytes())
+			c.CloseWrite()
+			io.Copy(io.Discard, c)
+		}()
+	}
+	got := pl.Drain(t, conns*lines, 10*time.Second)
+	wg.Wait()
+	next := make([]int, conns)
+	for _, e := range got {
+		var k, i int
+		if _, err := fmt.Sscanf(string(e.Body), "c%d-%d", &k, &i); err != nil {
+			t.Fatalf("body %q: %v", e.Body, err)
+		}
+		if i != next[k] {
+			t.Fatalf("connection %d: line %d after %d", k, i, next[k]-1)
+		}
+		next[k]++
+	}
+	for k, n := range next {
+		if n != lines {
+			t.Errorf("connection %d: %d lines, want %d", k, n, lines)
+		}
+	}
+}
+
+// Stop ends idle connections and a handler waiting for channel space.
+func TestStop(t *testing.T) {
+	pl := sourcetest.NewPipeline(t, 1, 1, 50*time.Millisecond)
+	s := newTCP(t, nil)
+	if err := s.Start(context.Background(), pl.Processor); err != nil {
+		t.Fatal(err)
+	}
+	idle := dial(t, s.Addr())
+	busy := dial(t, s.Addr())
+	busy.Write([]byte("a\nb\nc\n")) // one fits; the rest waits for space
+	if !sourcetest.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() > 0 }, 5*time.Second) {
+		t.Fatal("the source never hit the full channel")
+	}
+	addr := s.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	for _, c := range []net.Conn{idle, busy} {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, err := io.ReadAll(c)
+		if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("after stop: read %q, %v; want the connection closed", b, err)
+		}
+	}
+	if _, err := net.Dial("tcp", addr); err == nil {
+		t.Error("the listener still accepts after stop")
+	}
+}
+
+func TestBadProperties(t *testing.T) {
+	tests := []struct {
+		props map[string]string
+		want  string
+	}{
+		{map[string]string{"port": "1"}, "a1.sources.r1.bind: missing required property"},
+		{map[string]string{"bind": "x"}, "a1.sources.r1.port: missing required property"},
+		{map[string]string{"bind": "x", "port": "70000"}, "port: 70000 is out of range"},
+		{map[string]string{"bind": "x", "port": "1", "encoding": "latin1"}, `encoding "latin1" is not supported`},
+		{map[string]string{"bind": "x", "port": "1", "max-line-length": "1"}, "max-line-length: 1 is out of range"},
+		{map[string]string{"bind": "x", "port": "1", "ack-every-event": "yes"}, `"yes" is not a boolean`},
+	}
+	for _, tt := range tests {
+		p := config.FromMap("a1.sources.r1.", tt.props)
+		if _, err := New(sourcetest.Env("r1", "netcat"), p); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Err(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("props %v: err = %v, want %q", tt.props, err, tt.want)
+		}
+	}
+}
