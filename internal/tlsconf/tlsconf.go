@@ -1,0 +1,266 @@
+// Package tlsconf reads Flume's SSL properties (ssl, keystore*, truststore*,
+// trust-all-certs, include-/exclude-protocols, include-/exclude-cipher-suites)
+// into Go TLS configurations, with Go-native key material: PKCS#12 and PEM
+// stores. Java's JKS stores are refused with the command that converts them.
+//
+// Reading the properties (in a constructor) only checks them; the files are
+// read by Config, which components call in Start.
+package tlsconf
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"software.sslmate.com/src/go-pkcs12"
+
+	"github.com/sluicehq/sluice/internal/config"
+)
+
+var versions = map[string]uint16{
+	"TLSv1":   tls.VersionTLS10,
+	"TLSv1.1": tls.VersionTLS11,
+	"TLSv1.2": tls.VersionTLS12,
+	"TLSv1.3": tls.VersionTLS13,
+}
+
+// Settings are the SSL properties of one component.
+type Settings struct {
+	Enabled bool
+
+	// Server side: the certificate and key.
+	Keystore, KeystorePassword, KeystoreType string
+	// Client side: whom to trust.
+	TrustAll                                       bool
+	Truststore, TruststorePassword, TruststoreType string
+
+	minVersion, maxVersion uint16
+	ciphers                []uint16
+}
+
+const jksHint = "JKS stores are not supported (JKS is Flume's default type); convert it with " +
+	"`keytool -importkeystore -srckeystore store.jks -destkeystore store.p12 -deststoretype PKCS12` " +
+	"and set %s = PKCS12, or use a PEM file and %s = PEM"
+
+// ReadServer reads the SSL properties of a server (a source): ssl,
+// keystore, keystore-password, keystore-type (PKCS12 or PEM; a PEM keystore
+// holds the certificate chain and the private key), and the protocol and
+// cipher suite lists.
+func ReadServer(p *config.Props) Settings {
+	s := Settings{Enabled: p.Bool("ssl", false)}
+	s.Keystore = p.String("keystore", "")
+	s.KeystorePassword = p.String("keystore-password", "")
+	s.KeystoreType = p.Enum("keystore-type", "jks", "JKS", "PKCS12", "PEM")
+	s.readVersions(p)
+	if !s.Enabled {
+		return s
+	}
+	if strings.TrimSpace(s.Keystore) == "" {
+		p.Errorf("keystore", "ssl is true but no keystore is set; set keystore to a PKCS#12 file (keystore-type = PKCS12) or a PEM file with the certificate chain and private key (keystore-type = PEM)")
+	}
+	if s.KeystoreType == "jks" {
+		p.Errorf("keystore-type", jksHint, "keystore-type", "keystore-type")
+	}
+	return s
+}
+
+// ReadClient reads the SSL properties of a client (a sink): ssl,
+// trust-all-certs, truststore, truststore-password, truststore-type (PKCS12
+// or PEM; without a truststore the system roots are trusted), and the
+// protocol and cipher suite lists.
+func ReadClient(p *config.Props) Settings {
+	s := Settings{Enabled: p.Bool("ssl", false)}
+	s.TrustAll = p.Bool("trust-all-certs", false)
+	s.Truststore = p.String("truststore", "")
+	s.TruststorePassword = p.String("truststore-password", "")
+	s.TruststoreType = p.Enum("truststore-type", "jks", "JKS", "PKCS12", "PEM")
+	s.readVersions(p)
+	if s.Enabled && s.Truststore != "" && s.TruststoreType == "jks" {
+		p.Errorf("truststore-type", jksHint, "truststore-type", "truststore-type")
+	}
+	return s
+}
+
+func (s *Settings) readVersions(p *config.Props) {
+	include := p.Fields("include-protocols")
+	exclude := p.Fields("exclude-protocols")
+	if !p.Has("exclude-protocols") {
+		exclude = []string{"SSLv3"}
+	}
+	allowed := []string{"TLSv1.2", "TLSv1.3"}
+	if len(include) > 0 {
+		allowed = nil
+		for _, v := range include {
+			if _, ok := versions[v]; !ok {
+				p.Errorf("include-protocols", "protocol %q is not supported; use TLSv1, TLSv1.1, TLSv1.2 or TLSv1.3", v)
+				continue
+			}
+			allowed = append(allowed, v)
+		}
+	}
+	for _, v := range exclude {
+		if _, ok := versions[v]; !ok && v != "SSLv3" && v != "SSLv2Hello" {
+			p.Errorf("exclude-protocols", "protocol %q is not known; use names such as TLSv1.1", v)
+		}
+		allowed = slices.DeleteFunc(allowed, func(a string) bool { return a == v })
+	}
+	for _, v := range allowed {
+		n := versions[v]
+		if s.minVersion == 0 || n < s.minVersion {
+			s.minVersion = n
+		}
+		s.maxVersion = max(s.maxVersion, n)
+	}
+	if len(allowed) == 0 {
+		p.Errorf("include-protocols", "the protocol settings leave no TLS version enabled")
+	}
+
+	inc, exc := p.Fields("include-cipher-suites"), p.Fields("exclude-cipher-suites")
+	if len(inc) == 0 && len(exc) == 0 {
+		return
+	}
+	byName := map[string]uint16{}
+	for _, cs := range append(tls.CipherSuites(), tls.InsecureCipherSuites()...) {
+		byName[cs.Name] = cs.ID
+	}
+	if len(inc) == 0 {
+		for _, cs := range tls.CipherSuites() {
+			inc = append(inc, cs.Name)
+		}
+	}
+	for _, n := range inc {
+		id, ok := byName[n]
+		if !ok {
+			p.Errorf("include-cipher-suites", "cipher suite %q is not supported; use IANA names such as TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", n)
+			continue
+		}
+		if !slices.Contains(exc, n) {
+			s.ciphers = append(s.ciphers, id)
+		}
+	}
+	if len(s.ciphers) == 0 {
+		p.Errorf("include-cipher-suites", "the cipher suite settings leave no cipher suite enabled")
+	}
+}
+
+// ServerConfig loads the keystore and returns the server's TLS
+// configuration, or nil when ssl is off.
+func (s Settings) ServerConfig() (*tls.Config, error) {
+	if !s.Enabled {
+		return nil, nil
+	}
+	cert, err := loadKeystore(s.Keystore, s.KeystoreType, s.KeystorePassword)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   s.minVersion,
+		MaxVersion:   s.maxVersion,
+		CipherSuites: s.ciphers,
+	}, nil
+}
+
+// ClientConfig loads the truststore and returns the TLS configuration for
+// connecting to serverName, or nil when ssl is off.
+func (s Settings) ClientConfig(serverName string) (*tls.Config, error) {
+	if !s.Enabled {
+		return nil, nil
+	}
+	c := &tls.Config{
+		ServerName:         serverName,
+		MinVersion:         s.minVersion,
+		MaxVersion:         s.maxVersion,
+		CipherSuites:       s.ciphers,
+		InsecureSkipVerify: s.TrustAll, //nolint:gosec // Flume's trust-all-certs, off by default
+	}
+	if s.Truststore != "" && !s.TrustAll {
+		pool, err := loadTruststore(s.Truststore, s.TruststoreType, s.TruststorePassword)
+		if err != nil {
+			return nil, err
+		}
+		c.RootCAs = pool
+	}
+	return c, nil
+}
+
+func isJKS(data []byte) bool { return bytes.HasPrefix(data, []byte{0xFE, 0xED, 0xFE, 0xED}) }
+
+func loadKeystore(path, typ, password string) (tls.Certificate, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("read keystore: %w", err)
+	}
+	if isJKS(data) {
+		return tls.Certificate{}, fmt.Errorf("keystore %s is a JKS keystore; convert it with keytool -importkeystore -srckeystore %s -destkeystore ks.p12 -deststoretype PKCS12", path, path)
+	}
+	switch typ {
+	case "pem":
+		cert, err := tls.X509KeyPair(data, data)
+		if err != nil {
+			return tls.Certificate{}, fmt.Errorf("keystore %s: need the PEM certificate chain and private key in one file: %w", path, err)
+		}
+		return cert, nil
+	case "pkcs12":
+		key, leaf, chain, err := pkcs12.DecodeChain(data, password)
+		if err != nil {
+			return tls.Certificate{}, fmt.Errorf("keystore %s: read PKCS#12: %w", path, err)
+		}
+		cert := tls.Certificate{PrivateKey: key, Leaf: leaf, Certificate: [][]byte{leaf.Raw}}
+		for _, c := range chain {
+			cert.Certificate = append(cert.Certificate, c.Raw)
+		}
+		return cert, nil
+	}
+	return tls.Certificate{}, errors.New("keystore type " + typ + " is not supported")
+}
+
+func loadTruststore(path, typ, password string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read truststore: %w", err)
+	}
+	if isJKS(data) {
+		return nil, fmt.Errorf("truststore %s is a JKS keystore; convert it with keytool -importkeystore -srckeystore %s -destkeystore ts.p12 -deststoretype PKCS12", path, path)
+	}
+	pool := x509.NewCertPool()
+	switch typ {
+	case "pem":
+		n := 0
+		for rest := data; ; {
+			var b *pem.Block
+			if b, rest = pem.Decode(rest); b == nil {
+				break
+			}
+			if b.Type != "CERTIFICATE" {
+				continue
+			}
+			c, err := x509.ParseCertificate(b.Bytes)
+			if err != nil {
+				return nil, fmt.Errorf("truststore %s: %w", path, err)
+			}
+			pool.AddCert(c)
+			n++
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("truststore %s holds no PEM certificate", path)
+		}
+	case "pkcs12":
+		certs, err := pkcs12.DecodeTrustStore(data, password)
+		if err != nil {
+			return nil, fmt.Errorf("truststore %s: read PKCS#12: %w", path, err)
+		}
+		for _, c := range certs {
+			pool.AddCert(c)
+		}
+	default:
+		return nil, errors.New("truststore type " + typ + " is not supported")
+	}
+	return pool, nil
+}
