@@ -1,0 +1,83 @@
+package httpsource
+
+import (
+	"encoding/json"
+	"errors"
+	"maps"
+	"testing"
+)
+
+func TestDecodeJSONUTF32(t *testing.T) {
+	in := []byte{0, 0, 0, '[', 0, 0, 0, '{', 0, 0, 0, '"', 0, 0, 0, 'b', 0, 0, 0, 'o', 0, 0, 0, 'd', 0, 0, 0, 'y', 0, 0, 0, '"', 0, 0, 0, ':', 0, 0, 0, '"', 0, 1, 0xF6, 0x00, 0, 0, 0, '"', 0, 0, 0, '}', 0, 0, 0, ']'}
+	got, err := DecodeJSON(in, "utf-32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "\x00\x01\xf6\x00"; len(got) != 1 || string(got[0].Body) != want {
+		t.Fatalf("got %v, want one event with body %q", got, want)
+	}
+	if _, err := DecodeJSON(in[:5], "UTF-32"); err == nil {
+		t.Fatal("a truncated UTF-32 body decoded")
+	}
+}
+
+// FuzzJSONHandler feeds arbitrary request bodies to the JSON handler's
+// decoder: it must never panic, must fail only with a request error, and
+// what it accepts must survive a round trip through JSON unchanged.
+func FuzzJSONHandler(f *testing.F) {
+	for _, s := range []string{
+		`[{"headers":{"a":"b"},"body":"text"}]`,
+		`[]`,
+		`[{"headers":{"n":1.50,"t":true,"z":null},"body":"é \u00e9 \ud83d\ude00"}]`,
+		`[{"body":null},{}]`,
+		`[{"headers":{"k":{}}}]`,
+		`[{"body":"x"},]`,
+		`{"body":"x"}`,
+		`null`,
+		"[\n {\"body\": x}]",
+		"\xfe\xff\x00[\x00]",
+		`[{"headers":{"a":"1","a":"2"},"body":"dup"}]`,
+	} {
+		for _, cs := range []string{"", "utf-16", "UTF-32", "latin1"} {
+			f.Add([]byte(s), cs)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte, charset string) {
+		events, err := DecodeJSON(data, charset)
+		if err != nil {
+			var bad *BadRequestError
+			var cs *UnsupportedCharsetError
+			if !errors.As(err, &bad) && !errors.As(err, &cs) {
+				t.Fatalf("error of type %T: %v", err, err)
+			}
+			return
+		}
+		if charset != "" && charset != "utf-8" {
+			return
+		}
+		type je struct {
+			Headers map[string]string `json:"headers"`
+			Body    string            `json:"body"`
+		}
+		out := make([]je, len(events))
+		for i, e := range events {
+			out[i] = je{e.Headers, string(e.Body)}
+		}
+		again, err := json.Marshal(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events2, err := DecodeJSON(again, "")
+		if err != nil {
+			t.Fatalf("re-encoded %s: %v", again, err)
+		}
+		if len(events2) != len(events) {
+			t.Fatalf("round trip: %d events, then %d", len(events), len(events2))
+		}
+		for i := range events {
+			if string(events[i].Body) != string(events2[i].Body) || !maps.Equal(events[i].Headers, events2[i].Headers) {
+				t.Fatalf("event %d: %q %v, then %q %v", i, events[i].Body, events[i].Headers, events2[i].Body, events2[i].Headers)
+			}
+		}
+	})
+}
