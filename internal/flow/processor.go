@@ -1,0 +1,235 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// ProcessorConfig is what a ChannelProcessor is built from.
+type ProcessorConfig struct {
+	Source       string        // the source's name, for metrics and logs
+	Interceptors []Interceptor // run in order before the selector
+	Selector     Selector      // required
+	Metrics      *metrics.Registry
+	Logger       *slog.Logger
+}
+
+// ChannelProcessor is Flume's ChannelProcessor: it runs a source's events
+// through its interceptors, lets the selector pick channels, and puts them
+// into each required channel in a transaction of its own, in turn, then into
+// the optional channels. It is safe for concurrent use by the source's
+// goroutines (one per connection, say).
+//
+// Like Flume's, it is not atomic across channels: when the second required
+// channel fails, the first has already committed, and the sender's retry
+// puts those events there again (at-least-once).
+//
+// A batch larger than a channel's transactionCapacity is put in several
+// transactions of at most that size (Flume fails such a batch, forever);
+// a failure part-way leaves the earlier parts committed, as above.
+type ChannelProcessor struct {
+	source       string
+	interceptors []Interceptor
+	sel          Selector
+	chans        []SelectedChannel
+	txCaps       []int
+	log          *slog.Logger
+	latency      metrics.Histogram
+	optFailed    prometheus.Counter
+	noChannel    prometheus.Counter
+	optThrottle  *throttle
+	groups       sync.Pool // *groupScratch
+}
+
+var _ Processor = (*ChannelProcessor)(nil)
+
+// groupScratch holds the per-channel event lists of one Process call that
+// has to group events (multiplexing).
+type groupScratch struct {
+	required, optional [][]event.Event
+}
+
+// NewChannelProcessor returns the processor of one source.
+func NewChannelProcessor(cfg ProcessorConfig) *ChannelProcessor {
+	reg := cfg.Metrics
+	if reg == nil {
+		reg = metrics.NewRegistry("")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	p := &ChannelProcessor{
+		source:       cfg.Source,
+		interceptors: cfg.Interceptors,
+		sel:          cfg.Selector,
+		chans:        cfg.Selector.Channels(),
+		log:          log,
+		latency:      reg.Latency(metrics.StageSource, cfg.Source),
+		optFailed:    reg.Dropped(cfg.Source, "optional_channel_failed"),
+		noChannel:    reg.Dropped(cfg.Source, "no_channel"),
+		optThrottle:  newThrottle(10 * time.Second),
+	}
+	p.txCaps = make([]int, len(p.chans))
+	for i, c := range p.chans {
+		if tc, ok := c.Channel.(TxCapacity); ok {
+			p.txCaps[i] = tc.TransactionCapacity()
+		}
+	}
+	n := len(p.chans)
+	p.groups.New = func() any {
+		return &groupScratch{required: make([][]event.Event, n), optional: make([][]event.Event, n)}
+	}
+	return p
+}
+
+// Process implements Processor.
+func (p *ChannelProcessor) Process(ctx context.Context, events []event.Event) error {
+	for _, ic := range p.interceptors {
+		if len(events) == 0 {
+			break
+		}
+		events = ic.Intercept(events)
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	req, opt := p.sel.Route(&events[0])
+	uniform := true
+	for i := 1; i < len(events); i++ {
+		r, o := p.sel.Route(&events[i])
+		if !sameSlice(r, req) || !sameSlice(o, opt) {
+			uniform = false
+			break
+		}
+	}
+	if uniform {
+		if len(req) == 0 && len(opt) == 0 {
+			p.noChannel.Add(float64(len(events)))
+			return nil
+		}
+		for _, i := range req {
+			if _, err := p.put(i, events); err != nil {
+				return err
+			}
+		}
+		p.observe(events)
+		for _, i := range opt {
+			p.putOptional(i, events)
+		}
+		return nil
+	}
+	return p.processGrouped(events)
+}
+
+// processGrouped puts each channel its own events, for selectors that route
+// events of one batch differently.
+func (p *ChannelProcessor) processGrouped(events []event.Event) error {
+	g := p.groups.Get().(*groupScratch)
+	defer func() {
+		for i := range g.required {
+			clear(g.required[i])
+			g.required[i] = g.required[i][:0]
+			clear(g.optional[i])
+			g.optional[i] = g.optional[i][:0]
+		}
+		p.groups.Put(g)
+	}()
+	dropped := 0
+	for i := range events {
+		r, o := p.sel.Route(&events[i])
+		for _, c := range r {
+			g.required[c] = append(g.required[c], events[i])
+		}
+		for _, c := range o {
+			g.optional[c] = append(g.optional[c], events[i])
+		}
+		if len(r) == 0 && len(o) == 0 {
+			dropped++
+		}
+	}
+	if dropped > 0 {
+		p.noChannel.Add(float64(dropped))
+	}
+	for c, evs := range g.required {
+		if len(evs) > 0 {
+			if _, err := p.put(c, evs); err != nil {
+				return err
+			}
+		}
+	}
+	p.observe(events)
+	for c, evs := range g.optional {
+		if len(evs) > 0 {
+			p.putOptional(c, evs)
+		}
+	}
+	return nil
+}
+
+func sameSlice(a, b []int) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// observe records the source stage latency of events, now that every
+// required channel holds them.
+func (p *ChannelProcessor) observe(events []event.Event) {
+	now := event.Now()
+	for i := range events {
+		p.latency.Since(events[i].ReceivedAt, now)
+	}
+}
+
+// put puts events into channel c in transactions of at most its
+// transactionCapacity, and returns how many it committed.
+func (p *ChannelProcessor) put(c int, events []event.Event) (int, error) {
+	step := p.txCaps[c]
+	if step <= 0 {
+		step = len(events)
+	}
+	done := 0
+	for done < len(events) {
+		n := min(step, len(events)-done)
+		if err := putTx(p.chans[c].Channel, events[done:done+n]); err != nil {
+			return done, fmt.Errorf("source %s: put %d events into channel %s: %w", p.source, n, p.chans[c].Name, err)
+		}
+		done += n
+	}
+	return done, nil
+}
+
+func (p *ChannelProcessor) putOptional(c int, events []event.Event) {
+	if done, err := p.put(c, events); err != nil {
+		p.optFailed.Add(float64(len(events) - done))
+		p.optThrottle.log(p.log, slog.LevelWarn, "put into optional channel failed; events dropped from it",
+			"source", p.source, "channel", p.chans[c].Name, "events", len(events), "err", err)
+	}
+}
+
+// putTx puts events into ch in one transaction, rolling back on failure.
+func putTx(ch Channel, events []event.Event) error {
+	tx := ch.Begin()
+	if err := tx.Put(events); err != nil {
+		return errors.Join(err, rollbackErr(tx))
+	}
+	if err := tx.Commit(); err != nil {
+		return errors.Join(err, rollbackErr(tx))
+	}
+	return nil
+}
+
+func rollbackErr(tx Transaction) error {
+	if err := tx.Rollback(); err != nil {
+		return fmt.Errorf("rollback: %w", err)
+	}
+	return nil
+}

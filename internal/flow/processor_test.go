@@ -1,0 +1,271 @@
+package flow_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+type procSetup struct {
+	reg   *metrics.Registry
+	chans map[string]flow.Channel
+	proc  *flow.ChannelProcessor
+}
+
+// newProc builds a processor for source r1 over channels c1..cN (capacity
+// 1000, transactionCapacity 100, unless caps says otherwise) with the
+// selector properties sel.
+func newProc(t *testing.T, names []string, caps map[string]int, sel map[string]string, ics ...flow.Interceptor) procSetup {
+	t.Helper()
+	s := procSetup{reg: metrics.NewRegistry("a1"), chans: map[string]flow.Channel{}}
+	for _, n := range names {
+		c, ka := 1000, "0.05"
+		if v, ok := caps[n]; ok {
+			c = v
+		}
+		s.chans[n] = newMem(t, n, c, min(c, 100), ka)
+	}
+	p := config.FromMap("a1.sources.r1.selector.", sel)
+	selector, err := flow.NewSelector(p, s.chans, names)
+	if err != nil || p.Err() != nil {
+		t.Fatalf("selector: %v %v", err, p.Err())
+	}
+	s.proc = flow.NewChannelProcessor(flow.ProcessorConfig{Source: "r1", Interceptors: ics, Selector: selector, Metrics: s.reg, Logger: quietLog})
+	return s
+}
+
+func drain(t *testing.T, ch flow.Channel) []string {
+	t.Helper()
+	return bodies(testutil.TakeAll(t, ch, 1<<20, 100, 10*time.Millisecond))
+}
+
+func TestProcessorReplicating(t *testing.T) {
+	s := newProc(t, []string{"c1", "c2"}, nil, nil)
+	evs := events("e", 5)
+	if err := s.proc.Process(t.Context(), evs); err != nil {
+		t.Fatal(err)
+	}
+	want := bodies(events("e", 5))
+	for _, c := range []string{"c1", "c2"} {
+		if got := drain(t, s.chans[c]); !slices.Equal(got, want) {
+			t.Errorf("%s got %q, want %q", c, got, want)
+		}
+	}
+	if n := histCount(t, s.reg, metrics.StageSource, "r1"); n != 5 {
+		t.Errorf("source latency observations = %d, want 5", n)
+	}
+}
+
+func TestProcessorOptionalFailureIsCounted(t *testing.T) {
+	s := newProc(t, []string{"c1", "c2"}, map[string]int{"c2": 3}, map[string]string{"optional": "c2"})
+	if err := testutil.PutCommit(s.chans["c2"], events("x", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.proc.Process(t.Context(), events("e", 5)); err != nil {
+		t.Fatalf("optional channel failure failed the put: %v", err)
+	}
+	if got := drain(t, s.chans["c1"]); len(got) != 5 {
+		t.Fatalf("required channel got %d events", len(got))
+	}
+	if got := drain(t, s.chans["c2"]); !slices.Equal(got, []string{"x0", "x1", "x2"}) {
+		t.Fatalf("full optional channel holds %q", got)
+	}
+	if d := dropped(s.reg, "r1", "optional_channel_failed"); d != 5 {
+		t.Fatalf("dropped{optional_channel_failed} = %v, want 5", d)
+	}
+}
+
+func TestProcessorRequiredFailure(t *testing.T) {
+	// c1 commits, c2 is full, c3 is never tried: not atomic across channels, as in Flume.
+	s := newProc(t, []string{"c1", "c2", "c3"}, map[string]int{"c2": 3}, nil)
+	if err := testutil.PutCommit(s.chans["c2"], events("x", 3)); err != nil {
+		t.Fatal(err)
+	}
+	err := s.proc.Process(t.Context(), events("e", 2))
+	if !errors.Is(err, flow.ErrChannelFull) {
+		t.Fatalf("err = %v, want ErrChannelFull", err)
+	}
+	if !strings.Contains(err.Error(), "source r1: put 2 events into channel c2") || !strings.Contains(err.Error(), "channel c2 is full") {
+		t.Fatalf("error does not say where: %v", err)
+	}
+	if got := drain(t, s.chans["c1"]); len(got) != 2 {
+		t.Errorf("c1 got %d", len(got))
+	}
+	if got := drain(t, s.chans["c2"]); !slices.Equal(got, []string{"x0", "x1", "x2"}) {
+		t.Errorf("c2 holds %q: the failed put was not rolled back", got)
+	}
+	if got := drain(t, s.chans["c3"]); len(got) != 0 {
+		t.Errorf("c3 got %d after c2 failed", len(got))
+	}
+	if n := histCount(t, s.reg, metrics.StageSource, "r1"); n != 0 {
+		t.Errorf("a failed put observed %d source latencies", n)
+	}
+}
+
+func TestProcessorSplitsAtTransactionCapacity(t *testing.T) {
+	s := newProc(t, []string{"c1"}, nil, nil) // transactionCapacity 100
+	if err := s.proc.Process(t.Context(), events("e", 250)); err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(t, s.chans["c1"]); len(got) != 250 || got[249] != "e249" {
+		t.Fatalf("got %d events", len(got))
+	}
+}
+
+// filter drops events whose body starts with "drop" and tags the rest.
+type filter struct{}
+
+func (filter) Intercept(evs []event.Event) []event.Event {
+	out := evs[:0]
+	for _, e := range evs {
+		if strings.HasPrefix(string(e.Body), "drop") {
+			continue
+		}
+		e.SetHeader("seen", "yes")
+		out = append(out, e)
+	}
+	return out
+}
+
+func TestProcessorInterceptors(t *testing.T) {
+	s := newProc(t, []string{"c1"}, nil, nil, filter{})
+	evs := append(events("keep", 2), events("drop", 2)...)
+	if err := s.proc.Process(t.Context(), evs); err != nil {
+		t.Fatal(err)
+	}
+	got := testutil.TakeAll(t, s.chans["c1"], 10, 10, 10*time.Millisecond)
+	if !slices.Equal(bodies(got), []string{"keep0", "keep1"}) || got[0].Header("seen") != "yes" {
+		t.Fatalf("got %q %v", bodies(got), got)
+	}
+	// All dropped: nothing to put, no error.
+	if err := s.proc.Process(t.Context(), events("drop", 3)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func withHeader(body, k, v string) event.Event {
+	e := event.Event{Body: []byte(body), ReceivedAt: event.Now()}
+	if k != "" {
+		e.SetHeader(k, v)
+	}
+	return e
+}
+
+func TestProcessorMultiplexing(t *testing.T) {
+	sel := map[string]string{
+		"type":        "multiplexing",
+		"header":      "state",
+		"mapping.CZ":  "c1",
+		"mapping.US":  "c2 c3",
+		"optional.CZ": "c3",
+		"optional.US": "c2 c4", // c2 is required for US: stays required
+		"optional.XX": "c4",    // unmapped value: default + this optional
+		"default":     "c4",
+	}
+	s := newProc(t, []string{"c1", "c2", "c3", "c4"}, nil, sel)
+	evs := []event.Event{
+		withHeader("cz1", "state", "CZ"),
+		withHeader("us1", "state", "US"),
+		withHeader("none", "", ""),
+		withHeader("empty", "state", ""),
+		withHeader("other", "state", "DE"),
+		withHeader("xx", "state", "XX"),
+		withHeader("cz2", "state", "CZ"),
+	}
+	if err := s.proc.Process(t.Context(), evs); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"c1": {"cz1", "cz2"},
+		"c2": {"us1"},
+		"c3": {"us1", "cz1", "cz2"},                   // required puts first, then optional, as Flume does
+		"c4": {"none", "empty", "other", "xx", "us1"}, // us1 is optional here
+	}
+	for c, w := range want {
+		if got := drain(t, s.chans[c]); !slices.Equal(got, w) {
+			t.Errorf("%s got %q, want %q", c, got, w)
+		}
+	}
+	if n := histCount(t, s.reg, metrics.StageSource, "r1"); n != 7 {
+		t.Errorf("source latency observations = %d, want 7", n)
+	}
+}
+
+func TestProcessorMultiplexingNoDefaultCountsDrops(t *testing.T) {
+	s := newProc(t, []string{"c1"}, nil, map[string]string{"type": "multiplexing", "mapping.a": "c1"})
+	evs := []event.Event{withHeader("a", "flume.selector.header", "a"), withHeader("b", "flume.selector.header", "b")}
+	if err := s.proc.Process(t.Context(), evs); err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(t, s.chans["c1"]); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("c1 got %q", got)
+	}
+	if d := dropped(s.reg, "r1", "no_channel"); d != 1 {
+		t.Fatalf("dropped{no_channel} = %v, want 1", d)
+	}
+}
+
+func TestProcessorMultiplexingFailureIsRequired(t *testing.T) {
+	s := newProc(t, []string{"c1", "c2"}, map[string]int{"c2": 1},
+		map[string]string{"type": "multiplexing", "mapping.a": "c1", "mapping.b": "c2"})
+	evs := []event.Event{withHeader("a", "flume.selector.header", "a"), withHeader("b1", "flume.selector.header", "b"), withHeader("b2", "flume.selector.header", "b")}
+	if err := s.proc.Process(t.Context(), evs); !errors.Is(err, flow.ErrChannelFull) {
+		t.Fatalf("err = %v, want ErrChannelFull from c2", err)
+	}
+}
+
+func TestProcessorConcurrent(t *testing.T) {
+	s := newProc(t, []string{"c1", "c2"}, map[string]int{"c1": 10000, "c2": 10000},
+		map[string]string{"type": "multiplexing", "header": "h", "mapping.x": "c1", "default": "c2"})
+	done := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			for range 50 {
+				evs := []event.Event{withHeader("x", "h", "x"), withHeader("y", "h", "y")}
+				if g%2 == 0 {
+					evs = evs[:1]
+				}
+				if err := s.proc.Process(t.Context(), evs); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, b := len(drain(t, s.chans["c1"])), len(drain(t, s.chans["c2"])); a != 200 || b != 100 {
+		t.Fatalf("c1 %d (want 200), c2 %d (want 100)", a, b)
+	}
+}
+
+func TestProcessorAllocations(t *testing.T) {
+	s := newProc(t, []string{"c1"}, map[string]int{"c1": 100000}, nil)
+	evs := events("e", 100)
+	in := make([]event.Event, len(evs))
+	allocs := testing.AllocsPerRun(200, func() {
+		copy(in, evs)
+		if err := s.proc.Process(t.Context(), in); err != nil {
+			t.Fatal(err)
+		}
+		if s.chans["c1"].Len() > 50000 {
+			testutil.TakeAll(t, s.chans["c1"], 1<<20, 100, time.Millisecond)
+		}
+	})
+	// One transaction object per batch; nothing per event.
+	if allocs > 2 {
+		t.Fatalf("Process of 100 events allocates %.1f times", allocs)
+	}
+}

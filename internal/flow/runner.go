@@ -1,0 +1,171 @@
+package flow
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Backoff after a failed Process: the runner sleeps ErrorBackoffMin after
+// the first failure, doubling with each consecutive one up to
+// ErrorBackoffMax. Flume sleeps a fixed 5 s after any exception, which
+// stalls the pipeline for 5 s after a single broken connection; starting at
+// 100 ms recovers from such blips at once, and the cap keeps Flume's pace
+// against a downstream that stays down.
+const (
+	ErrorBackoffMin = 100 * time.Millisecond
+	ErrorBackoffMax = 5 * time.Second
+)
+
+// SinkRunner drives one sink, or the processor of one sink group, from a
+// goroutine it owns: it calls Process in a loop until stopped. After
+// Backoff it calls again at once (the channel's Take already waited, so
+// Flume's sleep after an empty batch would only add latency); after an error
+// it sleeps with an exponential backoff and logs, throttled.
+//
+// The runner does not start or stop the sink itself; the agent does, before
+// Start and after Stop.
+type SinkRunner struct {
+	name string
+	sink Sink
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the loop exits
+	drain    chan []Channel
+	drained  chan struct{}
+	throttle *throttle
+}
+
+// NewSinkRunner returns a runner for sink s (a sink or a sink processor)
+// named name (the sink or group name, for logs).
+func NewSinkRunner(name string, s Sink, log *slog.Logger) *SinkRunner {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &SinkRunner{name: name, sink: s, log: log, throttle: newThrottle(10 * time.Second)}
+}
+
+// Start starts the loop. Calling it on a running runner does nothing.
+func (r *SinkRunner) Start() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.done = make(chan struct{})
+	r.drain = make(chan []Channel, 1)
+	r.drained = make(chan struct{})
+	go r.loop(ctx, r.done, r.drain, r.drained)
+}
+
+func (r *SinkRunner) loop(ctx context.Context, done chan struct{}, drain <-chan []Channel, drained chan struct{}) {
+	defer close(done)
+	failures := 0
+	var draining []Channel
+	isDraining := false
+	for ctx.Err() == nil {
+		select {
+		case chans := <-drain:
+			draining, isDraining = chans, true
+		default:
+		}
+		st, err := r.sink.Process(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			wait := backoff(failures)
+			r.throttle.log(r.log, slog.LevelWarn, "sink failed; events stay in the channel and are retried",
+				"sink", r.name, "consecutive_failures", failures, "retry_in", wait, "err", err)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		failures = 0
+		if isDraining && st == Backoff && empty(draining) {
+			close(drained)
+			return
+		}
+	}
+}
+
+func backoff(failures int) time.Duration {
+	d := ErrorBackoffMin
+	for i := 1; i < failures && d < ErrorBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, ErrorBackoffMax)
+}
+
+// empty reports whether every channel is known to be empty; a channel that
+// cannot tell (Len -1) counts as empty once Process returned Backoff.
+func empty(chans []Channel) bool {
+	for _, c := range chans {
+		if c.Len() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Drain keeps the loop processing until the sink finds its channels empty
+// (Process returns Backoff and every channel in chans has Len 0), then stops
+// the loop. If ctx ends first, it stops the loop anyway and returns ctx's
+// error; what was not delivered stays in the channels. Call it after the
+// sources stopped.
+func (r *SinkRunner) Drain(ctx context.Context, chans ...Channel) error {
+	r.mu.Lock()
+	done, drain, drained := r.done, r.drain, r.drained
+	r.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case drain <- chans:
+	default: // a drain is already under way
+	}
+	select {
+	case <-drained:
+		return nil
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		r.mu.Lock()
+		r.cancel() // Stop waits for the loop to exit
+		r.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// Stop stops the loop: it cancels the context of the Process in progress
+// and waits, at most until ctx ends, for it to return.
+func (r *SinkRunner) Stop(ctx context.Context) error {
+	return r.halt(ctx)
+}
+
+func (r *SinkRunner) halt(ctx context.Context) error {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

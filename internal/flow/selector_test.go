@@ -1,0 +1,83 @@
+package flow_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
+)
+
+func TestSelectorConfig(t *testing.T) {
+	chans := map[string]flow.Channel{"c1": nil, "c2": nil, "c3": nil}
+	names := []string{"c1", "c2", "c3"}
+	tests := []struct {
+		name    string
+		props   map[string]string
+		wantErr string
+		ev      event.Event
+		req     []string
+		opt     []string
+	}{
+		{name: "default is replicating", props: nil, req: []string{"c1", "c2", "c3"}},
+		{name: "replicating optional", props: map[string]string{"type": "REPLICATING", "optional": "c3 c1"}, req: []string{"c2"}, opt: []string{"c1", "c3"}},
+		{name: "flume class name", props: map[string]string{"type": "org.apache.flume.channel.ReplicatingChannelSelector"}, req: []string{"c1", "c2", "c3"}},
+		{name: "multiplexing class name", props: map[string]string{"type": "org.apache.flume.channel.MultiplexingChannelSelector", "mapping.a": "c2", "default": "c1"},
+			ev: withHeader("x", "flume.selector.header", "a"), req: []string{"c2"}},
+		{name: "multiplexing default", props: map[string]string{"type": "Multiplexing", "mapping.a": "c2", "default": "c1 c3"},
+			ev: withHeader("x", "flume.selector.header", "b"), req: []string{"c1", "c3"}},
+		{name: "unknown type", props: map[string]string{"type": "load_balancing"}, wantErr: `unknown selector type "load_balancing"`},
+		{name: "optional not a source channel", props: map[string]string{"optional": "c9"}, wantErr: `channel "c9" is not one of the source's channels (c1 c2 c3)`},
+		{name: "mapping to unknown channel", props: map[string]string{"type": "multiplexing", "mapping.a": "c1 c7"}, wantErr: `selector.mapping.a: channel "c7"`},
+		{name: "plain optional on multiplexing", props: map[string]string{"type": "multiplexing", "optional": "c1"}, wantErr: "selector.optional.<value>"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := config.FromMap("a1.sources.r1.selector.", tc.props)
+			sel, err := flow.NewSelector(p, chans, names)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Unused()
+			if tc.wantErr != "" {
+				if p.Err() == nil || !strings.Contains(p.Err().Error(), tc.wantErr) {
+					t.Fatalf("problems %v, want %q", p.Err(), tc.wantErr)
+				}
+				return
+			}
+			if p.Err() != nil {
+				t.Fatal(p.Err())
+			}
+			req, opt := sel.Route(&tc.ev)
+			nameOf := func(ix []int) []string {
+				var out []string
+				for _, i := range ix {
+					out = append(out, sel.Channels()[i].Name)
+				}
+				slices.Sort(out)
+				return out
+			}
+			if g := nameOf(req); !slices.Equal(g, tc.req) {
+				t.Errorf("required %q, want %q", g, tc.req)
+			}
+			if g := nameOf(opt); !slices.Equal(g, tc.opt) {
+				t.Errorf("optional %q, want %q", g, tc.opt)
+			}
+		})
+	}
+}
+
+func TestSelectorNilProps(t *testing.T) {
+	sel, err := flow.NewSelector(nil, map[string]flow.Channel{"c1": nil}, []string{"c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req, _ := sel.Route(&event.Event{}); len(req) != 1 {
+		t.Fatalf("required %v", req)
+	}
+	if _, err := flow.NewSelector(nil, map[string]flow.Channel{}, []string{"c1"}); err == nil {
+		t.Fatal("an undefined channel was accepted")
+	}
+}
