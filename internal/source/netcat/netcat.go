@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"strconv"
@@ -61,7 +62,9 @@ type Source struct {
 // New builds a netcat source from Flume's properties bind, port,
 // max-line-length (512), ack-every-event (true) and encoding (utf-8 only),
 // and sluice's batchSize (100), batchDurationMillis (1000) and
-// max-connections (0, unlimited).
+// max-connections (0, unlimited). A batch never waits for input (it holds the
+// complete lines already read), so batchDurationMillis, the cap on how long a
+// batch may gather, is always met; it is accepted for the common grammar.
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env}
 	s.bind = p.Required("bind")
@@ -325,6 +328,7 @@ func (h *handler) drain(ctx context.Context) error {
 			h.s.counters.EventReadFail.Add(1)
 			msg := "FAILED: Event exceeds the maximum length (" + strconv.Itoa(h.s.maxLine) + " chars, including newline)\n"
 			h.c.Write([]byte(msg))
+			h.linger()
 			return errOverlong
 		}
 		if h.r == h.w {
@@ -332,6 +336,19 @@ func (h *handler) drain(ctx context.Context) error {
 		}
 		return nil
 	}
+}
+
+// linger half-closes the connection and discards what the client still
+// sends for a moment, so that closing it does not reset it (a close with
+// unread input sends RST) before the client has read the FAILED answer.
+func (h *handler) linger() {
+	tc, ok := h.c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	tc.CloseWrite()
+	tc.SetReadDeadline(time.Now().Add(time.Second))
+	io.CopyN(io.Discard, tc, 1<<20)
 }
 
 // scan finds the complete lines at the start of data, up to batchSize of

@@ -378,3 +378,26 @@ func TestBadProperties(t *testing.T) {
 		}
 	}
 }
+
+// The FAILED answer reaches a client that goes on sending after its
+// over-long line: the connection is not reset under it.
+func TestOverlongLineWhileStreaming(t *testing.T) {
+	pl := sourcetest.NewPipeline(t, 100, 100, time.Second)
+	s := newTCP(t, map[string]string{"max-line-length": "10"})
+	start(t, s, pl.Processor)
+	c := dial(t, s.Addr())
+	go func() {
+		c.Write([]byte("12345678901234\n"))
+		junk := bytes.Repeat([]byte("x\n"), 1<<16)
+		for range 8 {
+			if _, err := c.Write(junk); err != nil {
+				return
+			}
+		}
+	}()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	r, err := bufio.NewReader(c).ReadString('\n')
+	if want := "FAILED: Event exceeds the maximum length (10 chars, including newline)\n"; r != want {
+		t.Fatalf("reply %q, %v; want %q", r, err, want)
+	}
+}
