@@ -47,7 +47,7 @@ func (r *recorder) events() []event.Event {
 
 // serve runs srv on a loopback listener; each connection's ServeConn result
 // goes to the returned channel.
-func serve(t *testing.T, srv *Server) (addr string, results <-chan error) {
+func serve(t testing.TB, srv *Server) (addr string, results <-chan error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

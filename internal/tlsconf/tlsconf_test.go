@@ -1,0 +1,126 @@
+package tlsconf
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"software.sslmate.com/src/go-pkcs12"
+
+	"github.com/sluicehq/sluice/internal/config"
+)
+
+func selfSigned(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+func write(t *testing.T, dir, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPKCS12KeystoreAndPEMTruststore: a server with a PKCS#12 keystore and
+// a client trusting a PEM truststore complete a TLS handshake.
+func TestPKCS12KeystoreAndPEMTruststore(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := selfSigned(t)
+	p12, err := pkcs12.Modern.Encode(key, cert, nil, "secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := write(t, dir, "ks.p12", p12)
+	ts := write(t, dir, "ts.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}))
+
+	sp := config.FromMap("s.", map[string]string{"ssl": "true", "keystore": ks, "keystore-password": "secret", "keystore-type": "PKCS12"})
+	cp := config.FromMap("c.", map[string]string{"ssl": "true", "truststore": ts, "truststore-type": "PEM"})
+	srv, cli := ReadServer(sp), ReadClient(cp)
+	if err := sp.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Err(); err != nil {
+		t.Fatal(err)
+	}
+	scfg, err := srv.ServerConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccfg, err := cli.ClientConfig("localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- tls.Server(a, scfg).Handshake() }()
+	if err := tls.Client(b, ccfg).Handshake(); err != nil {
+		t.Fatalf("client handshake: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("server handshake: %v", err)
+	}
+}
+
+func TestJKSRefused(t *testing.T) {
+	dir := t.TempDir()
+	jks := write(t, dir, "ks.jks", []byte{0xFE, 0xED, 0xFE, 0xED, 0, 0, 0, 2})
+	s := Settings{Enabled: true, Keystore: jks, KeystoreType: "pkcs12"}
+	if _, err := s.ServerConfig(); err == nil || !strings.Contains(err.Error(), "keytool -importkeystore") {
+		t.Fatalf("JKS keystore: %v", err)
+	}
+	c := Settings{Enabled: true, Truststore: jks, TruststoreType: "pem"}
+	if _, err := c.ClientConfig("h"); err == nil || !strings.Contains(err.Error(), "keytool -importkeystore") {
+		t.Fatalf("JKS truststore: %v", err)
+	}
+	p := config.FromMap("s.", map[string]string{"ssl": "true", "keystore": jks})
+	ReadServer(p)
+	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "keytool") {
+		t.Fatalf("default keystore-type JKS: %v", err)
+	}
+}
+
+func TestProtocols(t *testing.T) {
+	p := config.FromMap("s.", map[string]string{"include-protocols": "TLSv1.3"})
+	s := ReadServer(p)
+	if p.Err() != nil || s.minVersion != tls.VersionTLS13 || s.maxVersion != tls.VersionTLS13 {
+		t.Fatalf("TLSv1.3 only: %v %x %x", p.Err(), s.minVersion, s.maxVersion)
+	}
+	p = config.FromMap("s.", map[string]string{"include-protocols": "SSLv3"})
+	ReadServer(p)
+	if p.Err() == nil {
+		t.Fatal("SSLv3 accepted")
+	}
+}
