@@ -96,6 +96,9 @@ func (s *Source) Addr() net.Addr {
 
 // Start loads the TLS key material (when ssl is set), listens and serves.
 func (s *Source) Start(_ context.Context, p flow.Processor) error {
+	if s.Addr() != nil {
+		return fmt.Errorf("http %s: already started", s.env.Name)
+	}
 	var tlsConf *tls.Config
 	if s.tls.enabled {
 		var err error

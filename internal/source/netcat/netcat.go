@@ -116,6 +116,9 @@ func (s *Source) Addr() net.Addr {
 // Start listens on bind:port and serves each connection in its own
 // goroutine.
 func (s *Source) Start(_ context.Context, p flow.Processor) error {
+	if s.Addr() != nil {
+		return fmt.Errorf("netcat %s: already started", s.env.Name)
+	}
 	addr := net.JoinHostPort(s.bind, strconv.Itoa(s.port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -61,6 +61,9 @@ func (s *UDPSource) Addr() net.Addr {
 
 // Start binds bind:port and reads datagrams in a goroutine Stop ends.
 func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
+	if s.Addr() != nil {
+		return fmt.Errorf("netcatudp %s: already started", s.env.Name)
+	}
 	addr := net.JoinHostPort(s.bind, strconv.Itoa(s.port))
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
