@@ -54,3 +54,5 @@ var (
 )
 
 var quietLog = slog.New(slog.DiscardHandler)
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -252,6 +252,9 @@ func TestProcessorConcurrent(t *testing.T) {
 }
 
 func TestProcessorAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race")
+	}
 	s := newProc(t, []string{"c1"}, map[string]int{"c1": 100000}, nil)
 	evs := events("e", 100)
 	in := make([]event.Event, len(evs))
