@@ -1,27 +1,23 @@
 package sourcetest
 
 import (
-	"context"
+	"log/slog"
 
-	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/metrics"
 )
 
-// newProcessor returns a processor that puts every batch into ch in one
-// transaction, as the ChannelProcessor does for one required channel.
-func newProcessor(ch flow.Channel) flow.Processor { return directProcessor{ch} }
-
-type directProcessor struct{ ch flow.Channel }
-
-func (d directProcessor) Process(_ context.Context, events []event.Event) error {
-	tx := d.ch.Begin()
-	if err := tx.Put(events); err != nil {
-		tx.Rollback()
-		return err
+// newProcessor returns the real ChannelProcessor of a source whose only
+// channel, required, is ch: no interceptors, the replicating selector.
+func newProcessor(ch flow.Channel) (flow.Processor, error) {
+	sel, err := flow.NewSelector(nil, map[string]flow.Channel{"c1": ch}, []string{"c1"})
+	if err != nil {
+		return nil, err
 	}
-	if err := tx.Commit(); err != nil {
-		tx.Rollback()
-		return err
-	}
-	return nil
+	return flow.NewChannelProcessor(flow.ProcessorConfig{
+		Source:   "r1",
+		Selector: sel,
+		Metrics:  metrics.NewRegistry("a1"),
+		Logger:   slog.New(slog.DiscardHandler),
+	}), nil
 }

@@ -27,7 +27,7 @@ type Pipeline struct {
 
 // NewPipeline starts a memory channel of capacity events (transactions of
 // at most txCap) whose commits wait keepAlive for space, and returns it with
-// a processor that puts into it. The channel is stopped at the end of the test.
+// the ChannelProcessor that puts into it. The channel is stopped at the end of the test.
 func NewPipeline(tb testing.TB, capacity, txCap int, keepAlive time.Duration) *Pipeline {
 	tb.Helper()
 	p := config.FromMap("a1.channels.c1.", map[string]string{
@@ -48,7 +48,11 @@ func NewPipeline(tb testing.TB, capacity, txCap int, keepAlive time.Duration) *P
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { ch.Stop(context.Background()) })
-	return &Pipeline{Channel: ch, Processor: newProcessor(ch)}
+	proc, err := newProcessor(ch)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &Pipeline{Channel: ch, Processor: proc}
 }
 
 // Take takes up to max events in one committed transaction, waiting up to
