@@ -58,7 +58,10 @@ type Transaction interface {
 	// appends them to dst. When the channel is empty it waits until an event
 	// is committed or ctx is done, then returns what it has (possibly none);
 	// the end of ctx is not an error. It never waits once it has one event,
-	// so a sink's batch is whatever is there, up to max.
+	// so a sink's batch is whatever is there, up to max. A ctx that is
+	// already done still gets the events the channel can hand over without
+	// waiting (BatchSink takes that way first, to spare a timer per batch; a
+	// channel that cannot returns none, and BatchSink then waits normally).
 	Take(ctx context.Context, dst []event.Event, max int) ([]event.Event, error)
 	// Commit makes puts visible and takes permanent. For puts it may wait up
 	// to the channel's keep-alive for space and then fail with

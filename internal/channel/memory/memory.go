@@ -30,7 +30,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"runtime/debug"
 	"strconv"
@@ -59,7 +58,6 @@ const initialRing = 1024
 // transaction belongs to one goroutine.
 type Channel struct {
 	name      string
-	log       *slog.Logger
 	capacity  int
 	txCap     int
 	keepAlive time.Duration
@@ -85,7 +83,7 @@ var (
 
 // New builds a memory channel from its properties.
 func New(env flow.Env, p *config.Props) (flow.Channel, error) {
-	c := &Channel{name: env.Name, log: env.Log()}
+	c := &Channel{name: env.Name}
 	c.capacity = p.Int("capacity", DefaultCapacity)
 	if c.capacity < 1 {
 		p.Errorf("capacity", "%d is not a positive number of events; the default is %d", c.capacity, DefaultCapacity)
@@ -178,11 +176,7 @@ func (c *Channel) Stop(context.Context) error {
 	c.closed = true
 	c.wakeTakers()
 	c.wakeCommitters()
-	n := c.n
 	c.mu.Unlock()
-	if n > 0 {
-		c.log.Warn("memory channel stopped while holding events; they are lost unless the channel is reused", "channel", c.name, "events", n)
-	}
 	c.counters.Stopped()
 	return nil
 }
@@ -390,7 +384,10 @@ func (t *tx) Commit() error {
 		return flow.FullErrorf("channel %s is full: a transaction of %d body bytes can never fit in byteCapacity %d "+
 			"(after byteCapacityBufferPercentage); raise byteCapacity or send smaller batches", c.name, t.putBytes, c.byteCap)
 	}
-	now := event.Now()
+	var now int64
+	if len(puts) > 0 {
+		now = event.Now() // one clock read per commit, outside the lock
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -401,7 +398,9 @@ func (t *tx) Commit() error {
 			c.mu.Unlock()
 			return err
 		}
-		now = event.Now()
+		if len(puts) > 0 {
+			now = event.Now() // the wait may have been long
+		}
 	}
 	if len(puts) > 0 {
 		for i := range puts {

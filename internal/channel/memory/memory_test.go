@@ -237,6 +237,24 @@ func TestStopWakesTakers(t *testing.T) {
 	}
 }
 
+func TestTakeWithDoneContextGetsWhatIsThere(t *testing.T) {
+	// flow.BatchSink relies on this to avoid a timer per batch.
+	ch, _ := newChannel(t, nil)
+	if err := testutil.PutCommit(ch, testutil.Events("e", 3)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	tx := ch.Begin()
+	got, err := tx.Take(ctx, nil, 10)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("took %d, %v; want 3", len(got), err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRingGrowsAndWraps(t *testing.T) {
 	ch, _ := newChannel(t, map[string]string{"capacity": "5000", "transactionCapacity": "700"})
 	next, want := 0, 0
