@@ -36,7 +36,7 @@ func TestChannelSuite(t *testing.T) {
 		ch, _ := newChannel(t, map[string]string{
 			"capacity":            strconv.Itoa(capacity),
 			"transactionCapacity": strconv.Itoa(txCapacity),
-			"keep-alive":          "0.2",
+			"keep-alive":          "1", // long enough that a loaded CI machine frees space in time
 		})
 		return ch
 	})
