@@ -1,0 +1,219 @@
+// Package tcpsink implements sluice's tcp sink: it writes each event body
+// followed by '\n' to a TCP peer, such as a Logstash or Vector socket input.
+//
+// A batch's take commits once the batch was written to the connection (the
+// buffer flushed and every write returned). Line protocols have no
+// acknowledgement, so "delivered" means handed to the kernel: a peer that
+// crashes, or closes its socket with bytes it has not read, loses them, and
+// the sink cannot know. What the sink does see (a refused connection, a reset,
+// a write timeout) fails the batch: the connection is closed, the events go
+// back to the channel and are written again on a new connection. A batch that
+// failed part way may have reached the peer in part, so the peer can see a
+// prefix of a batch twice (at-least-once).
+//
+// Before each batch the sink checks, without blocking, whether the peer has
+// closed the connection (and discards anything the peer sent), so a peer that
+// restarted between batches does not swallow the next one.
+//
+// Reconnection waits with exponential backoff (100 ms doubling to 5 s),
+// reset by a delivered batch; failures are logged once per streak and then
+// at most every 30 s.
+package tcpsink
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+const (
+	// DefaultBatchSize is the default batchSize.
+	DefaultBatchSize = 100
+	// DefaultConnectTimeout bounds one connection attempt.
+	DefaultConnectTimeout = 10 * time.Second
+	// DefaultRequestTimeout bounds the writing of one batch.
+	DefaultRequestTimeout = 10 * time.Second
+
+	minBackoff  = 100 * time.Millisecond
+	maxBackoff  = 5 * time.Second
+	logEvery    = 30 * time.Second
+	writeBuffer = 64 << 10
+)
+
+// Options configure a Writer.
+type Options struct {
+	Addr           string // host:port
+	ConnectTimeout time.Duration
+	RequestTimeout time.Duration
+}
+
+// Writer writes event bodies as lines to a TCP peer, connecting on demand.
+type Writer struct {
+	opt Options
+	c   *metrics.SinkCounters
+	log *slog.Logger
+
+	mu      sync.Mutex
+	conn    *net.TCPConn
+	bw      *bufio.Writer
+	closed  func() bool // reports whether the peer closed conn; see peerClosed
+	backoff time.Duration
+	next    time.Time // no dial before this
+
+	fails      int // consecutive failures
+	lastLog    time.Time
+	suppressed int
+
+	onDial func(*net.TCPConn) // test hook
+}
+
+// NewWriter returns a Writer; c receives the connection counters.
+func NewWriter(opt Options, c *metrics.SinkCounters, log *slog.Logger) *Writer {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Writer{opt: opt, c: c, log: log, bw: bufio.NewWriterSize(nil, writeBuffer)}
+}
+
+// Write sends the bodies of events, each followed by '\n', and returns nil
+// once all were written to the connection. Without a connection it first
+// waits out the reconnect backoff (or until ctx is done), then dials.
+func (w *Writer) Write(ctx context.Context, events []event.Event) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.conn != nil && w.closed() {
+		// Not a failed delivery: reconnect at once.
+		w.log.Info("tcp sink: peer closed the connection; reconnecting", "addr", w.opt.Addr)
+		w.closeConn()
+	}
+	if w.conn == nil {
+		if err := w.connect(ctx); err != nil {
+			return err
+		}
+	}
+	if w.opt.RequestTimeout > 0 {
+		w.conn.SetWriteDeadline(time.Now().Add(w.opt.RequestTimeout))
+	}
+	bw := w.bw
+	for i := range events {
+		bw.Write(events[i].Body) // errors are sticky and returned by Flush
+		bw.WriteByte('\n')
+	}
+	if err := bw.Flush(); err != nil {
+		err = fmt.Errorf("tcp sink: write to %s: %w", w.opt.Addr, err)
+		w.drop(err)
+		return err
+	}
+	if w.fails > 0 {
+		w.log.Info("tcp sink: delivering again", "addr", w.opt.Addr, "failures", w.fails)
+	}
+	w.fails, w.suppressed, w.backoff = 0, 0, 0
+	return nil
+}
+
+// connect dials the peer once its backoff has passed. Caller holds mu.
+func (w *Writer) connect(ctx context.Context) error {
+	if d := time.Until(w.next); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("tcp sink: waiting to reconnect to %s: %w", w.opt.Addr, ctx.Err())
+		case <-t.C:
+		}
+	}
+	d := net.Dialer{Timeout: w.opt.ConnectTimeout}
+	c, err := d.DialContext(ctx, "tcp", w.opt.Addr)
+	if err != nil {
+		w.c.ConnectionFailed.Add(1)
+		err = fmt.Errorf("tcp sink: connect to %s: %w", w.opt.Addr, err)
+		w.failed(err)
+		return err
+	}
+	tc := c.(*net.TCPConn)
+	tc.SetNoDelay(true)
+	if w.onDial != nil {
+		w.onDial(tc)
+	}
+	w.conn = tc
+	w.closed = peerClosed(tc)
+	w.bw.Reset(tc)
+	w.c.ConnectionCreated.Add(1)
+	w.log.Debug("tcp sink: connected", "addr", w.opt.Addr)
+	return nil
+}
+
+// drop closes the connection after err. Caller holds mu.
+func (w *Writer) drop(err error) {
+	w.closeConn()
+	w.failed(err)
+}
+
+// closeConn closes the connection. Caller holds mu.
+func (w *Writer) closeConn() error {
+	err := w.conn.Close()
+	w.conn, w.closed = nil, nil
+	w.bw.Reset(nil)
+	w.c.ConnectionClosed.Add(1)
+	return err
+}
+
+// failed schedules the next dial and logs err, throttled. Caller holds mu.
+func (w *Writer) failed(err error) {
+	w.next = time.Now().Add(w.backoff)
+	w.backoff = min(max(2*w.backoff, minBackoff), maxBackoff)
+	w.fails++
+	now := time.Now()
+	if w.fails == 1 || now.Sub(w.lastLog) >= logEvery {
+		w.log.Warn("tcp sink: delivery failed; events stay in the channel and will be retried",
+			"addr", w.opt.Addr, "err", err, "failures", w.fails, "suppressed", w.suppressed, "retry_in", w.backoff)
+		w.lastLog, w.suppressed = now, 0
+		return
+	}
+	w.suppressed++
+}
+
+// Stop closes the connection.
+func (w *Writer) Stop(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.conn == nil {
+		return nil
+	}
+	return w.closeConn()
+}
+
+// New builds a tcp sink from its properties: hostname and port (required),
+// batchSize (100), connect-timeout (10000 ms) and request-timeout (10000 ms,
+// the bound on writing one batch).
+func New(env flow.Env, p *config.Props) (flow.Sink, error) {
+	host := p.Required("hostname")
+	port := 0
+	if p.Has("port") {
+		port = p.IntRange("port", 0, 1, 65535)
+	} else {
+		p.Required("port")
+	}
+	batch := p.IntRange("batchSize", DefaultBatchSize, 1, math.MaxInt32)
+	ct := p.IntRange("connect-timeout", int(DefaultConnectTimeout/time.Millisecond), 1, math.MaxInt32)
+	rt := p.IntRange("request-timeout", int(DefaultRequestTimeout/time.Millisecond), 1, math.MaxInt32)
+	opt := Options{
+		Addr:           net.JoinHostPort(host, strconv.Itoa(port)),
+		ConnectTimeout: time.Duration(ct) * time.Millisecond,
+		RequestTimeout: time.Duration(rt) * time.Millisecond,
+	}
+	c := metrics.NewSinkCounters(env.Name, env.Type)
+	env.Registry().Add(c.Set)
+	return flow.NewBatchSink(env, NewWriter(opt, c, env.Log()), batch, c), nil
+}
