@@ -250,20 +250,18 @@ type handler struct {
 	buf  []byte
 	r, w int // unread input is buf[r:w]
 
-	events  []event.Event // the batch being put, kept as read for retries
-	scratch []event.Event // what Process gets (it may reorder and rewrite)
+	events []event.Event // the batch being put; rebuilt from its slab for a retry
 }
 
 func newHandler(s *Source, c net.Conn, p flow.Processor) *handler {
 	// A line of maxLine UTF-16 units takes at most 3 bytes per unit in UTF-8.
 	size := max(minReadBuffer, 3*s.maxLine+8)
 	return &handler{
-		s:       s,
-		c:       c,
-		p:       p,
-		buf:     make([]byte, size),
-		events:  make([]event.Event, 0, s.batchSize),
-		scratch: make([]event.Event, s.batchSize),
+		s:      s,
+		c:      c,
+		p:      p,
+		buf:    make([]byte, size),
+		events: make([]event.Event, 0, s.batchSize),
 	}
 }
 
@@ -314,14 +312,7 @@ func (h *handler) drain(ctx context.Context) error {
 			// One slab holds every body of the batch.
 			slab := make([]byte, end)
 			copy(slab, data[:end])
-			h.events = h.events[:0]
-			now := event.Now()
-			for off := 0; off < end; {
-				i := bytes.IndexByte(slab[off:end], '\n')
-				h.events = append(h.events, event.Event{Body: slab[off : off+i : off+i], ReceivedAt: now})
-				off += i + 1
-			}
-			if err := h.put(ctx); err != nil {
+			if err := h.put(ctx, slab); err != nil {
 				return err
 			}
 			h.r += end
@@ -400,19 +391,34 @@ func javaChars(b []byte) int {
 	return n
 }
 
-// put commits h.events, retrying while the channel is full (the connection
-// is not read meanwhile, which pushes back on the sender), then answers OK
-// for each event when ack-every-event is set.
-func (h *handler) put(ctx context.Context) error {
+// fill sets h.events to the lines of slab, each ending in '\n'.
+func (h *handler) fill(slab []byte, now int64) {
+	h.events = h.events[:0]
+	for off := 0; off < len(slab); {
+		i := bytes.IndexByte(slab[off:], '\n')
+		h.events = append(h.events, event.Event{Body: slab[off : off+i : off+i], ReceivedAt: now})
+		off += i + 1
+	}
+}
+
+// put commits the lines of slab, retrying while the channel is full (the
+// connection is not read meanwhile, which pushes back on the sender), then
+// answers OK for each event when ack-every-event is set. A failed Process
+// may have rewritten or reordered the events (interceptors), so a retry
+// builds them again from the slab, whose bytes nobody changes.
+func (h *handler) put(ctx context.Context, slab []byte) error {
 	c := h.s.counters
+	now := event.Now()
+	h.fill(slab, now)
 	n := len(h.events)
 	c.AppendBatchReceived.Add(1)
 	c.EventReceived.Add(int64(n))
 	backoff := time.Duration(0)
-	for {
-		batch := h.scratch[:n]
-		copy(batch, h.events)
-		err := h.p.Process(ctx, batch)
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			h.fill(slab, now)
+		}
+		err := h.p.Process(ctx, h.events)
 		if err == nil {
 			break
 		}
@@ -425,7 +431,6 @@ func (h *handler) put(ctx context.Context) error {
 			h.s.env.Log().Warn("netcat source could not put a batch", "source", h.s.env.Name, "events", n, "err", err)
 			line := "FAILED: " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n"
 			_, werr := h.c.Write([]byte(strings.Repeat(line, n)))
-			clear(h.scratch[:n])
 			return werr
 		}
 		backoff = min(max(2*backoff, minFullBackoff), maxFullBackoff)
@@ -440,7 +445,6 @@ func (h *handler) put(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	clear(h.scratch[:n]) // do not keep the pipeline's events alive
 	c.EventAccepted.Add(int64(n))
 	c.AppendBatchAccepted.Add(1)
 	if h.s.ack {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 )
@@ -399,5 +400,51 @@ func TestOverlongLineWhileStreaming(t *testing.T) {
 	r, err := bufio.NewReader(c).ReadString('\n')
 	if want := "FAILED: Event exceeds the maximum length (10 chars, including newline)\n"; r != want {
 		t.Fatalf("reply %q, %v; want %q", r, err, want)
+	}
+}
+
+// compactor is an interceptor that rewrites the batch in place the way a
+// filter does: it keeps every event but moves them (reversing the batch) and
+// marks each, so a source that retried with the rewritten slice would send
+// duplicates, lose events or double-mark them.
+type compactor struct{}
+
+func (compactor) Intercept(events []event.Event) []event.Event {
+	slices.Reverse(events)
+	for i := range events {
+		events[i].Body = append([]byte("seen:"), events[i].Body...)
+	}
+	return events
+}
+
+// Retries after a full channel start from the lines as read, not from what
+// the interceptors made of the failed attempt.
+func TestRetryRebuildsEvents(t *testing.T) {
+	pl := sourcetest.NewPipeline(t, 5, 5, 0)
+	sel, err := flow.NewSelector(nil, map[string]flow.Channel{"c1": pl.Channel}, []string{"c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := flow.NewChannelProcessor(flow.ProcessorConfig{Source: "r1", Selector: sel, Interceptors: []flow.Interceptor{compactor{}}})
+	s := newTCP(t, map[string]string{"batchSize": "4", "ack-every-event": "false"})
+	start(t, s, proc)
+	c := dial(t, s.Addr())
+	var b bytes.Buffer
+	for i := range 40 {
+		fmt.Fprintf(&b, "%d\n", i)
+	}
+	c.Write(b.Bytes())
+	if !sourcetest.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() >= 2 }, 5*time.Second) {
+		t.Fatal("the source never retried a full channel")
+	}
+	got := sourcetest.Bodies(pl.Drain(t, 40, 10*time.Second))
+	slices.Sort(got)
+	want := make([]string, 40)
+	for i := range want {
+		want[i] = fmt.Sprintf("seen:%d", i)
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q, want each line once, marked once", got)
 	}
 }
