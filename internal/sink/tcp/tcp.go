@@ -198,6 +198,11 @@ func (w *Writer) Stop(context.Context) error {
 // batchSize (100), connect-timeout (10000 ms) and request-timeout (10000 ms,
 // the bound on writing one batch).
 func New(env flow.Env, p *config.Props) (flow.Sink, error) {
+	s, _ := build(env, p)
+	return s, nil
+}
+
+func build(env flow.Env, p *config.Props) (*flow.BatchSink, *Writer) {
 	host := p.Required("hostname")
 	port := 0
 	if p.Has("port") {
@@ -215,5 +220,6 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 	}
 	c := metrics.NewSinkCounters(env.Name, env.Type)
 	env.Registry().Add(c.Set)
-	return flow.NewBatchSink(env, NewWriter(opt, c, env.Log()), batch, c), nil
+	w := NewWriter(opt, c, env.Log())
+	return flow.NewBatchSink(env, w, batch, c), w
 }
