@@ -1,6 +1,9 @@
 // Package fileroll implements Flume's file_roll sink (RollingFileSink): it
-// writes event bodies to files in a directory and starts a new file every
-// rollInterval.
+// writes events to files in a directory and starts a new file every
+// rollInterval. Events are written as Flume's serializers write them: TEXT
+// (the body and a newline), HEADER_AND_TEXT ("{k=v, ...} body" and a
+// newline) or avro_event (an Avro object container file of
+// {headers, body} records, one block per batch at least).
 //
 // Each batch is written through a large buffer and flushed to the operating
 // system before its take commits (as Flume does; with sink.fsync = true, a
@@ -17,6 +20,7 @@ package fileroll
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -24,11 +28,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/hamba/avro/v2/ocf"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
@@ -43,6 +49,8 @@ const (
 	// bufferSize is the write buffer of the open file: a batch of 100
 	// 256-byte events (25 KiB) or 1000 of them goes out in one write.
 	bufferSize = 256 << 10
+	// DefaultAvroSyncBytes is Flume's default syncIntervalBytes.
+	DefaultAvroSyncBytes = 2048000
 )
 
 // Options configure a Writer.
@@ -57,11 +65,56 @@ type Options struct {
 	// after the local time each is opened (Flume's ROLLTIME path manager),
 	// n counting from 1 within each second.
 	RollTime bool
-	// AppendNewline writes '\n' after each body (the TEXT serializer's
-	// appendNewline, true by default).
+	// Serializer is how events are written: Text (the default),
+	// HeaderAndText or AvroEvent.
+	Serializer Serializer
+	// AppendNewline writes '\n' after each event in the text serializers
+	// (their appendNewline, true by default).
 	AppendNewline bool
+	// AvroCodec compresses the blocks of an avro_event file: "null" (the
+	// default), "deflate", "snappy" or "zstandard".
+	AvroCodec string
+	// AvroSyncBytes is roughly how many bytes an avro_event block holds
+	// before it is written; every batch also ends its block.
+	AvroSyncBytes int
 	// Fsync syncs the file after each batch, before the take commits.
 	Fsync bool
+}
+
+// Serializer names an event format of the file_roll sink.
+type Serializer int
+
+const (
+	// Text writes each body (Flume's TEXT, BodyTextEventSerializer).
+	Text Serializer = iota
+	// HeaderAndText writes the headers as {k=v, ...}, a space, then the
+	// body (Flume's HEADER_AND_TEXT).
+	HeaderAndText
+	// AvroEvent writes an Avro object container file of records
+	// {headers: map<string>, body: bytes} (Flume's avro_event).
+	AvroEvent
+)
+
+// avroEventSchema is the record schema of Flume's avro_event serializer.
+const avroEventSchema = `{"type":"record","name":"Event","fields":[{"name":"headers","type":{"type":"map","values":"string"}},{"name":"body","type":"bytes"}]}`
+
+// appendAvroEvent appends the Avro binary encoding of e as a record of
+// avroEventSchema: the headers map as one block (count, then key and value
+// strings) ended by a zero count, then the body as bytes. Every length is a
+// zigzag varint.
+func appendAvroEvent(dst []byte, e *event.Event) []byte {
+	if n := len(e.Headers); n > 0 {
+		dst = binary.AppendVarint(dst, int64(n))
+		for k, v := range e.Headers {
+			dst = binary.AppendVarint(dst, int64(len(k)))
+			dst = append(dst, k...)
+			dst = binary.AppendVarint(dst, int64(len(v)))
+			dst = append(dst, v...)
+		}
+	}
+	dst = append(dst, 0)
+	dst = binary.AppendVarint(dst, int64(len(e.Body)))
+	return append(dst, e.Body...)
 }
 
 // Writer writes event bodies to rolling files. Write and the roll timer are
@@ -74,6 +127,8 @@ type Writer struct {
 	mu       sync.Mutex
 	f        *os.File
 	bw       *bufio.Writer
+	enc      *ocf.Encoder // avro_event only
+	hdr      []byte
 	path     string
 	series   int64  // start time of the sink in Unix ms, as Flume's DefaultPathManager
 	index    int    // number of the last file opened
@@ -155,14 +210,10 @@ func (w *Writer) Write(_ context.Context, events []event.Event) error {
 			return err
 		}
 	}
-	bw := w.bw
-	for i := range events {
-		bw.Write(events[i].Body) // errors are sticky and returned by Flush
-		if w.opt.AppendNewline {
-			bw.WriteByte('\n')
-		}
+	err := w.serialize(events)
+	if err == nil {
+		err = w.bw.Flush()
 	}
-	err := bw.Flush()
 	if err == nil && w.opt.Fsync {
 		err = w.f.Sync()
 	}
@@ -171,10 +222,66 @@ func (w *Writer) Write(_ context.Context, events []event.Event) error {
 		w.c.ConnectionFailed.Add(1)
 		w.bw.Reset(nil)
 		w.f.Close()
-		w.f, w.path = nil, ""
+		w.f, w.path, w.enc = nil, "", nil
 		return fmt.Errorf("file_roll: write %s: %w", path, err)
 	}
 	return nil
+}
+
+// serialize writes events into the buffer (and, for avro_event, ends the
+// block). Caller holds mu.
+func (w *Writer) serialize(events []event.Event) error {
+	bw := w.bw
+	switch w.opt.Serializer {
+	case AvroEvent:
+		for i := range events {
+			w.hdr = appendAvroEvent(w.hdr[:0], &events[i])
+			if _, err := w.enc.Write(w.hdr); err != nil {
+				return err
+			}
+		}
+		return w.enc.Flush()
+	case HeaderAndText:
+		for i := range events {
+			w.hdr = appendHeaders(w.hdr[:0], events[i].Headers)
+			w.hdr = append(w.hdr, ' ')
+			bw.Write(w.hdr)
+			bw.Write(events[i].Body)
+			if w.opt.AppendNewline {
+				bw.WriteByte('\n')
+			}
+		}
+	default:
+		for i := range events {
+			bw.Write(events[i].Body) // errors are sticky and returned by Flush
+			if w.opt.AppendNewline {
+				bw.WriteByte('\n')
+			}
+		}
+	}
+	return nil
+}
+
+// appendHeaders appends h as Java's Map.toString prints it, {k=v, k2=v2},
+// with keys sorted.
+func appendHeaders(dst []byte, h map[string]string) []byte {
+	dst = append(dst, '{')
+	if len(h) > 0 {
+		keys := make([]string, 0, len(h))
+		for k := range h {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			if i > 0 {
+				dst = append(dst, ", "...)
+			}
+			dst = append(dst, k...)
+			dst = append(dst, '=')
+			dst = append(dst, h[k]...)
+		}
+	}
+	return append(dst, '}')
 }
 
 // open opens the next file. It never truncates an existing file: a name
@@ -195,6 +302,18 @@ func (w *Writer) open() error {
 		}
 		w.f, w.path = f, path
 		w.bw.Reset(f)
+		if w.opt.Serializer == AvroEvent {
+			// The container header goes out with the first batch.
+			w.enc, err = ocf.NewEncoder(avroEventSchema, w.bw,
+				ocf.WithCodec(ocf.CodecName(w.opt.AvroCodec)), ocf.WithBlockLength(0), ocf.WithBlockSize(w.opt.AvroSyncBytes))
+			if err != nil {
+				w.bw.Reset(nil)
+				f.Close()
+				w.f, w.path = nil, ""
+				w.c.ConnectionFailed.Add(1)
+				return fmt.Errorf("file_roll: start avro file %s: %w", path, err)
+			}
+		}
 		w.c.ConnectionCreated.Add(1)
 		w.log.Debug("file_roll: opened file", "file", path)
 		return nil
@@ -232,7 +351,14 @@ func (w *Writer) closeFile() error {
 	}
 	f, path := w.f, w.path
 	w.f, w.path = nil, ""
-	err := w.bw.Flush()
+	var err error
+	if w.enc != nil {
+		err = w.enc.Close()
+		w.enc = nil
+	}
+	if err == nil {
+		err = w.bw.Flush()
+	}
 	w.bw.Reset(nil)
 	if err == nil && w.opt.Fsync {
 		err = f.Sync()
@@ -251,7 +377,9 @@ func (w *Writer) closeFile() error {
 
 // New builds a file_roll sink from its properties: sink.directory
 // (required), sink.rollInterval (30 s; 0 never rolls; fractions allowed),
-// sink.serializer (TEXT), sink.serializer.appendNewline (true),
+// sink.serializer (TEXT), sink.serializer.appendNewline (true) with TEXT
+// and HEADER_AND_TEXT; sink.serializer.syncIntervalBytes
+// (2048000) and sink.serializer.compressionCodec (null) with avro_event;
 // sink.batchSize (100), sink.pathManager (DEFAULT or ROLLTIME),
 // sink.pathManager.prefix, sink.pathManager.extension, and sink.fsync
 // (false; a sluice extension).
@@ -265,12 +393,20 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 	opt.RollInterval = time.Duration(roll * float64(time.Second))
 	switch s := strings.TrimSpace(p.String("sink.serializer", "TEXT")); {
 	case strings.EqualFold(s, "TEXT") || s == "org.apache.flume.serialization.BodyTextEventSerializer$Builder":
-	case strings.EqualFold(s, "avro_event") || s == "org.apache.flume.serialization.FlumeEventAvroEventSerializer$Builder":
-		p.Errorf("sink.serializer", "the avro_event serializer is not supported yet; use TEXT")
+		opt.Serializer = Text
+	case strings.EqualFold(s, "HEADER_AND_TEXT") || s == "org.apache.flume.serialization.HeaderAndBodyTextEventSerializer$Builder":
+		opt.Serializer = HeaderAndText
+	case strings.EqualFold(s, "AVRO_EVENT") || s == "org.apache.flume.serialization.FlumeEventAvroEventSerializer$Builder":
+		opt.Serializer = AvroEvent
 	default:
-		p.Errorf("sink.serializer", "%q is not a supported serializer; use TEXT", s)
+		p.Errorf("sink.serializer", "%q is not a supported serializer; use TEXT, HEADER_AND_TEXT or avro_event", s)
 	}
-	opt.AppendNewline = p.Bool("sink.serializer.appendNewline", true)
+	if opt.Serializer == AvroEvent {
+		opt.AvroSyncBytes = p.IntRange("sink.serializer.syncIntervalBytes", DefaultAvroSyncBytes, 32, math.MaxInt32)
+		opt.AvroCodec = p.Enum("sink.serializer.compressionCodec", "null", "null", "deflate", "snappy", "zstandard")
+	} else {
+		opt.AppendNewline = p.Bool("sink.serializer.appendNewline", true)
+	}
 	batch := p.IntRange("sink.batchSize", DefaultBatchSize, 1, math.MaxInt32)
 	opt.RollTime = p.Enum("sink.pathManager", "default", "DEFAULT", "ROLLTIME") == "rolltime"
 	opt.Prefix = p.String("sink.pathManager.prefix", "")

@@ -313,19 +313,31 @@ func TestStartFailsOnUnusableDirectory(t *testing.T) {
 
 // BenchmarkWrite measures one batch of 100 events of 256 bytes.
 func BenchmarkWrite(b *testing.B) {
-	w := NewWriter(Options{Directory: b.TempDir(), AppendNewline: true}, metrics.NewSinkCounters("k1", "file_roll"), nil)
-	w.Start(context.Background())
-	defer w.Stop(context.Background())
-	evs := make([]event.Event, 100)
-	for i := range evs {
-		evs[i].Body = bytes.Repeat([]byte{'a' + byte(i%26)}, 256)
+	for _, bc := range []struct {
+		name string
+		opt  Options
+	}{
+		{"text", Options{AppendNewline: true}},
+		{"avro_event", Options{Serializer: AvroEvent, AvroCodec: "null", AvroSyncBytes: DefaultAvroSyncBytes}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			bc.opt.Directory = b.TempDir()
+			w := NewWriter(bc.opt, metrics.NewSinkCounters("k1", "file_roll"), nil)
+			w.Start(context.Background())
+			defer w.Stop(context.Background())
+			evs := make([]event.Event, 100)
+			for i := range evs {
+				evs[i].Headers = map[string]string{"host": "web1"}
+				evs[i].Body = bytes.Repeat([]byte{'a' + byte(i%26)}, 256)
+			}
+			b.SetBytes(100 * 257)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := w.Write(context.Background(), evs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "events/s")
+		})
 	}
-	b.SetBytes(100 * 257)
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := w.Write(context.Background(), evs); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "events/s")
 }
