@@ -304,8 +304,12 @@ func (w *Writer) open() error {
 		w.bw.Reset(f)
 		if w.opt.Serializer == AvroEvent {
 			// The container header goes out with the first batch.
+			codec := ocf.CodecName(w.opt.AvroCodec)
+			if codec == "" {
+				codec = ocf.Null
+			}
 			w.enc, err = ocf.NewEncoder(avroEventSchema, w.bw,
-				ocf.WithCodec(ocf.CodecName(w.opt.AvroCodec)), ocf.WithBlockLength(0), ocf.WithBlockSize(w.opt.AvroSyncBytes))
+				ocf.WithCodec(codec), ocf.WithBlockLength(0), ocf.WithBlockSize(w.opt.AvroSyncBytes))
 			if err != nil {
 				w.bw.Reset(nil)
 				f.Close()

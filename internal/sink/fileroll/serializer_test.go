@@ -36,7 +36,7 @@ func TestHeaderAndText(t *testing.T) {
 // rolls between batches; every file must be a complete Avro container that
 // decodes to its events, and together they hold every event in order.
 func TestAvroEventAcrossRolls(t *testing.T) {
-	for _, codec := range []string{"null", "deflate", "snappy", "zstandard"} {
+	for _, codec := range []string{"", "deflate", "snappy", "zstandard"} {
 		t.Run(codec, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "out")
 			c := metrics.NewSinkCounters("k1", "file_roll")
@@ -83,7 +83,7 @@ func TestAvroEventAcrossRolls(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", n, err)
 				}
-				if c := string(dec.Metadata()["avro.codec"]); c != codec {
+				if c := string(dec.Metadata()["avro.codec"]); c != codec && !(codec == "" && c == "null") {
 					t.Fatalf("%s: codec %q", n, c)
 				}
 				for dec.HasNext() {
