@@ -6,4 +6,4 @@ import "net"
 
 // peerClosed cannot probe the connection on this platform; a closed peer is
 // found by the next write that fails.
-func peerClosed(*net.TCPConn) func() bool { return func() bool { return false } }
+func peerClosed(*net.TCPConn) func() peerState { return func() peerState { return peerOpen } }

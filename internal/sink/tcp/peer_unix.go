@@ -8,15 +8,15 @@ import (
 )
 
 // peerClosed returns a function that reports, without blocking, whether the
-// peer of c closed the connection (or reset it). It reads and discards
-// whatever the peer sent, since a line protocol expects nothing back.
-func peerClosed(c *net.TCPConn) func() bool {
+// peer of c closed the connection, and how. It reads and discards whatever
+// the peer sent, since a line protocol expects nothing back.
+func peerClosed(c *net.TCPConn) func() peerState {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		return func() bool { return false }
+		return func() peerState { return peerOpen }
 	}
 	buf := make([]byte, 4096)
-	var closed bool
+	var st peerState
 	probe := func(fd uintptr) bool {
 		for {
 			n, _, err := syscall.Recvfrom(int(fd), buf, syscall.MSG_DONTWAIT)
@@ -24,18 +24,21 @@ func peerClosed(c *net.TCPConn) func() bool {
 			case err == syscall.EINTR:
 				continue
 			case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
-				return true
-			case err != nil || n == 0:
-				closed = true
-				return true
+				st = peerOpen
+			case err == nil && n == 0:
+				st = peerEOF
+			case err != nil:
+				st = peerReset
+			default:
+				continue // the peer sent something: discard it
 			}
-		}
-	}
-	return func() bool {
-		closed = false
-		if err := rc.Read(probe); err != nil {
 			return true
 		}
-		return closed
+	}
+	return func() peerState {
+		if err := rc.Read(probe); err != nil {
+			return peerReset
+		}
+		return st
 	}
 }

@@ -13,7 +13,9 @@
 //
 // Before each batch the sink checks, without blocking, whether the peer has
 // closed the connection (and discards anything the peer sent), so a peer that
-// restarted between batches does not swallow the next one.
+// restarted between batches does not swallow the next one. A peer that
+// reset the connection (on Linux, a close with data unread) is logged as a
+// warning, since events it had not read are gone.
 //
 // Reconnection waits with exponential backoff (100 ms doubling to 5 s),
 // reset by a delivered batch; failures are logged once per streak and then
@@ -67,7 +69,7 @@ type Writer struct {
 	mu      sync.Mutex
 	conn    *net.TCPConn
 	bw      *bufio.Writer
-	closed  func() bool // reports whether the peer closed conn; see peerClosed
+	probe   func() peerState // reports whether the peer closed conn; see peerClosed
 	backoff time.Duration
 	next    time.Time // no dial before this
 
@@ -92,10 +94,18 @@ func NewWriter(opt Options, c *metrics.SinkCounters, log *slog.Logger) *Writer {
 func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.conn != nil && w.closed() {
-		// Not a failed delivery: reconnect at once.
-		w.log.Info("tcp sink: peer closed the connection; reconnecting", "addr", w.opt.Addr)
-		w.closeConn()
+	if w.conn != nil {
+		switch w.probe() {
+		case peerEOF:
+			// The peer closed with nothing of ours unread: reconnect at once.
+			w.log.Info("tcp sink: peer closed the connection; reconnecting", "addr", w.opt.Addr)
+			w.closeConn()
+		case peerReset:
+			// A reset usually means the peer closed with data unread: the
+			// tail of what was already committed may not have been read.
+			w.log.Warn("tcp sink: peer reset the connection; events it had not read when it closed are lost", "addr", w.opt.Addr)
+			w.closeConn()
+		}
 	}
 	if w.conn == nil {
 		if err := w.connect(ctx); err != nil {
@@ -136,6 +146,9 @@ func (w *Writer) connect(ctx context.Context) error {
 	d := net.Dialer{Timeout: w.opt.ConnectTimeout}
 	c, err := d.DialContext(ctx, "tcp", w.opt.Addr)
 	if err != nil {
+		if ctx.Err() != nil { // stopping: not the peer's failure
+			return fmt.Errorf("tcp sink: connect to %s: %w", w.opt.Addr, err)
+		}
 		w.c.ConnectionFailed.Add(1)
 		err = fmt.Errorf("tcp sink: connect to %s: %w", w.opt.Addr, err)
 		w.failed(err)
@@ -147,7 +160,7 @@ func (w *Writer) connect(ctx context.Context) error {
 		w.onDial(tc)
 	}
 	w.conn = tc
-	w.closed = peerClosed(tc)
+	w.probe = peerClosed(tc)
 	w.bw.Reset(tc)
 	w.c.ConnectionCreated.Add(1)
 	w.log.Debug("tcp sink: connected", "addr", w.opt.Addr)
@@ -163,7 +176,7 @@ func (w *Writer) drop(err error) {
 // closeConn closes the connection. Caller holds mu.
 func (w *Writer) closeConn() error {
 	err := w.conn.Close()
-	w.conn, w.closed = nil, nil
+	w.conn, w.probe = nil, nil
 	w.bw.Reset(nil)
 	w.c.ConnectionClosed.Add(1)
 	return err
@@ -193,6 +206,15 @@ func (w *Writer) Stop(context.Context) error {
 	}
 	return w.closeConn()
 }
+
+// peerState is what a probe found out about the peer's side of a connection.
+type peerState int
+
+const (
+	peerOpen  peerState = iota
+	peerEOF             // closed cleanly: it had read everything that reached it
+	peerReset           // reset: it closed with data unread, or crashed
+)
 
 // New builds a tcp sink from its properties: hostname and port (required),
 // batchSize (100), connect-timeout (10000 ms) and request-timeout (10000 ms,

@@ -282,7 +282,7 @@ func TestWriterNoticesPeerClose(t *testing.T) {
 	close(closeFirst)
 	// Wait until the FIN reached the writer's socket: the probe sees it.
 	w.mu.Lock()
-	for !w.closed() {
+	for w.probe() == peerOpen {
 		w.mu.Unlock()
 		time.Sleep(time.Millisecond)
 		w.mu.Lock()
@@ -401,4 +401,44 @@ func BenchmarkWrite(b *testing.B) {
 func TestMain(m *testing.M) {
 	slog.SetDefault(slog.New(slog.DiscardHandler))
 	os.Exit(m.Run())
+}
+
+// TestWriterNoticesPeerReset: the peer closes with a batch unread, which
+// resets the connection; the probe tells a reset from a clean close, and
+// the next batch goes to a new connection.
+func TestWriterNoticesPeerReset(t *testing.T) {
+	got := make(chan struct{})
+	p := newPeer(t, "", func(i int, c net.Conn, p *peer) {
+		if i == 0 {
+			buf := make([]byte, 1)
+			c.Read(buf) // some of the batch arrived; leave the rest unread
+			close(got)
+			return // the deferred Close resets: data is unread
+		}
+		p.readLines(i, c, -1)
+	})
+	w, c := newTestWriter(t, p.addr())
+	if err := w.Write(context.Background(), batch(0, 10)); err != nil {
+		t.Fatal(err)
+	}
+	<-got
+	w.mu.Lock()
+	st := w.probe()
+	for st == peerOpen {
+		w.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		w.mu.Lock()
+		st = w.probe()
+	}
+	w.mu.Unlock()
+	if st != peerReset {
+		t.Fatalf("probe says %v, want a reset", st)
+	}
+	if err := w.Write(context.Background(), batch(10, 5)); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLines(t, 1, 5)
+	if c.ConnectionCreated.Load() != 2 {
+		t.Fatalf("ConnectionCreated = %d, want 2", c.ConnectionCreated.Load())
+	}
 }
