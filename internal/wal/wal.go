@@ -106,18 +106,24 @@ type Log struct {
 	queue      []*pending
 	spare      []*pending
 	nextSeq    uint64   // ticket of the next Append
-	durableSeq uint64   // highest ticket made durable
-	tail       Position // where the next record goes
+	writtenSeq uint64   // highest ticket written (not yet necessarily synced)
+	written    Position // end of the written data
+	durableSeq uint64   // highest ticket made durable; frozen once err is set
 	durable    Position // end of the durable data
+	tail       Position // where the next record goes
 	err        error    // sticky write/sync error
-	errSeq     uint64   // first ticket that failed with err
 	closing    bool
 	first      uint64 // oldest segment still present
 
-	wake chan struct{} // cap 1; nudges the writer
-	done chan struct{} // closed when the writer exits
+	wake       chan struct{} // cap 1; nudges the writer
+	syncWake   chan struct{} // cap 1; nudges the syncer
+	writerDone chan struct{} // closed when the writer exits
+	done       chan struct{} // closed when the syncer exits
 
-	// Writer-owned.
+	// fileMu is held by the syncer around Datasync and by the writer while
+	// it replaces cur, so a sync never runs on a closed file.
+	fileMu sync.Mutex
+	// cur and curSeg are written only by the writer, under fileMu.
 	cur    writeFile
 	curSeg uint64
 
@@ -156,8 +162,10 @@ func Open(dir string, opts Options) (*Log, error) {
 		opts:    opts,
 		log:     opts.Logger,
 		lock:    lock,
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
+		wake:       make(chan struct{}, 1),
+		syncWake:   make(chan struct{}, 1),
+		writerDone: make(chan struct{}),
+		done:       make(chan struct{}),
 		readers: make(map[uint64]*os.File),
 	}
 	l.cond.L = &l.mu
@@ -165,7 +173,8 @@ func Open(dir string, opts Options) (*Log, error) {
 		lock.Close()
 		return nil, err
 	}
-	go l.run()
+	go l.runWriter()
+	go l.runSyncer()
 	return l, nil
 }
 
@@ -210,7 +219,7 @@ func (l *Log) recover() error {
 		return err
 	}
 	l.tail = Position{Segment: next, Offset: SegmentHeaderSize}
-	l.durable = l.tail
+	l.durable, l.written = l.tail, l.tail
 	return nil
 }
 
@@ -384,12 +393,12 @@ func (l *Log) append(pos []Position, recs [][]byte) error {
 	}
 
 	l.mu.Lock()
-	for l.durableSeq < p.seq && (l.err == nil || l.errSeq > p.seq) {
+	for l.durableSeq < p.seq && l.err == nil {
 		l.cond.Wait()
 	}
-	err := l.err
-	if l.durableSeq >= p.seq {
-		err = nil
+	var err error
+	if l.durableSeq < p.seq {
+		err = l.err
 	}
 	l.mu.Unlock()
 	if err != nil {
@@ -450,10 +459,12 @@ func putBuf(bp *[]byte) {
 	}
 }
 
-// run is the writer goroutine: it takes every queued Append, writes them,
-// syncs once and wakes them all.
-func (l *Log) run() {
-	defer close(l.done)
+// runWriter is the writer goroutine: it takes every queued Append and
+// writes it to the current segment, then hands the syncer the new end.
+// Writing into the page cache overlaps the syncer's fdatasync of what was
+// written before.
+func (l *Log) runWriter() {
+	defer close(l.writerDone)
 	for {
 		l.mu.Lock()
 		for len(l.queue) == 0 {
@@ -467,46 +478,90 @@ func (l *Log) run() {
 		}
 		batch := l.queue
 		l.queue, l.spare = l.spare[:0], nil
+		failed := l.err != nil
 		l.mu.Unlock()
 
-		err := l.writeBatch(batch)
-
+		var err error
+		if !failed {
+			err = l.writeBatch(batch)
+		}
 		l.mu.Lock()
 		if err != nil {
-			if l.err == nil {
-				l.err = err
-				l.errSeq = batch[0].seq
-				l.log.Error("wal: write failed; the log refuses appends until reopened", "dir", l.dir, "err", err)
-			}
-		} else {
-			l.durableSeq = batch[len(batch)-1].seq
-			l.durable = batch[len(batch)-1].end
+			l.failLocked(err)
+		} else if !failed {
+			last := batch[len(batch)-1]
+			l.writtenSeq, l.written = last.seq, last.end
 		}
 		for i := range batch {
 			putBuf(batch[i].buf)
 			batch[i] = nil
 		}
 		l.spare = batch[:0]
-		l.cond.Broadcast()
 		l.mu.Unlock()
+		select {
+		case l.syncWake <- struct{}{}:
+		default:
+		}
 	}
 }
 
-func (l *Log) writeBatch(batch []*pending) error {
-	if l.err != nil { // read without mu: only the writer sets err
-		return l.err
+// runSyncer is the syncer goroutine: whenever data was written since its
+// last fdatasync it syncs once and wakes every Append that sync covered.
+func (l *Log) runSyncer() {
+	defer close(l.done)
+	var synced uint64
+	for {
+		l.mu.Lock()
+		seq, end, failed := l.writtenSeq, l.written, l.err != nil
+		l.mu.Unlock()
+		if seq > synced && !failed {
+			l.fileMu.Lock()
+			err := l.cur.Datasync()
+			seg := l.curSeg
+			l.fileMu.Unlock()
+			l.mu.Lock()
+			if err != nil {
+				l.failLocked(fmt.Errorf("wal: fdatasync segment %d: %w", seg, err))
+			} else if l.err == nil {
+				l.st.syncs.Add(1)
+				l.durableSeq, l.durable = seq, end
+			}
+			l.cond.Broadcast()
+			l.mu.Unlock()
+			synced = seq
+			continue
+		}
+		select {
+		case <-l.syncWake:
+		case <-l.writerDone:
+			l.mu.Lock()
+			idle := l.writtenSeq <= synced || l.err != nil
+			l.mu.Unlock()
+			if idle {
+				return
+			}
+		}
 	}
-	dirty := false
+}
+
+// failLocked makes err the log's sticky error. From then on nothing more
+// becomes durable (after a failed fdatasync Linux may drop dirty pages and
+// report a later sync as clean), so every waiting Append fails. Lock mu.
+func (l *Log) failLocked(err error) {
+	if l.err == nil {
+		l.err = err
+		l.log.Error("wal: write failed; the log refuses appends until reopened", "dir", l.dir, "err", err)
+	}
+	l.cond.Broadcast()
+}
+
+// writeBatch writes the batch's chunks, rotating segments as they say.
+// Only the writer calls it.
+func (l *Log) writeBatch(batch []*pending) error {
 	for _, p := range batch {
 		buf := *p.buf
 		for _, c := range p.chunks {
 			if c.seg != l.curSeg {
-				if dirty {
-					if err := l.syncCur(); err != nil {
-						return err
-					}
-					dirty = false
-				}
 				if err := l.rotate(c.seg); err != nil {
 					return err
 				}
@@ -516,28 +571,24 @@ func (l *Log) writeBatch(batch []*pending) error {
 			if err != nil {
 				return fmt.Errorf("wal: write segment %d: %w", l.curSeg, err)
 			}
-			dirty = true
 		}
 	}
-	if dirty {
-		return l.syncCur()
-	}
 	return nil
 }
 
-func (l *Log) syncCur() error {
-	if err := l.cur.Datasync(); err != nil {
-		return fmt.Errorf("wal: fdatasync segment %d: %w", l.curSeg, err)
-	}
-	l.st.syncs.Add(1)
-	return nil
-}
-
-// rotate closes the current segment and creates segment n.
+// rotate makes the current segment durable, closes it and creates segment
+// n. The syncer waits meanwhile, so its next fdatasync covers the new
+// segment and everything before it is already durable.
 func (l *Log) rotate(n uint64) error {
 	if n != l.curSeg+1 {
 		return fmt.Errorf("wal: BUG: rotate from segment %d to %d", l.curSeg, n)
 	}
+	l.fileMu.Lock()
+	defer l.fileMu.Unlock()
+	if err := l.cur.Datasync(); err != nil {
+		return fmt.Errorf("wal: fdatasync segment %d: %w", l.curSeg, err)
+	}
+	l.st.syncs.Add(1)
 	if err := l.cur.Close(); err != nil {
 		return fmt.Errorf("wal: close segment %d: %w", l.curSeg, err)
 	}
