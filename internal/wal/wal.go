@@ -158,15 +158,15 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, fmt.Errorf("wal: %w", err)
 	}
 	l := &Log{
-		dir:     dir,
-		opts:    opts,
-		log:     opts.Logger,
-		lock:    lock,
+		dir:        dir,
+		opts:       opts,
+		log:        opts.Logger,
+		lock:       lock,
 		wake:       make(chan struct{}, 1),
 		syncWake:   make(chan struct{}, 1),
 		writerDone: make(chan struct{}),
 		done:       make(chan struct{}),
-		readers: make(map[uint64]*os.File),
+		readers:    make(map[uint64]*os.File),
 	}
 	l.cond.L = &l.mu
 	if err := l.recover(); err != nil {
