@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	c, err := parse([]string{"agent", "--conf", "conf", "--conf-file", "x.properties", "--name", "a1",
+		"-Dflume.root.logger=DEBUG,console", "-Dport=4", "--http=:9", "--poll-interval", "5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.file != "x.properties" || c.name != "a1" || c.sys["port"] != "4" || c.httpAddr != ":9" || c.pollInterval != 5*time.Second {
+		t.Errorf("parsed %+v", c)
+	}
+	for _, bad := range [][]string{
+		{}, {"frobnicate"}, {"agent", "-f", "x"}, {"agent", "-n"}, {"agent", "-f", "x", "-n", "a", "--bogus"},
+		{"agent", "-f", "x", "-n", "a", "--poll-interval", "0"},
+	} {
+		if _, err := parse(bad); err == nil {
+			t.Errorf("parse(%q) accepted", bad)
+		}
+	}
+}
+
+func TestMonitoringAddr(t *testing.T) {
+	for _, tc := range []struct {
+		sys     map[string]string
+		http    string
+		want    string
+		wantErr string
+	}{
+		{sys: map[string]string{}, http: "127.0.0.1:1", want: "127.0.0.1:1"},
+		{sys: map[string]string{"flume.monitoring.type": "http", "flume.monitoring.port": "34545"}, want: ":34545"},
+		{sys: map[string]string{"flume.monitoring.type": "HTTP"}, want: ":41414"},
+		{sys: map[string]string{"flume.monitoring.type": "ganglia"}, wantErr: "not supported"},
+		{sys: map[string]string{"flume.monitoring.type": "http", "flume.monitoring.port": "x"}, wantErr: "not a port"},
+	} {
+		c := &cli{sys: tc.sys, httpAddr: tc.http}
+		got, err := c.monitoringAddr()
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%v: err %v, want %q", tc.sys, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%v: got %q, %v; want %q", tc.sys, got, err, tc.want)
+		}
+	}
+}
+
+func runCLI(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, nil, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestValidateCommand(t *testing.T) {
+	code, out, _ := runCLI("validate", "-f", "../../examples/quickstart.properties", "-n", "a1")
+	if code != 0 || !strings.Contains(out, "valid") {
+		t.Fatalf("quickstart: exit %d, output %q", code, out)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.properties")
+	if err := os.WriteFile(bad, []byte("a1.sources = r1\na1.channels = c1\na1.sinks = k1\n"+
+		"a1.sources.r1.type = netcat\na1.sources.r1.bind = 127.0.0.1\na1.sources.r1.port = 1\na1.sources.r1.channels = c1\n"+
+		"a1.channels.c1.type = memory\na1.channels.c1.capacity = lots\n"+
+		"a1.sinks.k1.type = nosuchsink\na1.sinks.k1.channel = c1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runCLI("validate", "-f", bad, "-n", "a1")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1; output %q", code, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 ||
+		!strings.HasPrefix(lines[0], bad+":9: a1.channels.c1.capacity: ") ||
+		!strings.HasPrefix(lines[1], bad+":10: a1.sinks.k1.type: unknown sink type \"nosuchsink\"") {
+		t.Errorf("problems:\n%s", out)
+	}
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	if code, out, _ := runCLI("version"); code != 0 || !strings.HasPrefix(out, "sluice ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+	if code, _, errOut := runCLI("nope"); code != 2 || !strings.Contains(errOut, "usage:") {
+		t.Errorf("unknown command: %d %q", code, errOut)
+	}
+}

@@ -1,0 +1,337 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/bench"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func writeConf(t *testing.T, file, conf string) {
+	t.Helper()
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func startAgent(t *testing.T, opts Options) *Agent {
+	t.Helper()
+	if opts.Name == "" {
+		opts.Name = "a1"
+	}
+	if opts.Logger == nil {
+		opts.Logger = quiet()
+	}
+	a, err := New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
+	return a
+}
+
+// netcatPipeline is netcat -> memory -> tcp sink, the shape most tests use.
+func netcatPipeline(ncPort, sinkPort, capacity int) string {
+	return fmt.Sprintf(`a1.sources = r1
+a1.channels = c1
+a1.sinks = k1
+a1.sources.r1.type = netcat
+a1.sources.r1.bind = 127.0.0.1
+a1.sources.r1.port = %d
+a1.sources.r1.channels = c1
+a1.channels.c1.type = memory
+a1.channels.c1.capacity = %d
+a1.channels.c1.transactionCapacity = 100
+a1.sinks.k1.type = tcp
+a1.sinks.k1.hostname = 127.0.0.1
+a1.sinks.k1.port = %d
+a1.sinks.k1.channel = c1
+`, ncPort, capacity, sinkPort)
+}
+
+// sendLines writes n generated lines on one connection and reads back one
+// OK per line, so it returns only once every line was committed.
+func sendLines(t *testing.T, addr string, first, n int) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() {
+		br := bufio.NewReader(c)
+		for i := 0; i < n; i++ {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				done <- fmt.Errorf("reply %d: %w", i, err)
+				return
+			}
+			if line != "OK\n" {
+				done <- fmt.Errorf("reply %d = %q, want OK", i, line)
+				return
+			}
+		}
+		done <- nil
+	}()
+	bw := bufio.NewWriter(c)
+	var buf []byte
+	for i := 0; i < n; i++ {
+		buf = bench.AppendLine(buf[:0], uint64(first+i), time.Now(), 100)
+		if _, err := bw.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no OK for every line within 30 s")
+	}
+}
+
+// TestFlumeUserGuideExample runs the first example of Flume's user guide,
+// unchanged but for the port, and checks the netcat reply and the counters.
+func TestFlumeUserGuideExample(t *testing.T) {
+	port := freePort(t)
+	conf, err := os.ReadFile("testdata/good/flume-user-guide.properties")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "example.conf")
+	writeConf(t, file, strings.Replace(string(conf), "44444", fmt.Sprint(port), 1))
+	a := startAgent(t, Options{File: file, HTTPAddr: "127.0.0.1:0"})
+
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "Hello world!\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || reply != "OK\n" {
+		t.Fatalf("reply %q, %v; want OK", reply, err)
+	}
+	base := "http://" + a.HTTPAddr()
+	waitFor(t, func() bool {
+		m := flumeMetrics(t, base)
+		return m["SOURCE.r1"]["EventAcceptedCount"] == "1" && m["SINK.k1"]["EventDrainSuccessCount"] == "1"
+	})
+	m := flumeMetrics(t, base)
+	if m["CHANNEL.c1"]["ChannelCapacity"] != "1000" || m["CHANNEL.c1"]["Type"] != "CHANNEL" {
+		t.Errorf("channel metrics = %v", m["CHANNEL.c1"])
+	}
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("/healthz = %d, want 200", resp.StatusCode)
+	}
+}
+
+func flumeMetrics(t *testing.T, base string) map[string]map[string]string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]map[string]string
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 20 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestBackpressureLosesNothing fills a small channel while the downstream
+// is down: netcat stops reading (the sender blocks), and once the
+// downstream appears every line sent arrives exactly once.
+func TestBackpressureLosesNothing(t *testing.T) {
+	ncPort, sinkPort := freePort(t), freePort(t)
+	file := filepath.Join(t.TempDir(), "a.properties")
+	writeConf(t, file, netcatPipeline(ncPort, sinkPort, 200))
+	a := startAgent(t, Options{File: file, HTTPAddr: "127.0.0.1:0"})
+	base := "http://" + a.HTTPAddr()
+
+	const n = 3000
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		sendLines(t, fmt.Sprintf("127.0.0.1:%d", ncPort), 0, n)
+	}()
+	// The channel fills to capacity and stays there: the source is pushed back.
+	waitFor(t, func() bool { return flumeMetrics(t, base)["CHANNEL.c1"]["ChannelSize"] == "200" })
+	select {
+	case <-sent:
+		t.Fatal("every line was acknowledged although the channel is full and the sink down")
+	case <-time.After(200 * time.Millisecond):
+	}
+	recv, err := bench.Listen(fmt.Sprintf("127.0.0.1:%d", sinkPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := recv.WaitFor(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	<-sent
+	rep := recv.Report(n)
+	if rep.Lost != 0 || rep.Duplicated != 0 || rep.Received != n {
+		t.Fatalf("report %v", rep)
+	}
+	m := flumeMetrics(t, base)
+	if m["SOURCE.r1"]["EventAcceptedCount"] != fmt.Sprint(n) {
+		t.Errorf("source accepted %s, want %d", m["SOURCE.r1"]["EventAcceptedCount"], n)
+	}
+}
+
+// TestReloadKeepsChannelEvents changes only the sink: the memory channel and
+// the source keep running, and the events the channel held are delivered by
+// the new sink.
+func TestReloadKeepsChannelEvents(t *testing.T) {
+	ncPort, deadPort := freePort(t), freePort(t)
+	file := filepath.Join(t.TempDir(), "a.properties")
+	writeConf(t, file, netcatPipeline(ncPort, deadPort, 1000))
+	a := startAgent(t, Options{File: file})
+	addr := fmt.Sprintf("127.0.0.1:%d", ncPort)
+	sendLines(t, addr, 0, 100)
+	// A connection open across the reload survives it: the source is kept, not restarted.
+	open, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+
+	recv, err := bench.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	_, livePort, _ := net.SplitHostPort(recv.Addr())
+	writeConf(t, file, strings.Replace(netcatPipeline(ncPort, deadPort, 1000), fmt.Sprintf("port = %d\na1.sinks.k1.channel", deadPort), "port = "+livePort+"\na1.sinks.k1.channel", 1))
+	if err := a.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sendLines(t, addr, 100, 50)
+	if _, err := open.Write(bench.AppendLine(nil, 150, time.Now(), 100)); err != nil {
+		t.Fatal(err)
+	}
+	if reply, err := bufio.NewReader(open).ReadString('\n'); err != nil || reply != "OK\n" {
+		t.Fatalf("connection opened before the reload: reply %q, %v", reply, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := recv.WaitFor(ctx, 151); err != nil {
+		t.Fatal(err)
+	}
+	if rep := recv.Report(151); rep.Lost != 0 || rep.Duplicated != 0 {
+		t.Fatalf("report %v", rep)
+	}
+}
+
+// TestReloadRefusesBadConfig keeps the running graph when the new file has problems.
+func TestReloadRefusesBadConfig(t *testing.T) {
+	ncPort := freePort(t)
+	file := filepath.Join(t.TempDir(), "a.properties")
+	recv, err := bench.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	_, p, _ := net.SplitHostPort(recv.Addr())
+	var port int
+	fmt.Sscan(p, &port)
+	good := netcatPipeline(ncPort, port, 1000)
+	writeConf(t, file, good)
+	a := startAgent(t, Options{File: file})
+	writeConf(t, file, good+"a1.channels.c1.capcity = 5\n")
+	if err := a.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), "capcity") {
+		t.Fatalf("Reload error = %v, want the unknown property named", err)
+	}
+	sendLines(t, fmt.Sprintf("127.0.0.1:%d", ncPort), 0, 10)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := recv.WaitFor(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStopDrainsChannel: events committed before a stop are delivered by
+// the sinks before the agent exits.
+func TestStopDrainsChannel(t *testing.T) {
+	ncPort := freePort(t)
+	recv, err := bench.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	_, p, _ := net.SplitHostPort(recv.Addr())
+	var port int
+	fmt.Sscan(p, &port)
+	file := filepath.Join(t.TempDir(), "a.properties")
+	writeConf(t, file, netcatPipeline(ncPort, port, 10000))
+	a, err := New(Options{File: file, Name: "a1", Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sendLines(t, fmt.Sprintf("127.0.0.1:%d", ncPort), 0, 2000)
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := recv.WaitFor(ctx, 2000); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,357 @@
+package agent
+
+import (
+	"log/slog"
+	"sort"
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// graph is one built configuration: every component constructed, none
+// started. Nodes carry the fingerprint of their configuration so a reload
+// can tell which ones to keep running.
+type graph struct {
+	cfg      *config.Agent
+	channels map[string]*channelNode
+	sinks    map[string]*sinkNode
+	runners  map[string]*runnerNode // by sink group name, or sink name for a sink in no group
+	sources  map[string]*sourceNode
+}
+
+type channelNode struct {
+	spec *config.Component
+	ch   flow.Channel
+	fp   string
+}
+
+type sinkNode struct {
+	spec   *config.Component
+	sink   flow.Sink
+	fp     string
+	runner string
+}
+
+type runnerNode struct {
+	name    string
+	group   *config.SinkGroup // nil for a lone sink
+	members []string
+	sink    flow.Sink // the sink processor, or the lone sink
+	runner  *flow.SinkRunner
+	fp      string
+}
+
+type sourceNode struct {
+	spec *config.Component
+	src  flow.Source
+	proc flow.Processor
+	fp   string
+}
+
+// builder constructs components. keep, when set, names the nodes of a
+// running graph to reuse instead of constructing anew (a reload).
+type builder struct {
+	cfg   *config.Agent
+	reg   *metrics.Registry
+	log   *slog.Logger
+	probs *config.Problems
+	keep  *graph
+}
+
+func (b *builder) env(name, typ string) flow.Env {
+	return flow.Env{
+		Agent:   b.cfg.Name,
+		Name:    name,
+		Type:    typ,
+		Logger:  b.log.With("component", name, "type", typ),
+		Metrics: b.reg,
+	}
+}
+
+func (b *builder) problem(c *config.Component, key, format string, args ...any) {
+	b.probs.Add(b.cfg.File, c.Props.LineOf(key), c.Props.Full(key), format, args...)
+}
+
+// typeProblem reports a type that cannot be built.
+func (b *builder) typeProblem(c *config.Component, typ, known string) {
+	if flumeOnly[c.Kind+":"+typ] {
+		b.problem(c, "type", "%s type %q is a Flume type that sluice does not provide yet; see docs/components.md for the supported types", c.Kind, c.Type)
+		return
+	}
+	b.problem(c, "type", "unknown %s type %q; known types: %s (or their Flume class names)", c.Kind, c.Type, known)
+}
+
+func (b *builder) build() *graph {
+	g := &graph{
+		cfg:      b.cfg,
+		channels: map[string]*channelNode{},
+		sinks:    map[string]*sinkNode{},
+		runners:  map[string]*runnerNode{},
+		sources:  map[string]*sourceNode{},
+	}
+	b.buildChannels(g)
+	b.buildSinks(g)
+	b.buildRunners(g)
+	b.buildSources(g)
+	return g
+}
+
+func (b *builder) buildChannels(g *graph) {
+	for _, c := range b.cfg.Channels {
+		fp := c.Fingerprint()
+		if k := b.keep; k != nil {
+			if old, ok := k.channels[c.Name]; ok && old.fp == fp {
+				g.channels[c.Name] = old
+				continue
+			}
+		}
+		typ := canonicalType(c.Type)
+		f, ok := channelTypes[typ]
+		if !ok {
+			b.typeProblem(c, typ, knownNames(channelTypes))
+			continue
+		}
+		ch, err := f(b.env(c.Name, typ), c.Props)
+		c.Props.Unused()
+		if err != nil {
+			b.problem(c, "type", "cannot build channel: %v", err)
+			continue
+		}
+		g.channels[c.Name] = &channelNode{spec: c, ch: ch, fp: fp}
+	}
+}
+
+// runnerOf returns the name of the runner that drives sink: its group, or itself.
+func runnerOf(cfg *config.Agent, sink string) (string, *config.SinkGroup) {
+	for _, grp := range cfg.SinkGroups {
+		for _, s := range grp.Sinks {
+			if s == sink {
+				return grp.Name, grp
+			}
+		}
+	}
+	return sink, nil
+}
+
+// runnerFingerprint covers the group's settings and every member sink's,
+// plus whether each member's channel is unchanged: a runner is kept only
+// when nothing it drives changed.
+func (b *builder) runnerFingerprint(g *graph, grp *config.SinkGroup, members []*config.Component) string {
+	var parts []string
+	if grp != nil {
+		parts = append(parts, "group:"+grp.Fingerprint())
+	}
+	for _, m := range members {
+		chFP := ""
+		if n, ok := g.channels[m.Channel]; ok {
+			chFP = n.fp
+		}
+		parts = append(parts, "sink:"+m.Name+"="+m.Fingerprint()+";channel="+chFP)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "\n")
+}
+
+func (b *builder) buildSinks(g *graph) {
+	byName := map[string]*config.Component{}
+	for _, c := range b.cfg.Sinks {
+		byName[c.Name] = c
+	}
+	for _, c := range b.cfg.Sinks {
+		rname, grp := runnerOf(b.cfg, c.Name)
+		var members []*config.Component
+		if grp == nil {
+			members = []*config.Component{c}
+		} else {
+			for _, s := range grp.Sinks {
+				if m, ok := byName[s]; ok {
+					members = append(members, m)
+				}
+			}
+		}
+		rfp := b.runnerFingerprint(g, grp, members)
+		if k := b.keep; k != nil {
+			if old, ok := k.runners[rname]; ok && old.fp == rfp && k.sinks[c.Name] != nil {
+				g.sinks[c.Name] = k.sinks[c.Name]
+				continue
+			}
+		}
+		typ := canonicalType(c.Type)
+		f, ok := sinkTypes[typ]
+		if !ok {
+			b.typeProblem(c, typ, knownNames(sinkTypes))
+			continue
+		}
+		env := b.env(c.Name, typ)
+		if n, ok := g.channels[c.Channel]; ok {
+			env.Channel = n.ch
+		}
+		s, err := f(env, c.Props)
+		if err == nil {
+			b.checkBatch(c, s, g.channels[c.Channel])
+		}
+		c.Props.Unused()
+		if err != nil {
+			b.problem(c, "type", "cannot build sink: %v", err)
+			continue
+		}
+		g.sinks[c.Name] = &sinkNode{spec: c, sink: s, fp: c.Fingerprint(), runner: rname}
+	}
+}
+
+// checkBatch reports a batch size larger than the channel's
+// transactionCapacity, which Flume rejects too (the batch could never commit).
+func (b *builder) checkBatch(c *config.Component, comp any, ch *channelNode) {
+	bs, ok := comp.(flow.BatchSizer)
+	if !ok || ch == nil {
+		return
+	}
+	tc, ok := ch.ch.(flow.TxCapacity)
+	if !ok || bs.BatchSize() <= tc.TransactionCapacity() {
+		return
+	}
+	key := "type"
+	for _, k := range []string{"batchSize", "batch-size", "sink.batchSize", "flumeBatchSize", "hdfs.batchSize"} {
+		if hasKey(c.Props, k) {
+			key = k
+			break
+		}
+	}
+	b.problem(c, key, "batch size %d is larger than channel %s's transactionCapacity %d; lower it or raise %s",
+		bs.BatchSize(), ch.spec.Name, tc.TransactionCapacity(), ch.spec.Props.Full("transactionCapacity"))
+}
+
+func (b *builder) buildRunners(g *graph) {
+	done := map[string]bool{}
+	for _, c := range b.cfg.Sinks {
+		sn, ok := g.sinks[c.Name]
+		if !ok {
+			continue
+		}
+		rname := sn.runner
+		if done[rname] {
+			continue
+		}
+		done[rname] = true
+		_, grp := runnerOf(b.cfg, c.Name)
+		if grp == nil {
+			r := &runnerNode{name: rname, members: []string{c.Name}, sink: sn.sink}
+			r.fp = b.runnerFingerprint(g, nil, []*config.Component{c})
+			if k := b.keep; k != nil && k.runners[rname] != nil && k.runners[rname].fp == r.fp {
+				r = k.runners[rname]
+			}
+			g.runners[rname] = r
+			continue
+		}
+		members := map[string]flow.Sink{}
+		var specs []*config.Component
+		for _, s := range grp.Sinks {
+			if n, ok := g.sinks[s]; ok {
+				members[s] = n.sink
+				specs = append(specs, n.spec)
+			}
+		}
+		fp := b.runnerFingerprint(g, grp, specs)
+		if k := b.keep; k != nil && k.runners[rname] != nil && k.runners[rname].fp == fp {
+			g.runners[rname] = k.runners[rname]
+			continue
+		}
+		if len(members) != len(grp.Sinks) {
+			continue // a member failed to build; its problem is reported
+		}
+		proc, err := flow.NewSinkProcessor(grp.Processor, grp.Sinks, members)
+		grp.Processor.Unused()
+		if err != nil {
+			b.probs.Add(b.cfg.File, grp.Line, b.cfg.Name+".sinkgroups."+grp.Name, "cannot build sink group: %v", err)
+			continue
+		}
+		g.runners[rname] = &runnerNode{name: rname, group: grp, members: grp.Sinks, sink: proc, fp: fp}
+	}
+}
+
+func (b *builder) buildSources(g *graph) {
+	for _, c := range b.cfg.Sources {
+		fp := c.Fingerprint()
+		allKept := true
+		chans := map[string]flow.Channel{}
+		for _, name := range c.Channels {
+			n, ok := g.channels[name]
+			if !ok {
+				allKept = false
+				continue
+			}
+			chans[name] = n.ch
+			if b.keep == nil || b.keep.channels[name] != n {
+				allKept = false
+			}
+		}
+		if k := b.keep; k != nil && allKept {
+			if old, ok := k.sources[c.Name]; ok && old.fp == fp {
+				g.sources[c.Name] = old
+				continue
+			}
+		}
+		typ := canonicalType(c.Type)
+		f, ok := sourceTypes[typ]
+		if !ok {
+			b.typeProblem(c, typ, knownNames(sourceTypes))
+			continue
+		}
+		env := b.env(c.Name, typ)
+		src, err := f(env, c.Props)
+		if err != nil {
+			b.problem(c, "type", "cannot build source: %v", err)
+		}
+		var ics []flow.Interceptor
+		for _, ic := range c.Interceptors {
+			name, icf := interceptorType(ic.Type)
+			if icf == nil {
+				b.probs.Add(b.cfg.File, ic.Props.LineOf("type"), ic.Props.Full("type"),
+					"unknown interceptor type %q; known types: %s (or their Flume builder class names)", ic.Type, interceptorAliases())
+				continue
+			}
+			i, err := icf(b.env(c.Name+"."+ic.Name, name), ic.Props)
+			if err != nil {
+				b.probs.Add(b.cfg.File, ic.Props.LineOf("type"), ic.Props.Full("type"), "cannot build interceptor: %v", err)
+				continue
+			}
+			ics = append(ics, i)
+		}
+		var sel flow.Selector
+		if len(chans) == len(c.Channels) {
+			sel, err = flow.NewSelector(c.Selector, chans, c.Channels)
+			if err != nil {
+				b.probs.Add(b.cfg.File, c.Selector.LineOf("type"), c.Selector.Full("type"), "cannot build selector: %v", err)
+			}
+		}
+		if src != nil {
+			for _, name := range c.Channels {
+				b.checkBatch(c, src, g.channels[name])
+			}
+		}
+		c.Props.Unused()
+		if src == nil || sel == nil {
+			continue
+		}
+		proc := flow.NewChannelProcessor(flow.ProcessorConfig{
+			Source:       c.Name,
+			Interceptors: ics,
+			Selector:     sel,
+			Metrics:      b.reg,
+			Logger:       env.Log(),
+		})
+		g.sources[c.Name] = &sourceNode{spec: c, src: src, proc: proc, fp: fp}
+	}
+}
+
+// hasKey reports whether p sets k, without marking it read.
+func hasKey(p *config.Props, k string) bool {
+	for _, x := range p.Keys(k) {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
