@@ -1,0 +1,200 @@
+package file
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/wal"
+)
+
+// The file channel's WAL record payloads. Each starts with a kind byte; the
+// WAL frames and checksums them (docs/format/wal.md). Integers are
+// little-endian fixed width or unsigned varints (uv).
+//
+//	put      1 | txid u64 | committedAt i64 | receivedAt i64 | nheaders uv |
+//	           (klen uv, key, vlen uv, value)* | body (the rest)
+//	commit   2 | txid u64 | nputs u32
+//	take     3 | n uv | (segment uv, offset uv)*     positions of taken puts
+//	abort    4 | txid u64                             puts of txid never committed
+//
+// A put transaction is one WAL Append: its put records, then its commit
+// record, contiguous in one segment. A take transaction is one take record.
+// Rollbacks write nothing: a rolled-back put was never written, and a
+// rolled-back take was never recorded.
+const (
+	kindPut    = 1
+	kindCommit = 2
+	kindTake   = 3
+	kindAbort  = 4
+)
+
+const putFixed = 1 + 8 + 8 + 8
+
+// putSize is the encoded size of a put record of e.
+func putSize(e *event.Event) int {
+	n := putFixed + uvarintLen(uint64(len(e.Headers))) + len(e.Body)
+	for k, v := range e.Headers {
+		n += uvarintLen(uint64(len(k))) + len(k) + uvarintLen(uint64(len(v))) + len(v)
+	}
+	return n
+}
+
+func appendPut(b []byte, txid uint64, committedAt int64, e *event.Event) []byte {
+	b = append(b, kindPut)
+	b = binary.LittleEndian.AppendUint64(b, txid)
+	b = binary.LittleEndian.AppendUint64(b, uint64(committedAt))
+	b = binary.LittleEndian.AppendUint64(b, uint64(e.ReceivedAt))
+	b = binary.AppendUvarint(b, uint64(len(e.Headers)))
+	for k, v := range e.Headers {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	return append(b, e.Body...)
+}
+
+var errBadRecord = errors.New("malformed channel record")
+
+// decodePut decodes a put record into an Event that owns its memory.
+func decodePut(b []byte) (txid uint64, e event.Event, err error) {
+	if len(b) < putFixed || b[0] != kindPut {
+		return 0, e, errBadRecord
+	}
+	txid = binary.LittleEndian.Uint64(b[1:9])
+	e.CommittedAt = int64(binary.LittleEndian.Uint64(b[9:17]))
+	e.ReceivedAt = int64(binary.LittleEndian.Uint64(b[17:25]))
+	b = b[putFixed:]
+	nh, b, ok := uvarint(b)
+	if !ok || nh > uint64(len(b)) {
+		return 0, e, errBadRecord
+	}
+	if nh > 0 {
+		e.Headers = make(map[string]string, nh)
+	}
+	for range nh {
+		var k, v []byte
+		if k, b, ok = lenPrefixed(b); !ok {
+			return 0, e, errBadRecord
+		}
+		if v, b, ok = lenPrefixed(b); !ok {
+			return 0, e, errBadRecord
+		}
+		e.Headers[string(k)] = string(v)
+	}
+	e.Body = append([]byte(nil), b...)
+	return txid, e, nil
+}
+
+func appendCommit(b []byte, txid uint64, n int) []byte {
+	b = append(b, kindCommit)
+	b = binary.LittleEndian.AppendUint64(b, txid)
+	return binary.LittleEndian.AppendUint32(b, uint32(n))
+}
+
+func appendAbort(b []byte, txid uint64) []byte {
+	b = append(b, kindAbort)
+	return binary.LittleEndian.AppendUint64(b, txid)
+}
+
+func decodeTx(b []byte, kind byte) (txid uint64, n int, err error) {
+	want := 9
+	if kind == kindCommit {
+		want = 13
+	}
+	if len(b) != want || b[0] != kind {
+		return 0, 0, errBadRecord
+	}
+	txid = binary.LittleEndian.Uint64(b[1:9])
+	if kind == kindCommit {
+		n = int(binary.LittleEndian.Uint32(b[9:13]))
+	}
+	return txid, n, nil
+}
+
+func appendPositions(b []byte, pos []wal.Position) []byte {
+	b = binary.AppendUvarint(b, uint64(len(pos)))
+	for _, p := range pos {
+		b = binary.AppendUvarint(b, p.Segment)
+		b = binary.AppendUvarint(b, uint64(p.Offset))
+	}
+	return b
+}
+
+func appendTake(b []byte, pos []wal.Position) []byte {
+	return appendPositions(append(b, kindTake), pos)
+}
+
+// decodePositions decodes what appendPositions wrote, calling fn for each
+// position, and returns the rest of b.
+func decodePositions(b []byte, fn func(wal.Position)) ([]byte, error) {
+	n, b, ok := uvarint(b)
+	if !ok || n > uint64(len(b)) {
+		return nil, errBadRecord
+	}
+	for range n {
+		var s, o uint64
+		if s, b, ok = uvarint(b); !ok {
+			return nil, errBadRecord
+		}
+		if o, b, ok = uvarint(b); !ok {
+			return nil, errBadRecord
+		}
+		fn(wal.Position{Segment: s, Offset: int64(o)})
+	}
+	return b, nil
+}
+
+func uvarint(b []byte) (uint64, []byte, bool) {
+	v, n := binary.Uvarint(b)
+	if n <= 0 {
+		return 0, b, false
+	}
+	return v, b[n:], true
+}
+
+func lenPrefixed(b []byte) (field, rest []byte, ok bool) {
+	n, b, ok := uvarint(b)
+	if !ok || n > uint64(len(b)) {
+		return nil, b, false
+	}
+	return b[:n], b[n:], true
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+// Checkpoint payload:
+//
+//	version u8 (1) | nextTxID u64 | positions (as in a take record)
+//
+// The positions are every event the channel held (queued, or taken by an
+// open transaction), in queue order.
+const checkpointVersion = 1
+
+func encodeCheckpoint(nextTx uint64, pos []wal.Position) []byte {
+	b := make([]byte, 0, 16+len(pos)*8)
+	b = append(b, checkpointVersion)
+	b = binary.LittleEndian.AppendUint64(b, nextTx)
+	return appendPositions(b, pos)
+}
+
+func decodeCheckpoint(b []byte) (nextTx uint64, pos []wal.Position, err error) {
+	if len(b) < 9 || b[0] != checkpointVersion {
+		return 0, nil, fmt.Errorf("checkpoint payload: %w", errBadRecord)
+	}
+	nextTx = binary.LittleEndian.Uint64(b[1:9])
+	rest, err := decodePositions(b[9:], func(p wal.Position) { pos = append(pos, p) })
+	if err == nil && len(rest) != 0 {
+		err = errBadRecord
+	}
+	return nextTx, pos, err
+}
