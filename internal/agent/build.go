@@ -25,6 +25,7 @@ type channelNode struct {
 	spec *config.Component
 	ch   flow.Channel
 	fp   string
+	bad  bool // its settings had problems: derived checks against it would only add noise
 }
 
 type sinkNode struct {
@@ -113,13 +114,14 @@ func (b *builder) buildChannels(g *graph) {
 			b.typeProblem(c, typ, knownNames(channelTypes))
 			continue
 		}
+		before := len(b.probs.List)
 		ch, err := f(b.env(c.Name, typ), c.Props)
 		c.Props.Unused()
 		if err != nil {
 			b.problem(c, "type", "cannot build channel: %v", err)
 			continue
 		}
-		g.channels[c.Name] = &channelNode{spec: c, ch: ch, fp: fp}
+		g.channels[c.Name] = &channelNode{spec: c, ch: ch, fp: fp, bad: len(b.probs.List) > before}
 	}
 }
 
@@ -205,7 +207,7 @@ func (b *builder) buildSinks(g *graph) {
 // transactionCapacity, which Flume rejects too (the batch could never commit).
 func (b *builder) checkBatch(c *config.Component, comp any, ch *channelNode) {
 	bs, ok := comp.(flow.BatchSizer)
-	if !ok || ch == nil {
+	if !ok || ch == nil || ch.bad {
 		return
 	}
 	tc, ok := ch.ch.(flow.TxCapacity)

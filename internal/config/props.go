@@ -28,6 +28,7 @@ type Props struct {
 	vals  map[string]Value // relative to the root prefix
 	root  string           // Prefix of the root Props; vals keys are relative to it
 	used  map[string]bool
+	asked map[string]bool // every key a getter asked for, set or not: the known names, for suggestions
 	probs *Problems
 }
 
@@ -40,7 +41,7 @@ func NewProps(file, prefix string, line int, vals map[string]Value, probs *Probl
 	if probs == nil {
 		probs = &Problems{}
 	}
-	return &Props{File: file, Prefix: prefix, Line: line, vals: vals, root: prefix, used: map[string]bool{}, probs: probs}
+	return &Props{File: file, Prefix: prefix, Line: line, vals: vals, root: prefix, used: map[string]bool{}, asked: map[string]bool{}, probs: probs}
 }
 
 // FromMap is a convenience for tests and for components built in code: the
@@ -80,6 +81,7 @@ func (p *Props) Has(key string) bool {
 
 func (p *Props) lookup(key string) (Value, bool) {
 	r := p.rel(key)
+	p.asked[r] = true
 	v, ok := p.vals[r]
 	if ok {
 		p.used[r] = true
@@ -260,10 +262,11 @@ func (p *Props) Unused() {
 	}
 }
 
-// closest returns the read key nearest to k in edit distance, if close.
+// closest returns the key a getter asked for that is nearest to k in edit
+// distance, if close.
 func (p *Props) closest(k string) string {
 	best, bestD := "", 3
-	for u := range p.used {
+	for u := range p.asked {
 		if d := editDistance(strings.ToLower(k), strings.ToLower(u)); d < bestD || (d == bestD && u < best && best != "") {
 			best, bestD = u, d
 		}
