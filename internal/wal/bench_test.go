@@ -20,7 +20,7 @@ import (
 //
 //	go test -run='^$' -bench=Append -benchmem -benchtime=200000x ./internal/wal/
 func BenchmarkAppend(b *testing.B) {
-	for _, batch := range []int{1, 64, 256, 1024} {
+	for _, batch := range []int{1, 64, 256, 512, 1024} {
 		b.Run(fmt.Sprintf("producers=4/batch=%d", batch), func(b *testing.B) {
 			benchAppend(b, 4, batch, 1024)
 		})
