@@ -31,10 +31,16 @@
 // written to the first one only (Flume spreads transactions across them).
 // A transaction may put or take, not both (as in Flume).
 //
+// Memory: the channel keeps about 40 bytes per event it holds, plus event
+// bodies up to cacheBytes. A segment is deleted at the first checkpoint
+// after every event in it was taken and committed.
+//
 // Recovery never needs a person: a torn or damaged record, a truncated or
 // missing segment, a missing or corrupt checkpoint each have a defined
 // outcome (docs/format/wal.md) that keeps every intact event; what was lost
-// is logged and counted in the channel's RecoveryLostEventCount.
+// is logged and counted in the channel's RecoveryLostEventCount (events)
+// and LogDamagedRegionCount (damaged regions of the log, torn tails
+// included).
 package file
 
 import (
@@ -45,6 +51,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -211,6 +218,10 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	c.lostEvents = s.Counter("RecoveryLostEventCount")
 	s.Gauge("Closed", func() string { return boolDigit(!c.isRunning()) })
 	s.Gauge("Unhealthy", func() string { return boolDigit(c.walErr() != nil) })
+	// sluice extensions: the log underneath.
+	s.Gauge("LogSyncCount", func() string { return strconv.FormatUint(c.walStats().Syncs, 10) })
+	s.Gauge("LogBytesWritten", func() string { return strconv.FormatUint(c.walStats().BytesWritten, 10) })
+	s.Gauge("LogDamagedRegionCount", func() string { return strconv.FormatUint(c.walStats().LostRegions, 10) })
 	env.Registry().Add(s)
 	return c, nil
 }
@@ -250,6 +261,16 @@ func (c *Channel) isRunning() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.running
+}
+
+func (c *Channel) walStats() wal.Stats {
+	c.mu.Lock()
+	w := c.wal
+	c.mu.Unlock()
+	if w == nil {
+		return wal.Stats{}
+	}
+	return w.Stats()
 }
 
 func (c *Channel) walErr() error {

@@ -362,6 +362,9 @@ func TestLogDamage(t *testing.T) {
 	if n := c.lostEvents.Load(); n != 1 {
 		t.Fatalf("RecoveryLostEventCount = %d, want 1", n)
 	}
+	if n := c.walStats().LostRegions; n != 1 {
+		t.Fatalf("LogDamagedRegionCount = %d, want 1", n)
+	}
 	stop(t, c)
 }
 

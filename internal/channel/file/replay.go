@@ -205,10 +205,10 @@ func (c *Channel) replay(w *wal.Log) (*replayState, error) {
 		st.queue.pushBack(e)
 		st.live[e.pos.Segment]++
 	}
-	if lost > 0 || regions > 0 {
+	if ws := w.Stats(); lost > 0 || ws.LostRegions > 0 {
 		c.lostEvents.Add(lost)
 		c.log.Warn("file channel: recovered from damage", "channel", c.name, "events_lost", lost,
-			"damaged_regions", regions, "bytes_lost", lostBytes,
+			"damaged_regions", ws.LostRegions, "bytes_lost", ws.LostBytes, "replay_damaged_regions", regions, "replay_bytes_lost", lostBytes,
 			"note", "events lost inside damaged regions whose commit record was lost too cannot be counted")
 	}
 	if len(aborts) > 0 {
