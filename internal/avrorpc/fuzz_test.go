@@ -89,3 +89,28 @@ func FuzzDecodeReply(f *testing.F) {
 		_, _ = replyStatus(&d)
 	})
 }
+
+func FuzzDecodeFlumeEvent(f *testing.F) {
+	f.Add(AppendFlumeEvent(nil, &event.Event{Headers: map[string]string{"k": "v"}, Body: []byte("body")}))
+	f.Add(AppendFlumeEvent(nil, &event.Event{}))
+	f.Add([]byte{0x02, 0x02})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := DecodeFlumeEvent(b)
+		if err != nil {
+			return
+		}
+		again := AppendFlumeEvent(nil, &e)
+		e2, err := DecodeFlumeEvent(again)
+		if err != nil {
+			t.Fatalf("re-decoding %x: %v", again, err)
+		}
+		if string(e2.Body) != string(e.Body) || len(e2.Headers) != len(e.Headers) {
+			t.Fatalf("round trip changed the event: %+v vs %+v", e, e2)
+		}
+		for k, v := range e.Headers {
+			if e2.Headers[k] != v {
+				t.Fatalf("header %q: %q vs %q", k, e2.Headers[k], v)
+			}
+		}
+	})
+}
