@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strings"
 
+	filechannel "github.com/sluicehq/sluice/internal/channel/file"
 	"github.com/sluicehq/sluice/internal/channel/memory"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/interceptor"
@@ -34,6 +35,7 @@ var sourceTypes = map[string]flow.SourceFactory{
 
 var channelTypes = map[string]flow.ChannelFactory{
 	"memory": memory.New,
+	"file":   filechannel.New,
 }
 
 var sinkTypes = map[string]flow.SinkFactory{
@@ -91,7 +93,7 @@ var classNames = map[string]string{
 var flumeOnly = map[string]bool{
 	"source:thrift": true, "source:syslogtcp": true, "source:multiport_syslogtcp": true,
 	"source:syslogudp": true, "source:spooldir": true, "source:taildir": true, "source:jms": true, "source:kafka": true,
-	"channel:file": true, "channel:jdbc": true, "channel:spillablememory": true, "channel:kafka": true,
+	"channel:jdbc": true, "channel:spillablememory": true, "channel:kafka": true,
 	"sink:thrift": true, "sink:hdfs": true, "sink:irc": true, "sink:elasticsearch": true,
 	"sink:hbase": true, "sink:asynchbase": true, "sink:hbase2": true, "sink:hive": true, "sink:http": true, "sink:kafka": true,
 }

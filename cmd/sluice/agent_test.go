@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func netcatToNull(port int) string {
+	return fmt.Sprintf(`a1.sources = r1
+a1.channels = c1
+a1.sinks = k1
+a1.sources.r1.type = netcat
+a1.sources.r1.bind = 127.0.0.1
+a1.sources.r1.port = %d
+a1.sources.r1.channels = c1
+a1.channels.c1.type = memory
+a1.sinks.k1.type = null
+a1.sinks.k1.channel = c1
+`, port)
+}
+
+func sendOne(t *testing.T, port int, line string) {
+	t.Helper()
+	var c net.Conn
+	var err error
+	for i := 0; i < 100; i++ { // the agent may still be starting
+		if c, err = net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || reply != "OK\n" {
+		t.Fatalf("reply %q, %v", reply, err)
+	}
+}
+
+// TestAgentCommand runs `sluice agent` in process until its context ends,
+// as SIGTERM ends it, and expects exit code 0.
+func TestAgentCommand(t *testing.T) {
+	port := freePort(t)
+	file := filepath.Join(t.TempDir(), "a.properties")
+	if err := os.WriteFile(file, []byte(netcatToNull(port)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr syncBuffer
+	code := make(chan int, 1)
+	go func() { code <- run(ctx, []string{"agent", "-f", file, "-n", "a1", "--log-format", "json"}, nil, io.Discard, &stderr) }()
+	sendOne(t, port, "hello")
+	cancel()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("exit %d; log:\n%s", c, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("agent did not stop")
+	}
+	if !strings.Contains(stderr.String(), `"msg":"agent stopped"`) {
+		t.Errorf("json log lacks the stop message:\n%s", stderr.String())
+	}
+}
+
+// TestAgentCommandStartFailure: a port already taken fails the start with
+// the component named, and exit code 1.
+func TestAgentCommandStartFailure(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	file := filepath.Join(t.TempDir(), "a.properties")
+	if err := os.WriteFile(file, []byte(netcatToNull(ln.Addr().(*net.TCPAddr).Port)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	if c := run(context.Background(), []string{"agent", "-f", file, "-n", "a1"}, nil, io.Discard, &stderr); c != 1 {
+		t.Fatalf("exit %d, want 1", c)
+	}
+	if !strings.Contains(stderr.String(), "source r1 failed to start") {
+		t.Errorf("log does not name the component:\n%s", stderr.String())
+	}
+}
+
+// TestBinarySignals builds the real binary: SIGHUP reloads (the new source
+// port answers), SIGTERM drains and exits 0.
+func TestBinarySignals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "sluice")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	p1, p2 := freePort(t), freePort(t)
+	file := filepath.Join(t.TempDir(), "a.properties")
+	if err := os.WriteFile(file, []byte(netcatToNull(p1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd := exec.Command(bin, "agent", "-f", file, "-n", "a1", "--no-reload-conf")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer cmd.Process.Kill()
+	sendOne(t, p1, "before reload")
+	if err := os.WriteFile(file, []byte(netcatToNull(p2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	sendOne(t, p2, "after reload")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit: %v; log:\n%s", err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no exit after SIGTERM; log:\n%s", stderr.String())
+	}
+	for _, want := range []string{"configuration reloaded", "agent stopped"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
