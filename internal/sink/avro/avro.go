@@ -6,13 +6,16 @@
 // A reply other than OK (FAILED: the receiving channel is full) or any error
 // rolls the batch back into the channel. An error also closes the
 // connection; the next batch connects again after a backoff (100 ms
-// doubling to 5 s, reset by a delivered batch). With
+// doubling to 5 s, reset by a delivered batch). Within that backoff a batch
+// fails at once without dialing, so a failover or load_balance group hands
+// it to its other sinks without delay. With
 // reset-connection-interval the connection is replaced that often, so a
 // load balancer in front of several collectors spreads the agents again.
 package avrosink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -118,18 +121,18 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 	return nil
 }
 
-// connect dials once the backoff has passed and does the handshake, so a
-// peer that is not a Flume Avro source is found before events are sent.
-// Caller holds mu.
+// errBackingOff is returned, without dialing, while a failed connection's
+// backoff lasts.
+var errBackingOff = errors.New("not reconnecting yet after a failure")
+
+// connect dials and does the handshake, so a peer that is not a Flume Avro
+// source is found before events are sent. Within the backoff after a
+// failure it fails at once without dialing, as Flume's sink fails at once
+// when it cannot connect: waiting here would stall a sink group, whose
+// other sinks should take the batch now. Caller holds mu.
 func (w *Writer) connect(ctx context.Context) error {
 	if d := time.Until(w.next); d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("avro sink: waiting to reconnect to %s: %w", w.addr, ctx.Err())
-		case <-t.C:
-		}
+		return fmt.Errorf("avro sink: %s: %w (retry in %v)", w.addr, errBackingOff, d.Round(time.Millisecond))
 	}
 	cl, err := avrorpc.Dial(ctx, w.addr, w.cfg)
 	if err == nil {

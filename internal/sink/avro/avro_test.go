@@ -2,7 +2,7 @@ package avrosink
 
 import (
 	"context"
-
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
@@ -184,6 +185,59 @@ func TestDownstreamDown(t *testing.T) {
 	}
 	if n := src.Channel.Len(); n != 3 {
 		t.Fatalf("channel holds %d, want 3", n)
+	}
+}
+
+// TestBackoffFailsFastThenReconnects: after a failed connection, a batch
+// within the backoff fails at once without dialing (a sink group's other
+// sinks take it now), and once the source is back the sink reconnects.
+func TestBackoffFailsFastThenReconnects(t *testing.T) {
+	h := newHop(t, 1000, nil, nil)
+	port := mustAtoi(portOf(h))
+	if err := h.source.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := metrics.NewSinkCounters("k1", "avro")
+	w := NewWriter(Options{Host: "127.0.0.1", Port: port, Client: avrorpc.ClientConfig{ConnectTimeout: 2 * time.Second}}, c, nil)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	batch := []event.Event{{Body: []byte("x")}}
+	if err := w.Write(context.Background(), batch); err == nil {
+		t.Fatal("Write with the source down succeeded")
+	}
+	start := time.Now()
+	err := w.Write(context.Background(), batch)
+	if !errors.Is(err, errBackingOff) {
+		t.Fatalf("second Write: %v, want a backoff error", err)
+	}
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Errorf("Write within the backoff took %v, want it to fail at once", d)
+	}
+	if got := c.ConnectionFailed.Load(); got != 1 {
+		t.Fatalf("ConnectionFailedCount = %d, want 1 (no dial within the backoff)", got)
+	}
+
+	// The source comes back on its port.
+	props := config.FromMap("a1.sources.r1.", map[string]string{"bind": "127.0.0.1", "port": strconv.Itoa(port)})
+	src, err := avrosource.New(sourcetest.Env("r1", "avro"), props)
+	if err != nil || props.Err() != nil {
+		t.Fatal(err, props.Err())
+	}
+	if err := src.Start(context.Background(), h.dst.Processor); err != nil {
+		t.Fatal(err)
+	}
+	defer src.Stop(context.Background())
+	deadline := time.Now().Add(5 * time.Second)
+	for err = w.Write(context.Background(), batch); err != nil; err = w.Write(context.Background(), batch) {
+		if !errors.Is(err, errBackingOff) || time.Now().After(deadline) {
+			t.Fatalf("Write after the source came back: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := h.dst.Drain(t, 1, 5*time.Second); len(got) != 1 || string(got[0].Body) != "x" {
+		t.Fatalf("delivered %v", sourcetest.Bodies(got))
 	}
 }
 
