@@ -1,0 +1,474 @@
+package topology
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/agent"
+	"github.com/sluicehq/sluice/internal/avrorpc"
+	"github.com/sluicehq/sluice/internal/event"
+)
+
+// Three agents on loopback, as a Flume tier: a sender (Flume's RPC client
+// role) → edge agent (avro source → memory → avro sinks k1, k2 in a sink
+// group) → collectors c1 and c2 (avro source → memory → tcp sink) → one
+// counting receiver per collector.
+//
+// What "kill" means here. Collector c1 is stopped abruptly mid-stream: its
+// listener closes and every connection is closed within a millisecond,
+// whatever call is in progress, so the edge sees calls die without a reply
+// and connections refused. What c1 had already acknowledged is in its
+// memory channel; c1's sinks deliver it while it goes down. A real crash of
+// a collector loses its memory channel's contents (in Flume and in sluice:
+// that is the memory channel's contract, and the file channel is the cure);
+// this test is about the hop, whose promise is that an event the edge took
+// from its channel is committed there only after a collector acknowledged
+// it. So: every event the sender got OK for from the edge is delivered by
+// c1 or c2. A batch c1 committed but whose OK died with the connection is
+// sent again to c2, so duplicates are allowed, counted, and bounded by one
+// edge batch (the group's runner has one batch in flight).
+//
+// c1 is then started again on its port and the edge must return to it.
+
+const edgeBatch = 100
+
+func TestKillCollectorMidStream(t *testing.T) {
+	cases := []struct {
+		name, processor string
+		primaryOnly     bool // before the kill, only c1 receives
+	}{
+		{"failover", "type = failover\npriority.k1 = 10\npriority.k2 = 5\nmaxpenalty = 1000\n", true},
+		{"load_balance", "type = load_balance\nselector = round_robin\n", false},
+		{"load_balance backoff", "type = load_balance\nselector = random\nbackoff = true\nselector.maxTimeOut = 1000\n", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case spends most of its time in agents' 1 s drains
+			r1, r2 := listen(t), listen(t)
+			p1, p2, pe := freePort(t), freePort(t), freePort(t)
+			c1File := writeConf(t, "c1", collectorConf("c1", p1, r1.port()))
+			c1 := startAgent(t, c1File, "c1", time.Millisecond) // stopping it is the kill
+			startAgent(t, writeConf(t, "c2", collectorConf("c2", p2, r2.port())), "c2", 0)
+			edge := startAgent(t, writeConf(t, "edge", edgeConf(pe, p1, p2, tc.processor)), "edge", 0)
+
+			ctx, stopSending := context.WithCancel(context.Background())
+			defer stopSending()
+			snd := &sender{addr: fmt.Sprintf("127.0.0.1:%d", pe)}
+			sent := make(chan error, 1)
+			go func() { sent <- snd.run(ctx) }()
+
+			// Both collectors (or, failover, the primary alone) receive.
+			waitUntil(t, 10*time.Second, "c1 receives", func() bool { return r1.distinct() >= 1000 })
+			if tc.primaryOnly {
+				if n := r2.distinct(); n != 0 {
+					t.Fatalf("failover: the lower-priority collector received %d events while the primary was up", n)
+				}
+			} else {
+				waitUntil(t, 10*time.Second, "c2 receives", func() bool { return r2.distinct() >= 1000 })
+			}
+
+			// Kill c1 mid-stream; the stream moves to c2.
+			ackedAtKill := snd.acked.Load()
+			if err := c1.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			r1AtKill, r2AtKill := r1.distinct(), r2.distinct()
+			waitUntil(t, 10*time.Second, "c2 takes the stream", func() bool { return r2.distinct() >= r2AtKill+2000 })
+			if snd.acked.Load() <= ackedAtKill {
+				t.Fatal("the sender got no OK after the kill")
+			}
+
+			// c1 comes back on its port; the edge returns to it.
+			startAgent(t, c1File, "c1", 0)
+			waitUntil(t, 15*time.Second, "the edge reconnects to c1", func() bool { return r1.distinct() >= r1AtKill+500 })
+
+			stopSending()
+			if err := <-sent; err != nil {
+				t.Fatal(err)
+			}
+			acked := snd.acked.Load()
+			k1 := sinkCounters(edge, "k1")
+			if k1["EventWriteFail"] == "0" {
+				t.Errorf("the edge's sink to c1 never failed (counters %v): the kill did not hit the stream", k1)
+			}
+			// Stopping the edge drains its channel into the collectors;
+			// then the collectors drain into the receivers.
+			if err := edge.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var missing []uint64
+			waitUntilOrNot(10*time.Second, func() bool {
+				missing = missingFrom(acked, r1.snapshot(), r2.snapshot())
+				return len(missing) == 0
+			})
+			if len(missing) > 0 {
+				t.Fatalf("%d of %d acknowledged events never arrived at a collector, first %v", len(missing), acked, missing[:min(10, len(missing))])
+			}
+			dups := r1.dups() + r2.dups() + overlap(r1.snapshot(), r2.snapshot())
+			t.Logf("acknowledged %d (%d at the kill); c1 delivered %d (%d before the kill), c2 %d; duplicates %d; edge k1 counters %v",
+				acked, ackedAtKill, r1.distinct(), r1AtKill, r2.distinct(), dups, k1)
+			if dups > edgeBatch {
+				t.Errorf("%d duplicates; at most one edge batch (%d) can be in flight at the kill", dups, edgeBatch)
+			}
+			if r1.bad()+r2.bad() > 0 {
+				t.Errorf("malformed lines: %d", r1.bad()+r2.bad())
+			}
+		})
+	}
+}
+
+func collectorConf(name string, port, recvPort int) string {
+	return fmt.Sprintf(`%[1]s.sources = r1
+%[1]s.channels = ch
+%[1]s.sinks = out
+%[1]s.sources.r1.type = avro
+%[1]s.sources.r1.bind = 127.0.0.1
+%[1]s.sources.r1.port = %[2]d
+%[1]s.sources.r1.channels = ch
+%[1]s.channels.ch.type = memory
+%[1]s.channels.ch.capacity = 100000
+%[1]s.channels.ch.transactionCapacity = 1000
+%[1]s.sinks.out.type = tcp
+%[1]s.sinks.out.hostname = 127.0.0.1
+%[1]s.sinks.out.port = %[3]d
+%[1]s.sinks.out.channel = ch
+`, name, port, recvPort)
+}
+
+func edgeConf(port, p1, p2 int, processor string) string {
+	conf := fmt.Sprintf(`edge.sources = r1
+edge.channels = ch
+edge.sinks = k1 k2
+edge.sinkgroups = g1
+edge.sources.r1.type = avro
+edge.sources.r1.bind = 127.0.0.1
+edge.sources.r1.port = %d
+edge.sources.r1.channels = ch
+edge.channels.ch.type = memory
+edge.channels.ch.capacity = 1000000
+edge.channels.ch.transactionCapacity = 1000
+edge.sinkgroups.g1.sinks = k1 k2
+`, port)
+	for i, p := range []int{p1, p2} {
+		conf += fmt.Sprintf(`edge.sinks.k%[1]d.type = avro
+edge.sinks.k%[1]d.hostname = 127.0.0.1
+edge.sinks.k%[1]d.port = %[2]d
+edge.sinks.k%[1]d.batch-size = %[3]d
+edge.sinks.k%[1]d.connect-timeout = 2000
+edge.sinks.k%[1]d.request-timeout = 2000
+edge.sinks.k%[1]d.channel = ch
+`, i+1, p, edgeBatch)
+	}
+	for _, line := range bytes.Split([]byte(processor), []byte("\n")) {
+		if len(line) > 0 {
+			conf += "edge.sinkgroups.g1.processor." + string(line) + "\n"
+		}
+	}
+	return conf
+}
+
+func writeConf(t *testing.T, name, conf string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), name+".properties")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// startAgent runs the agent name of file until the test ends (or the test
+// stops it). stopTimeout bounds each source's and sink's stop: a
+// millisecond makes Stop tear connections down mid-call.
+func startAgent(t *testing.T, file, name string, stopTimeout time.Duration) *agent.Agent {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("agent", name)
+	a, err := agent.New(agent.Options{File: file, Name: name, Logger: log, StopTimeout: stopTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
+	return a
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
+
+func sinkCounters(a *agent.Agent, name string) map[string]string {
+	out := map[string]string{}
+	for _, s := range a.Metrics().Sets() {
+		if s.Kind == "SINK" && s.Name == name {
+			s.Each(func(k, v string) {
+				switch k {
+				case "ConnectionCreatedCount", "ConnectionFailedCount", "EventWriteFail", "EventDrainSuccessCount":
+					out[k] = v
+				}
+			})
+		}
+	}
+	return out
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// waitUntil polls cond until it holds, or fails the test after d.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	start := time.Now()
+	defer func() { t.Logf("%s after %v", what, time.Since(start).Round(time.Millisecond)) }()
+	if !waitUntilOrNot(d, cond) {
+		t.Fatalf("timed out after %v waiting until %s", d, what)
+	}
+}
+
+func waitUntilOrNot(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// sender plays a Flume RPC client: batches of generated lines, numbered
+// from 0, each batch sent again until the edge answers OK, so the events
+// acknowledged are exactly 0..acked-1.
+type sender struct {
+	addr  string
+	acked atomic.Uint64
+}
+
+func (s *sender) run(ctx context.Context) error {
+	const batch, every = 50, 2 * time.Millisecond
+	var c *avrorpc.Client
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	events := make([]event.Event, batch)
+	fill := func(first uint64) {
+		for i := range events {
+			events[i] = event.Event{Body: body(first + uint64(i))}
+		}
+	}
+	next := uint64(0)
+	fill(next)
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if c == nil {
+			var err error
+			if c, err = avrorpc.Dial(ctx, s.addr, avrorpc.ClientConfig{ConnectTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second}); err != nil {
+				c = nil
+				if failures++; failures > 100 {
+					return fmt.Errorf("sender: %w", err)
+				}
+				continue
+			}
+		}
+		st, err := c.AppendBatch(ctx, events)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			c.Close()
+			c = nil
+			if failures++; failures > 100 {
+				return fmt.Errorf("sender: %w", err)
+			}
+		case st == avrorpc.OK:
+			next += batch
+			s.acked.Store(next)
+			fill(next)
+		}
+	}
+}
+
+// body is event seq's body: its number and padding to 64 bytes.
+func body(seq uint64) []byte {
+	b := strconv.AppendUint(make([]byte, 0, 64), seq, 10)
+	b = append(b, ' ')
+	for len(b) < 64 {
+		b = append(b, 'x')
+	}
+	return b
+}
+
+func parseBody(line []byte) (uint64, error) {
+	num, pad, ok := bytes.Cut(bytes.TrimSuffix(line, []byte("\n")), []byte(" "))
+	if !ok || len(num)+1+len(pad) != 64 || len(bytes.Trim(pad, "x")) != 0 {
+		return 0, fmt.Errorf("malformed line %.80q", line)
+	}
+	return strconv.ParseUint(string(num), 10, 64)
+}
+
+// receiver counts the generated lines that arrive, by sequence number.
+type receiver struct {
+	ln    net.Listener
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	seen  map[uint64]int
+	nbad  int
+	conns map[net.Conn]bool
+}
+
+func listen(t *testing.T) *receiver {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &receiver{ln: ln, seen: map[uint64]int{}, conns: map[net.Conn]bool{}}
+	r.wg.Add(1)
+	go r.accept()
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *receiver) port() int { return r.ln.Addr().(*net.TCPAddr).Port }
+
+func (r *receiver) accept() {
+	defer r.wg.Done()
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		r.mu.Lock()
+		r.conns[c] = true
+		r.mu.Unlock()
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.read(c)
+		}()
+	}
+}
+
+func (r *receiver) read(c net.Conn) {
+	defer func() {
+		c.Close()
+		r.mu.Lock()
+		delete(r.conns, c)
+		r.mu.Unlock()
+	}()
+	br := bufio.NewReader(c)
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			if err != io.EOF && len(line) > 0 {
+				r.mu.Lock()
+				r.nbad++
+				r.mu.Unlock()
+			}
+			return
+		}
+		seq, perr := parseBody(line)
+		r.mu.Lock()
+		if perr != nil {
+			r.nbad++
+		} else {
+			r.seen[seq]++
+		}
+		r.mu.Unlock()
+	}
+}
+
+func (r *receiver) close() {
+	r.ln.Close()
+	r.mu.Lock()
+	for c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+func (r *receiver) distinct() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.seen)
+}
+
+func (r *receiver) dups() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.seen {
+		n += c - 1
+	}
+	return n
+}
+
+func (r *receiver) bad() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.nbad
+}
+
+func (r *receiver) snapshot() map[uint64]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[uint64]int, len(r.seen))
+	for k, v := range r.seen {
+		out[k] = v
+	}
+	return out
+}
+
+// missingFrom lists the sequence numbers below n that neither a nor b holds.
+func missingFrom(n uint64, a, b map[uint64]int) []uint64 {
+	var out []uint64
+	for i := uint64(0); i < n; i++ {
+		if a[i] == 0 && b[i] == 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// overlap counts the events both collectors delivered.
+func overlap(a, b map[uint64]int) int {
+	n := 0
+	for k := range a {
+		if b[k] > 0 {
+			n++
+		}
+	}
+	return n
+}
