@@ -1,0 +1,265 @@
+package essink
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/event"
+)
+
+// Event body to document:
+//
+//   - a body that is one JSON object is indexed as is, with "@timestamp"
+//     added first when the object has no top-level "@timestamp" key;
+//     newlines between its tokens become spaces (a bulk body is one
+//     document per line, and valid JSON has no raw newline inside strings);
+//   - any other body becomes {"@timestamp":..., "message": <body as a
+//     string>, <header>: <value>, ...} with the headers in key order (the
+//     headers "@timestamp" and "message" are left out, the document's own
+//     fields win). Bytes that are not UTF-8 become U+FFFD.
+//
+// "@timestamp" comes from the timestamp header (milliseconds since the
+// epoch, as Flume's timestamp interceptor sets it), else from the
+// "@timestamp" header, else from the time the agent received the event,
+// else now. A non-numeric timestamp header is passed on as a string for
+// the server to parse.
+
+const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// eventTime returns the event's time in milliseconds and, when the
+// timestamp header is set but not numeric, its text.
+func eventTime(e *event.Event, now int64) (ms int64, text string) {
+	for _, k := range [...]string{"timestamp", "@timestamp"} {
+		if v, ok := e.Headers[k]; ok && v != "" {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return n, ""
+			}
+			return 0, v
+		}
+	}
+	if e.ReceivedAt > 0 {
+		return e.ReceivedAt / 1e6, ""
+	}
+	return now / 1e6, ""
+}
+
+// appendTimestamp appends the JSON string of the event's @timestamp.
+func appendTimestamp(dst []byte, ms int64, text string) []byte {
+	if text != "" {
+		return appendJSONString(dst, text)
+	}
+	dst = append(dst, '"')
+	dst = time.UnixMilli(ms).UTC().AppendFormat(dst, timestampLayout)
+	return append(dst, '"')
+}
+
+// appendDocument appends the document of e (no trailing newline).
+func appendDocument(dst []byte, e *event.Event, ms int64, text string, keys []string) ([]byte, []string) {
+	body := trimSpace(e.Body)
+	if len(body) >= 2 && body[0] == '{' && json.Valid(body) {
+		start := len(dst)
+		if hasTopLevelKey(body, "@timestamp") {
+			dst = append(dst, body...)
+		} else {
+			dst = append(dst, `{"@timestamp":`...)
+			dst = appendTimestamp(dst, ms, text)
+			rest := trimSpace(body[1:])
+			if rest[0] != '}' {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, rest...)
+		}
+		for i := start; i < len(dst); i++ {
+			if dst[i] == '\n' || dst[i] == '\r' {
+				dst[i] = ' '
+			}
+		}
+		return dst, keys
+	}
+	dst = append(dst, `{"@timestamp":`...)
+	dst = appendTimestamp(dst, ms, text)
+	dst = append(dst, `,"message":`...)
+	dst = appendJSONBytes(dst, e.Body)
+	keys = keys[:0]
+	for k := range e.Headers {
+		if k != "message" && k != "@timestamp" {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		dst = append(dst, ',')
+		dst = appendJSONString(dst, k)
+		dst = append(dst, ':')
+		dst = appendJSONString(dst, e.Headers[k])
+	}
+	return append(dst, '}'), keys
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// hasTopLevelKey reports whether the valid JSON object obj has key at its
+// top level.
+func hasTopLevelKey(obj []byte, key string) bool {
+	i := 1 // past '{'
+	for {
+		for i < len(obj) && (isSpace(obj[i]) || obj[i] == ',') {
+			i++
+		}
+		if i >= len(obj) || obj[i] != '"' {
+			return false // '}' or malformed
+		}
+		end := skipString(obj, i)
+		raw := obj[i:end]
+		if string(raw[1:len(raw)-1]) == key {
+			return true
+		}
+		if slices.Contains(raw, '\\') {
+			var s string
+			if json.Unmarshal(raw, &s) == nil && s == key {
+				return true
+			}
+		}
+		i = end
+		for i < len(obj) && (isSpace(obj[i]) || obj[i] == ':') {
+			i++
+		}
+		i = skipValue(obj, i)
+	}
+}
+
+// skipString returns the index just past the string that starts at i.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index just past the value that starts at i.
+func skipValue(b []byte, i int) int {
+	depth := 0
+	for i < len(b) {
+		switch c := b[i]; c {
+		case '"':
+			i = skipString(b, i)
+			if depth == 0 {
+				return i
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i // end of the enclosing object
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case ',':
+			if depth == 0 {
+				return i
+			}
+		}
+		i++
+	}
+	return i
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			dst = append(dst, s[start:i]...)
+			dst = appendEscape(dst, c)
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// appendJSONBytes is appendJSONString for a byte slice, without copying it
+// into a string.
+func appendJSONBytes(dst []byte, s []byte) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			dst = append(dst, s[start:i]...)
+			dst = appendEscape(dst, c)
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+func appendEscape(dst []byte, c byte) []byte {
+	switch c {
+	case '"', '\\':
+		return append(dst, '\\', c)
+	case '\n':
+		return append(dst, '\\', 'n')
+	case '\r':
+		return append(dst, '\\', 'r')
+	case '\t':
+		return append(dst, '\\', 't')
+	}
+	return append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+}
