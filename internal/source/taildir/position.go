@@ -1,0 +1,137 @@
+package taildir
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// position is one entry of the position file: Flume's
+// {"inode":N,"pos":N,"file":"/abs/path"}. Nothing else is written, because
+// Flume's reader fails on a key it does not know, and a position file must
+// stay readable by Flume (to go back) as Flume's is by sluice.
+type position struct {
+	Inode uint64 `json:"inode"`
+	Pos   int64  `json:"pos"`
+	File  string `json:"file"`
+}
+
+// maxPositionFile bounds what is read of a position file: 64 MiB is about
+// half a million entries.
+const maxPositionFile = 64 << 20
+
+// loadPositions reads a position file. A missing or empty file (Flume leaves
+// an empty one when it tails nothing) means no positions.
+func loadPositions(path string) ([]position, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parsePositions(data)
+}
+
+// parsePositions parses a position file's content. Numbers may be JSON
+// numbers or strings holding numbers (Gson's reader accepts both, and some
+// Flume builds write strings); unknown keys are ignored.
+func parsePositions(data []byte) ([]position, error) {
+	if len(data) > maxPositionFile {
+		return nil, fmt.Errorf("position file is %d bytes, more than the %d a position file can sensibly hold", len(data), maxPositionFile)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil
+	}
+	var raw []map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("position file is not a JSON array of {\"inode\",\"pos\",\"file\"} objects: %w", err)
+	}
+	out := make([]position, 0, len(raw))
+	for i, m := range raw {
+		var p position
+		var err error
+		if p.Inode, err = jsonUint(m["inode"]); err != nil {
+			return nil, fmt.Errorf("entry %d: inode: %w", i, err)
+		}
+		pos, err := jsonUint(m["pos"])
+		if err != nil {
+			return nil, fmt.Errorf("entry %d: pos: %w", i, err)
+		}
+		if pos > 1<<62 {
+			return nil, fmt.Errorf("entry %d: pos %d is not a file position", i, pos)
+		}
+		p.Pos = int64(pos)
+		if err := json.Unmarshal(m["file"], &p.File); err != nil || p.File == "" {
+			return nil, fmt.Errorf("entry %d: file is missing or not a string", i)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func jsonUint(v json.RawMessage) (uint64, error) {
+	if len(v) == 0 {
+		return 0, errors.New("missing")
+	}
+	s := string(v)
+	if v[0] == '"' {
+		if err := json.Unmarshal(v, &s); err != nil {
+			return 0, err
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s is not a non-negative whole number", v)
+	}
+	return n, nil
+}
+
+// encodePositions renders entries as Flume writes them.
+func encodePositions(entries []position) []byte {
+	if entries == nil {
+		entries = []position{}
+	}
+	b, _ := json.Marshal(entries) // cannot fail: plain structs
+	return b
+}
+
+// writeAtomic replaces path with data so that a crash leaves either the old
+// or the new content: a temporary file in the same directory, fsync, rename,
+// fsync of the directory.
+func writeAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

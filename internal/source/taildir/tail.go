@@ -1,0 +1,702 @@
+package taildir
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
+)
+
+const (
+	// maxLine bounds a line held in memory; a longer one is sent in pieces.
+	maxLine = 8 << 20
+	// minRead and maxRead bound one read of a file.
+	minRead = 4 << 10
+	maxRead = 4 << 20
+	// sigLen is how many bytes before a file's position are remembered to
+	// notice that the file was truncated and rewritten past the position.
+	sigLen = 32
+	// rescanEvery is how many poll intervals pass between full rescans of
+	// the directories when they are watched (the watch makes them needless
+	// but for lost notifications).
+	rescanEvery = 10
+)
+
+// fileKey identifies a file whatever its name.
+type fileKey struct{ dev, ino uint64 }
+
+// tailFile is the state of one followed file.
+type tailFile struct {
+	key   fileKey
+	path  string // last name it was seen under
+	dir   string // directory it was last seen in
+	group *group
+	f     *os.File // nil while closed (idle)
+
+	pos        int64 // every line before pos is committed
+	sig        []byte
+	size       int64 // size at the last look
+	lastGrowth time.Time
+	seen       uint64 // scan generation it was last seen in
+	gone       bool   // no longer under a matching name: read to the end, then dropped
+	flush      bool   // idle: send a partial last line as it is
+}
+
+// tailer follows the files of one source; only its goroutine touches it.
+type tailer struct {
+	s    *Source
+	p    flow.Processor
+	log  *slog.Logger
+	note *notifier
+
+	files   map[fileKey]*tailFile
+	byPath  map[string]*tailFile
+	dirs    []string // the groups' directories, each once
+	saved   []position
+	startup bool
+	gen     uint64
+
+	dirty     map[*tailFile]bool
+	rescan    map[string]bool
+	posDirty  bool
+	lastSaved []byte
+	avgLine   int
+	events    []event.Event
+}
+
+func newTailer(s *Source, p flow.Processor, saved []position) *tailer {
+	t := &tailer{
+		s: s, p: p, log: s.env.Log().With("source", s.env.Name),
+		files: map[fileKey]*tailFile{}, byPath: map[string]*tailFile{},
+		saved: saved, dirty: map[*tailFile]bool{}, rescan: map[string]bool{},
+		avgLine: 128,
+	}
+	for _, g := range s.groups {
+		if !slices.Contains(t.dirs, g.dir) {
+			t.dirs = append(t.dirs, g.dir)
+		}
+	}
+	return t
+}
+
+// open sets up the directory watch and finds the files, applying the saved
+// positions. Errors are only those that make the source unusable.
+func (t *tailer) open() error {
+	if t.s.watch {
+		n, err := newNotifier(t.log)
+		if err != nil {
+			t.log.Warn("taildir source cannot watch directories; polling instead", "every", t.s.pollInterval, "err", err)
+		} else {
+			t.note = n
+			for _, d := range t.dirs {
+				if err := n.add(d); err != nil {
+					t.log.Warn("taildir source cannot watch a directory; polling instead", "dir", d, "every", t.s.pollInterval, "err", err)
+					n.close()
+					t.note = nil
+					break
+				}
+			}
+		}
+	}
+	t.startup = true
+	for _, d := range t.dirs {
+		t.scanDir(d)
+	}
+	t.recoverRotated()
+	t.startup, t.saved = false, nil
+	t.posDirty = true
+	return nil
+}
+
+func (t *tailer) close() {
+	if t.note != nil {
+		t.note.close()
+		t.note = nil
+	}
+	for _, tf := range t.files {
+		if tf.f != nil {
+			tf.f.Close()
+			tf.f = nil
+		}
+	}
+}
+
+// run follows the files until ctx ends, then writes the positions.
+func (t *tailer) run(ctx context.Context) {
+	defer t.close()
+	defer t.savePositions()
+	poll := time.NewTicker(t.s.pollInterval)
+	defer poll.Stop()
+	posTick := time.NewTicker(t.s.writePosInterval)
+	defer posTick.Stop()
+	idleTick := time.NewTicker(min(max(t.s.idleTimeout/4, 10*time.Millisecond), 5*time.Second))
+	defer idleTick.Stop()
+	var kick chan struct{}
+	if t.note != nil {
+		kick = t.note.kick
+	}
+	polls := 0
+	for {
+		t.applyNotes()
+		for d := range t.rescan {
+			t.scanDir(d)
+		}
+		clear(t.rescan)
+		busy := t.readDirty(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		var wait <-chan time.Time
+		if busy {
+			wait = closedTimeChan
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+		case <-poll.C:
+			polls++
+			if t.note == nil || polls%rescanEvery == 0 {
+				for _, d := range t.dirs {
+					t.rescan[d] = true
+				}
+			}
+			for _, tf := range t.files {
+				if tf.gone && tf.f != nil {
+					t.dirty[tf] = true
+				}
+			}
+		case <-posTick.C:
+			t.savePositions()
+		case <-idleTick.C:
+			t.checkIdle()
+		case <-wait:
+		}
+	}
+}
+
+var closedTimeChan = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
+
+// applyNotes turns the notifications since the last call into files to read
+// and directories to rescan.
+func (t *tailer) applyNotes() {
+	if t.note == nil {
+		return
+	}
+	changed, overflow := t.note.take()
+	if overflow {
+		for _, d := range t.dirs {
+			t.rescan[d] = true
+		}
+		for _, tf := range t.files {
+			t.dirty[tf] = true
+		}
+	}
+	for path, op := range changed {
+		if op.Has(fsnotify.Write) && op&^fsnotify.Write == 0 {
+			if tf := t.byPath[path]; tf != nil {
+				t.dirty[tf] = true
+				continue
+			}
+		}
+		dir := filepath.Dir(path)
+		if slices.Contains(t.dirs, dir) && (t.byPath[path] != nil || t.matches(dir, filepath.Base(path))) {
+			t.rescan[dir] = true
+		}
+	}
+}
+
+func (t *tailer) matches(dir, name string) bool {
+	for _, g := range t.s.groups {
+		if g.dir == dir && g.re.MatchString(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// scanDir lists dir, starts following new matching files, notices renamed
+// ones, and marks the files that no longer match as gone.
+func (t *tailer) scanDir(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.log.Warn("taildir source cannot list a directory", "dir", dir, "err", err)
+		return
+	}
+	t.gen++
+	for _, g := range t.s.groups {
+		if g.dir != dir {
+			continue
+		}
+		for _, ent := range ents {
+			name := ent.Name()
+			if !g.re.MatchString(name) {
+				continue
+			}
+			path := filepath.Join(dir, name)
+			st, err := os.Stat(path)
+			if err != nil || !st.Mode().IsRegular() {
+				continue
+			}
+			key := keyOf(st)
+			tf := t.files[key]
+			if tf != nil && tf.seen == t.gen {
+				continue // claimed by an earlier group
+			}
+			if tf == nil {
+				tf = t.newFile(key, path, g, st.Size())
+			} else if tf.path != path {
+				t.log.Info("taildir source follows a renamed file", "from", tf.path, "to", path, "pos", tf.pos)
+				if t.byPath[tf.path] == tf {
+					delete(t.byPath, tf.path)
+				}
+				tf.path = path
+				t.posDirty = true
+			}
+			tf.dir, tf.seen, tf.gone = dir, t.gen, false
+			t.byPath[path] = tf
+			if st.Size() != tf.size || st.Size() != tf.pos {
+				t.dirty[tf] = true
+			}
+		}
+	}
+	for key, tf := range t.files {
+		if tf.dir != dir || tf.seen == t.gen || tf.gone {
+			continue
+		}
+		tf.gone = true
+		if t.byPath[tf.path] == tf {
+			delete(t.byPath, tf.path)
+		}
+		if tf.f == nil {
+			delete(t.files, key)
+			delete(t.dirty, tf)
+			t.posDirty = true
+			continue
+		}
+		t.log.Debug("taildir source reads a file that no longer matches to its end", "file", tf.path)
+		t.dirty[tf] = true
+	}
+}
+
+// newFile starts following a file: from its saved position, from its end
+// (skipToEnd, files present at start only), or from 0.
+func (t *tailer) newFile(key fileKey, path string, g *group, size int64) *tailFile {
+	tf := &tailFile{key: key, path: path, dir: g.dir, group: g, lastGrowth: time.Now(), size: -1}
+	if t.startup {
+		if p, ok := t.savedPos(key.ino, path); ok {
+			tf.pos = p
+			t.log.Info("taildir source continues a file from its saved position", "file", path, "inode", key.ino, "pos", p)
+		} else if t.s.skipToEnd {
+			tf.pos = size
+		}
+	}
+	t.files[key] = tf
+	t.posDirty = true
+	return tf
+}
+
+// savedPos finds the saved position of inode ino, preferring an entry with
+// the same path (inodes of files on different devices may collide), and
+// takes it out of the saved list.
+func (t *tailer) savedPos(ino uint64, path string) (int64, bool) {
+	best := -1
+	for i, p := range t.saved {
+		if p.Inode != ino {
+			continue
+		}
+		if best < 0 || p.File == path {
+			best = i
+		}
+	}
+	if best < 0 {
+		return 0, false
+	}
+	pos := t.saved[best].Pos
+	t.saved = slices.Delete(t.saved, best, best+1)
+	return pos, true
+}
+
+// recoverRotated runs once at start: a saved file that no longer matches
+// was most likely rotated away while the source was stopped. If a file with
+// its inode is still in its directory and longer than the saved position,
+// its unread tail is read (then the file is dropped). Each directory is
+// listed once, and only when some saved file is missing from it.
+func (t *tailer) recoverRotated() {
+	byDir := map[string][]position{}
+	for _, p := range t.saved {
+		if dir := filepath.Dir(p.File); slices.Contains(t.dirs, dir) {
+			byDir[dir] = append(byDir[dir], p)
+		}
+	}
+	for dir, lost := range byDir {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		found := map[uint64]os.FileInfo{}
+		paths := map[uint64]string{}
+		for _, ent := range ents {
+			path := filepath.Join(dir, ent.Name())
+			if t.byPath[path] != nil {
+				continue
+			}
+			st, err := os.Stat(path)
+			if err != nil || !st.Mode().IsRegular() {
+				continue
+			}
+			found[keyOf(st).ino], paths[keyOf(st).ino] = st, path
+		}
+		for _, p := range lost {
+			st, ok := found[p.Inode]
+			if !ok || st.Size() <= p.Pos || t.files[keyOf(st)] != nil {
+				continue
+			}
+			path := paths[p.Inode]
+			f, err := os.Open(path)
+			if err != nil {
+				continue
+			}
+			t.log.Info("taildir source reads the rest of a file rotated while it was stopped", "file", path, "was", p.File, "pos", p.Pos)
+			key := keyOf(st)
+			tf := &tailFile{key: key, path: path, dir: dir, f: f, pos: p.Pos, size: -1, lastGrowth: time.Now(), gone: true}
+			tf.group = t.groupOf(dir, filepath.Base(p.File))
+			t.files[key] = tf
+			t.dirty[tf] = true
+		}
+	}
+}
+
+func (t *tailer) groupOf(dir, name string) *group {
+	var first *group
+	for _, g := range t.s.groups {
+		if g.dir != dir {
+			continue
+		}
+		if g.re.MatchString(name) {
+			return g
+		}
+		if first == nil {
+			first = g
+		}
+	}
+	return first
+}
+
+func keyOf(st os.FileInfo) fileKey {
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return fileKey{dev: uint64(sys.Dev), ino: sys.Ino}
+	}
+	return fileKey{}
+}
+
+// readDirty reads every file marked dirty, at most maxBatchCount batches
+// each, and reports whether some file still has lines to read.
+func (t *tailer) readDirty(ctx context.Context) bool {
+	if len(t.dirty) == 0 {
+		return false
+	}
+	files := make([]*tailFile, 0, len(t.dirty))
+	for tf := range t.dirty {
+		files = append(files, tf)
+	}
+	slices.SortFunc(files, func(a, b *tailFile) int { return cmpString(a.path, b.path) })
+	more := false
+	for _, tf := range files {
+		if ctx.Err() != nil {
+			return false
+		}
+		if t.readFile(ctx, tf) {
+			more = true
+		} else {
+			delete(t.dirty, tf)
+		}
+	}
+	return more
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// readFile sends the complete lines of tf after its position, in batches of
+// at most batchSize, and reports whether it stopped at maxBatchCount with
+// more to read.
+func (t *tailer) readFile(ctx context.Context, tf *tailFile) bool {
+	if tf.f == nil && !t.reopen(tf) {
+		return false
+	}
+	st, err := tf.f.Stat()
+	if err != nil {
+		t.log.Warn("taildir source cannot stat a file", "file", tf.path, "err", err)
+		return false
+	}
+	size := st.Size()
+	if size != tf.size {
+		tf.size, tf.lastGrowth, tf.flush = size, time.Now(), false
+	}
+	if size < tf.pos {
+		t.restart(tf, fmt.Sprintf("the file is now %d bytes, shorter than the position", size))
+	} else if size > tf.pos && len(tf.sig) > 0 && !t.sigMatches(tf) {
+		t.restart(tf, "the bytes before the position changed")
+	}
+	if size == tf.pos {
+		tf.flush = false
+		return false
+	}
+	var carry []byte
+	var batches int64
+	for ctx.Err() == nil {
+		want := max(min(t.s.batchSize*t.avgLine+t.avgLine, maxRead), minRead, 2*len(carry))
+		slab := make([]byte, want)
+		n := copy(slab, carry)
+		m, err := tf.f.ReadAt(slab[n:], tf.pos+int64(n))
+		if err != nil && !errors.Is(err, io.EOF) {
+			t.log.Warn("taildir source cannot read a file", "file", tf.path, "err", err)
+			t.s.counters.EventReadFail.Add(1)
+			return false
+		}
+		eof := n+m < len(slab)
+		data := slab[:n+m]
+		bounds, consumed := splitLines(data, t.s.batchSize, eof && tf.flush)
+		if len(bounds) == 0 {
+			if len(data) >= maxLine {
+				bounds, consumed = []int{0, len(data)}, len(data)
+			} else if eof {
+				return false // a partial line waits for its newline
+			} else {
+				carry = data
+				continue
+			}
+		}
+		if !t.put(ctx, tf, slab, bounds) {
+			return false
+		}
+		t.commit(tf, data, consumed, len(bounds)/2)
+		carry = data[consumed:]
+		batches++
+		if eof && bytes.IndexByte(carry, '\n') < 0 && !(tf.flush && len(carry) > 0) {
+			if len(carry) == 0 {
+				tf.flush = false
+			}
+			return false
+		}
+		if batches >= t.s.maxBatchCount {
+			return true
+		}
+	}
+	return false
+}
+
+// reopen opens a closed file by its name again, if the name still holds
+// the same file.
+func (t *tailer) reopen(tf *tailFile) bool {
+	f, err := os.Open(tf.path)
+	if err != nil {
+		t.rescan[tf.dir] = true
+		return false
+	}
+	st, err := f.Stat()
+	if err != nil || keyOf(st) != tf.key {
+		f.Close()
+		t.rescan[tf.dir] = true
+		return false
+	}
+	tf.f = f
+	return true
+}
+
+// restart reads tf again from 0: it was truncated (copytruncate) or replaced
+// in place.
+func (t *tailer) restart(tf *tailFile, why string) {
+	t.log.Info("taildir source reads a truncated file again from the start", "file", tf.path, "pos", tf.pos, "reason", why)
+	tf.pos, tf.sig = 0, nil
+	t.posDirty = true
+}
+
+func (t *tailer) sigMatches(tf *tailFile) bool {
+	buf := make([]byte, len(tf.sig))
+	n, _ := tf.f.ReadAt(buf, tf.pos-int64(len(buf)))
+	return n == len(buf) && bytes.Equal(buf, tf.sig)
+}
+
+// commit moves tf's position past the consumed bytes of a committed batch.
+func (t *tailer) commit(tf *tailFile, data []byte, consumed, lines int) {
+	tf.pos += int64(consumed)
+	k := min(consumed, sigLen)
+	tf.sig = append(tf.sig[:0], data[consumed-k:consumed]...)
+	if lines > 0 {
+		t.avgLine = max(16, (t.avgLine+consumed/lines)/2)
+	}
+	t.posDirty = true
+}
+
+// splitLines finds up to max lines in data. bounds holds each body's start
+// and end (a '\r' before the '\n' is not part of the body, as in Flume);
+// consumed is how many bytes the lines take, ends included. With partial,
+// bytes after the last newline count as a last line.
+func splitLines(data []byte, max int, partial bool) (bounds []int, consumed int) {
+	pos := 0
+	for len(bounds) < 2*max {
+		i := bytes.IndexByte(data[pos:], '\n')
+		if i < 0 {
+			if partial && pos < len(data) {
+				bounds = append(bounds, pos, len(data))
+				pos = len(data)
+			}
+			break
+		}
+		end := pos + i
+		if end > pos && data[end-1] == '\r' {
+			end--
+		}
+		bounds = append(bounds, pos, end)
+		pos += i + 1
+	}
+	return bounds, pos
+}
+
+// put sends the lines of slab as one batch, retrying while the channel is
+// full, and reports whether they were committed (false only when the source
+// is stopping). Each attempt builds its events afresh from the slab, so a
+// retry does not see what interceptors made of the failed one.
+func (t *tailer) put(ctx context.Context, tf *tailFile, slab []byte, bounds []int) bool {
+	c := t.s.counters
+	n := len(bounds) / 2
+	c.EventReceived.Add(int64(n))
+	c.AppendBatchReceived.Add(1)
+	now := event.Now()
+	for attempt := 1; ; attempt++ {
+		batch := t.build(tf, slab, bounds, now)
+		err := t.p.Process(ctx, batch)
+		clear(batch)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if errors.Is(err, flow.ErrChannelFull) || errors.Is(err, flow.ErrClosed) {
+			c.ChannelWriteFail.Add(1)
+		} else {
+			c.GenericProcessingFail.Add(1)
+		}
+		wait := min(time.Duration(attempt)*t.s.backoffIncrement, t.s.maxBackoff)
+		t.log.Warn("taildir source could not put a batch; retrying", "file", tf.path, "events", n, "retry_in", wait, "err", err)
+		tm := time.NewTimer(wait)
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+			tm.Stop()
+			return false
+		}
+	}
+	c.EventAccepted.Add(int64(n))
+	c.AppendBatchAccepted.Add(1)
+	return true
+}
+
+// build makes the events of one batch: the bodies are slices of slab, and
+// headers are made only when some are configured.
+func (t *tailer) build(tf *tailFile, slab []byte, bounds []int, now int64) []event.Event {
+	g := tf.group
+	headers := t.s.byteOffsetHeader || t.s.fileHeader || (g != nil && len(g.headers) > 0)
+	t.events = t.events[:0]
+	for i := 0; i < len(bounds); i += 2 {
+		lo, hi := bounds[i], bounds[i+1]
+		e := event.Event{Body: slab[lo:hi:hi], ReceivedAt: now}
+		if headers {
+			e.Headers = make(map[string]string, 4)
+			if g != nil {
+				for k, v := range g.headers {
+					e.Headers[k] = v
+				}
+			}
+			if t.s.fileHeader {
+				e.Headers[t.s.fileHeaderKey] = tf.path
+			}
+			if t.s.byteOffsetHeader {
+				e.Headers["byteoffset"] = strconv.FormatInt(tf.pos+int64(lo), 10)
+			}
+		}
+		t.events = append(t.events, e)
+	}
+	return t.events
+}
+
+// checkIdle sends the partial last line of files idle for idleTimeout, then
+// closes them; a file that no longer matches is dropped once closed.
+func (t *tailer) checkIdle() {
+	now := time.Now()
+	for key, tf := range t.files {
+		if tf.f == nil || now.Sub(tf.lastGrowth) < t.s.idleTimeout {
+			continue
+		}
+		st, err := tf.f.Stat()
+		if err == nil && st.Size() != tf.size {
+			tf.size, tf.lastGrowth = st.Size(), now
+			t.dirty[tf] = true
+			continue
+		}
+		if err == nil && st.Size() > tf.pos && !tf.flush {
+			tf.flush = true
+			t.dirty[tf] = true
+			continue // closed at a later check, once the partial line is sent
+		}
+		if t.dirty[tf] {
+			continue
+		}
+		tf.f.Close()
+		tf.f, tf.flush = nil, false
+		t.log.Debug("taildir source closed an idle file", "file", tf.path, "pos", tf.pos)
+		if tf.gone {
+			delete(t.files, key)
+			t.posDirty = true
+		}
+	}
+}
+
+// savePositions writes the position file if a position changed.
+func (t *tailer) savePositions() {
+	if !t.posDirty {
+		return
+	}
+	entries := make([]position, 0, len(t.files))
+	for _, tf := range t.files {
+		entries = append(entries, position{Inode: tf.key.ino, Pos: tf.pos, File: tf.path})
+	}
+	slices.SortFunc(entries, func(a, b position) int { return cmpString(a.File, b.File) })
+	data := encodePositions(entries)
+	t.posDirty = false
+	if bytes.Equal(data, t.lastSaved) {
+		return
+	}
+	if err := writeAtomic(t.s.positionFile, data); err != nil {
+		t.posDirty = true
+		t.log.Error("taildir source cannot write its position file", "file", t.s.positionFile, "err", err)
+		return
+	}
+	t.lastSaved = data
+}

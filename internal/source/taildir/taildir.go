@@ -1,0 +1,265 @@
+// Package taildir is Flume's taildir source ("taildir"): it follows the
+// files whose names match each file group's pattern, turns every line into
+// an event, and remembers how far it got in a position file in Flume's
+// format, so that a restart continues where it stopped (and a Flume position
+// file can be taken over).
+//
+// Delivery: a file's position moves past a line only after the batch that
+// holds the line was committed to every required channel, and the position
+// file (written atomically every writePosInterval and at stop) holds only
+// such positions. A graceful stop and restart therefore neither loses nor
+// repeats a line; a crash repeats at most the lines committed since the last
+// position write (at-least-once).
+//
+// Files are tracked by device and inode, not by name:
+//   - a file renamed by rotation keeps its position, whether its new name
+//     still matches the pattern (it is not read again from the start, which
+//     is Flume's duplicate bug) or not (its unread tail is still read through
+//     the open descriptor, and after a restart it is found again by inode in
+//     its directory);
+//   - a file that became shorter than the position (copytruncate), or whose
+//     bytes just before the position changed (truncated and rewritten past
+//     the position before it was looked at), is read again from 0;
+//   - a deleted file is read to its end through the open descriptor, then
+//     closed once idle;
+//   - an inode reused by a new file is told apart the same way as a
+//     truncation, since a file the source holds open cannot lose its inode.
+//
+// The partial last line of a file waits for its newline, or for the file to
+// be idle for idleTimeout, when it is sent as it is (as Flume does).
+// Directories are watched with inotify (fsnotify), so an idle file costs
+// nothing; a rescan every few seconds, and polling when watching is not
+// possible, catch what notifications miss.
+package taildir
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// group is one file group: a directory and a pattern for the file names in it.
+type group struct {
+	name    string
+	dir     string
+	pattern string
+	re      *regexp.Regexp
+	headers map[string]string
+}
+
+// Source is the taildir source. Build it with New.
+type Source struct {
+	env              flow.Env
+	groups           []*group
+	positionFile     string
+	byteOffsetHeader bool
+	fileHeader       bool
+	fileHeaderKey    string
+	skipToEnd        bool
+	idleTimeout      time.Duration
+	writePosInterval time.Duration
+	batchSize        int
+	maxBatchCount    int64
+	backoffIncrement time.Duration
+	maxBackoff       time.Duration
+	pollInterval     time.Duration
+	watch            bool
+	counters         *metrics.SourceCounters
+
+	mu     sync.Mutex // guards cancel and done
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New builds a taildir source from Flume's properties filegroups,
+// filegroups.<g>, positionFile (~/.flume/taildir_position.json),
+// headers.<g>.<k>, byteOffsetHeader (false), fileHeader (false),
+// fileHeaderKey (file), skipToEnd (false), idleTimeout (120000 ms),
+// writePosInterval (3000 ms), batchSize (100), maxBatchCount (unlimited),
+// backoffSleepIncrement (1000 ms), maxBackoffSleep (5000 ms) and
+// cachePatternMatching (accepted; the directory watch does its job), plus
+// sluice's pollInterval (1000 ms: how often files are polled when they
+// cannot be watched) and watchFiles (true: use inotify).
+func New(env flow.Env, p *config.Props) (flow.Source, error) {
+	s := &Source{env: env}
+	names := p.Fields("filegroups")
+	if len(names) == 0 {
+		p.Required("filegroups")
+	}
+	byName := map[string]*group{}
+	for _, name := range names {
+		if byName[name] != nil {
+			p.Errorf("filegroups", "file group %q is listed twice", name)
+			continue
+		}
+		key := "filegroups." + name
+		v := p.Required(key)
+		if v == "" {
+			continue
+		}
+		g, err := parseGroup(name, v)
+		if err != nil {
+			p.Errorf(key, "%v", err)
+			continue
+		}
+		byName[name] = g
+		s.groups = append(s.groups, g)
+	}
+	for _, k := range p.Keys("headers.") {
+		rest := strings.TrimPrefix(k, "headers.")
+		gname, hk, ok := strings.Cut(rest, ".")
+		v := p.String(k, "")
+		if !ok || gname == "" || hk == "" {
+			p.Errorf(k, "a header is set as headers.<filegroup>.<header> = value")
+			continue
+		}
+		g := byName[gname]
+		if g == nil {
+			if len(names) > 0 {
+				p.Errorf(k, "file group %q is not listed in filegroups", gname)
+			}
+			continue
+		}
+		if g.headers == nil {
+			g.headers = map[string]string{}
+		}
+		g.headers[hk] = v
+	}
+
+	def := "~/.flume/taildir_position.json"
+	if home, err := os.UserHomeDir(); err == nil {
+		def = filepath.Join(home, ".flume", "taildir_position.json")
+	}
+	s.positionFile = p.String("positionFile", def)
+	if strings.TrimSpace(s.positionFile) == "" {
+		p.Errorf("positionFile", "must not be empty")
+	} else if abs, err := filepath.Abs(s.positionFile); err == nil {
+		s.positionFile = abs
+	}
+	s.byteOffsetHeader = p.Bool("byteOffsetHeader", false)
+	s.fileHeader = p.Bool("fileHeader", false)
+	s.fileHeaderKey = p.String("fileHeaderKey", "file")
+	s.skipToEnd = p.Bool("skipToEnd", false)
+	s.idleTimeout = millis(p, "idleTimeout", 120000, 1)
+	s.writePosInterval = millis(p, "writePosInterval", 3000, 1)
+	s.batchSize = p.IntRange("batchSize", 100, 1, 1<<20)
+	s.maxBatchCount = p.Int64("maxBatchCount", math.MaxInt64)
+	if s.maxBatchCount < 1 {
+		p.Errorf("maxBatchCount", "must be at least 1")
+		s.maxBatchCount = math.MaxInt64
+	}
+	s.backoffIncrement = millis(p, "backoffSleepIncrement", 1000, 1)
+	s.maxBackoff = millis(p, "maxBackoffSleep", 5000, 1)
+	p.Bool("cachePatternMatching", true)
+	s.pollInterval = millis(p, "pollInterval", 1000, 1)
+	s.watch = p.Bool("watchFiles", true)
+
+	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
+	env.Registry().Add(s.counters.Set)
+	return s, nil
+}
+
+// parseGroup splits "/abs/dir/name-regex" into a directory and a pattern
+// that must match a whole file name, as Flume's matcher does.
+func parseGroup(name, v string) (*group, error) {
+	if !filepath.IsAbs(v) {
+		return nil, fmt.Errorf("%q is not an absolute path; use /directory/file-name-regex", v)
+	}
+	i := strings.LastIndexByte(v, '/')
+	dir, pat := filepath.Clean(v[:i+1]), v[i+1:]
+	if pat == "" {
+		return nil, fmt.Errorf("%q has no file name pattern after the directory", v)
+	}
+	re, err := regexp.Compile("^(?:" + pat + ")$")
+	if err != nil {
+		return nil, fmt.Errorf("file name pattern %q is not a valid regular expression: %v", pat, err)
+	}
+	return &group{name: name, dir: dir, pattern: pat, re: re}, nil
+}
+
+// millis reads a duration in milliseconds of at least lo.
+func millis(p *config.Props, key string, def, lo int64) time.Duration {
+	n := p.Int64(key, def)
+	if n < lo {
+		p.Errorf(key, "%d is too small; use at least %d (milliseconds)", n, lo)
+		n = def
+	}
+	return time.Duration(n) * time.Millisecond
+}
+
+// BatchSize reports batchSize, so the agent can check it against the
+// channels' transactionCapacity.
+func (s *Source) BatchSize() int { return s.batchSize }
+
+// Start loads the position file, finds the files and starts following them
+// in a goroutine that Stop ends. A file group's directory must exist, as in
+// Flume.
+func (s *Source) Start(_ context.Context, p flow.Processor) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done != nil {
+		return fmt.Errorf("taildir %s: already started", s.env.Name)
+	}
+	for _, g := range s.groups {
+		st, err := os.Stat(g.dir)
+		if err != nil {
+			return fmt.Errorf("taildir %s: file group %s: %w", s.env.Name, g.name, err)
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("taildir %s: file group %s: %s is not a directory", s.env.Name, g.name, g.dir)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(s.positionFile), 0o755); err != nil {
+		return fmt.Errorf("taildir %s: position file directory: %w", s.env.Name, err)
+	}
+	saved, err := loadPositions(s.positionFile)
+	if err != nil {
+		// Flume logs and goes on with what it could read; so does sluice,
+		// loudly, because files are then read again from the start.
+		s.env.Log().Error("taildir source cannot read its position file; files without a position are read from the start",
+			"source", s.env.Name, "file", s.positionFile, "err", err)
+	}
+	t := newTailer(s, p, saved)
+	if err := t.open(); err != nil {
+		t.close()
+		return fmt.Errorf("taildir %s: %w", s.env.Name, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, make(chan struct{})
+	s.counters.Started()
+	go func(done chan struct{}) {
+		defer close(done)
+		t.run(ctx)
+	}(s.done)
+	return nil
+}
+
+// Stop stops reading, waits for the batch in flight, writes the position
+// file and closes the files.
+func (s *Source) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel, s.done = nil, nil
+	s.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	cancel()
+	defer s.counters.Stopped()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("taildir %s: stop: %w", s.env.Name, ctx.Err())
+	}
+}

@@ -1,0 +1,573 @@
+package taildir
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/source/sourcetest"
+)
+
+// fixture is a taildir source over one directory, feeding a memory channel.
+type fixture struct {
+	t     *testing.T
+	dir   string
+	pos   string
+	props map[string]string
+	pl    *sourcetest.Pipeline
+	src   *Source
+}
+
+func newFixture(t *testing.T, extra map[string]string) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	logs := filepath.Join(dir, "logs")
+	if err := os.Mkdir(logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fx := &fixture{t: t, dir: logs, pos: filepath.Join(dir, "state", "pos.json")}
+	fx.props = map[string]string{
+		"filegroups":       "g1",
+		"filegroups.g1":    logs + `/app\.log.*`,
+		"positionFile":     fx.pos,
+		"writePosInterval": "50",
+		"idleTimeout":      "60000",
+		"pollInterval":     "50",
+		"batchSize":        "100",
+	}
+	for k, v := range extra {
+		fx.props[k] = v
+	}
+	fx.pl = sourcetest.NewPipeline(t, 100000, 1000, 100*time.Millisecond)
+	return fx
+}
+
+func (fx *fixture) start() {
+	fx.t.Helper()
+	p := config.FromMap("a1.sources.r1.", fx.props)
+	s, err := New(sourcetest.Env("r1", "taildir"), p)
+	if err != nil {
+		fx.t.Fatal(err)
+	}
+	if err := p.Err(); err != nil {
+		fx.t.Fatal(err)
+	}
+	fx.src = s.(*Source)
+	if err := fx.src.Start(context.Background(), fx.pl.Processor); err != nil {
+		fx.t.Fatal(err)
+	}
+	fx.t.Cleanup(fx.stop)
+}
+
+func (fx *fixture) stop() {
+	if fx.src == nil {
+		return
+	}
+	if err := fx.src.Stop(context.Background()); err != nil {
+		fx.t.Error(err)
+	}
+	fx.src = nil
+}
+
+func (fx *fixture) path(name string) string { return filepath.Join(fx.dir, name) }
+
+func (fx *fixture) append(name, text string) {
+	fx.t.Helper()
+	f, err := os.OpenFile(fx.path(name), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		fx.t.Fatal(err)
+	}
+	if _, err := f.WriteString(text); err != nil {
+		fx.t.Fatal(err)
+	}
+	f.Close()
+}
+
+// expect drains exactly want (in order) and checks nothing more arrives soon.
+func (fx *fixture) expect(want ...string) []event.Event {
+	fx.t.Helper()
+	got := fx.pl.Drain(fx.t, len(want), 5*time.Second)
+	if !slices.Equal(sourcetest.Bodies(got), want) {
+		fx.t.Fatalf("got %q, want %q", sourcetest.Bodies(got), want)
+	}
+	if extra := fx.pl.Take(fx.t, 10, 150*time.Millisecond); len(extra) > 0 {
+		fx.t.Fatalf("unexpected extra events %q", sourcetest.Bodies(extra))
+	}
+	return got
+}
+
+func lines(prefix string, from, n int) (string, []string) {
+	var b strings.Builder
+	var want []string
+	for i := from; i < from+n; i++ {
+		l := fmt.Sprintf("%s%d", prefix, i)
+		b.WriteString(l + "\n")
+		want = append(want, l)
+	}
+	return b.String(), want
+}
+
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Sys().(*syscall.Stat_t).Ino
+}
+
+func readPositions(t *testing.T, path string) []position {
+	t.Helper()
+	ps, err := loadPositions(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+func TestTailsLinesAndHeaders(t *testing.T) {
+	fx := newFixture(t, map[string]string{
+		"fileHeader": "true", "fileHeaderKey": "path", "byteOffsetHeader": "true",
+		"headers.g1.topic": "app", "headers.g1.env": "prod",
+	})
+	fx.append("app.log", "first\r\nsecond\n")
+	fx.append("other.log", "not followed\n")
+	fx.start()
+	got := fx.expect("first", "second")
+	for i, off := range []string{"0", "7"} {
+		h := got[i].Headers
+		if h["path"] != fx.path("app.log") || h["byteoffset"] != off || h["topic"] != "app" || h["env"] != "prod" {
+			t.Errorf("event %d headers = %v", i, h)
+		}
+	}
+	fx.append("app.log", "third\n")
+	fx.expect("third")
+}
+
+func TestPartialLineWaitsForNewline(t *testing.T) {
+	fx := newFixture(t, nil)
+	fx.start()
+	fx.append("app.log", "one\ntw")
+	fx.expect("one")
+	fx.append("app.log", "o\n")
+	fx.expect("two")
+}
+
+func TestPartialLineSentWhenIdle(t *testing.T) {
+	fx := newFixture(t, map[string]string{"idleTimeout": "200"})
+	fx.start()
+	fx.append("app.log", "one\nno newline")
+	fx.expect("one", "no newline")
+	fx.append("app.log", " more\n")
+	fx.expect(" more")
+}
+
+func TestPositionsAdvanceOnlyAfterCommit(t *testing.T) {
+	fx := newFixture(t, map[string]string{"backoffSleepIncrement": "20", "maxBackoffSleep": "50", "batchSize": "10"})
+	fx.pl = sourcetest.NewPipeline(t, 10, 10, 20*time.Millisecond)
+	text, want := lines("l", 0, 25)
+	fx.append("app.log", text)
+	fx.start()
+	// The channel holds one batch of 10; the source retries the second.
+	if !sourcetest.Eventually(func() bool { return fx.src.counters.ChannelWriteFail.Load() > 0 }, 5*time.Second) {
+		t.Fatal("no failed put with a full channel")
+	}
+	fx.stop()
+	ps := readPositions(t, fx.pos)
+	if len(ps) != 1 || ps[0].Pos != int64(len(strings.Join(want[:10], "\n"))+1) {
+		t.Fatalf("positions after a full channel = %+v, want the end of the 10 committed lines", ps)
+	}
+	got := fx.pl.Drain(t, 10, time.Second)
+	fx.start()
+	got = append(got, fx.pl.Drain(t, 15, 5*time.Second)...)
+	if !slices.Equal(sourcetest.Bodies(got), want) {
+		t.Fatalf("got %q, want %q", sourcetest.Bodies(got), want)
+	}
+}
+
+func TestRestartContinues(t *testing.T) {
+	fx := newFixture(t, nil)
+	text, want := lines("a", 0, 50)
+	fx.append("app.log", text)
+	fx.start()
+	fx.expect(want...)
+	fx.stop()
+	text, want = lines("a", 50, 50)
+	fx.append("app.log", text)
+	fx.start()
+	fx.expect(want...)
+}
+
+// TestFlumePositionFile takes over a position file as Flume writes it
+// (numbers, and the quoted numbers some Flume builds write) and continues
+// each file where Flume stopped.
+func TestFlumePositionFile(t *testing.T) {
+	fx := newFixture(t, nil)
+	text, _ := lines("a", 0, 10)
+	fx.append("app.log", text)
+	fx.append("app.log.1", "old1\nold2\nold3\n")
+	cut := strings.Index(text, "a7\n")
+	flume := fmt.Sprintf(`[{"inode":%d,"pos":%d,"file":"%s"},{"inode":"%d","pos":"5","file":"%s"},{"inode":1,"pos":99,"file":"/gone"}]`,
+		inode(t, fx.path("app.log")), cut, fx.path("app.log"), inode(t, fx.path("app.log.1")), fx.path("app.log.1"))
+	if err := os.MkdirAll(filepath.Dir(fx.pos), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fx.pos, []byte(flume), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fx.start()
+	got := sourcetest.Bodies(fx.pl.Drain(t, 5, 5*time.Second))
+	slices.Sort(got)
+	if want := []string{"a7", "a8", "a9", "old2", "old3"}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	fx.stop()
+	ps := readPositions(t, fx.pos)
+	if len(ps) != 2 || ps[0].File != fx.path("app.log") || ps[0].Pos != int64(len(text)) {
+		t.Fatalf("positions written = %+v", ps)
+	}
+}
+
+func TestSkipToEnd(t *testing.T) {
+	fx := newFixture(t, map[string]string{"skipToEnd": "true"})
+	fx.append("app.log", "old\n")
+	fx.start()
+	fx.append("app.log", "new\n")
+	fx.append("app.log.2", "created after start\n")
+	got := sourcetest.Bodies(fx.pl.Drain(t, 2, 5*time.Second))
+	slices.Sort(got)
+	if want := []string{"created after start", "new"}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// TestRenameKeepsPosition: a file renamed to a name that still matches is
+// not read again (Flume's duplicate bug), and one renamed to a name that does
+// not match still has its unread tail read.
+func TestRenameKeepsPosition(t *testing.T) {
+	for _, tc := range []struct{ name, pattern string }{
+		{"still matching", `app\.log.*`},
+		{"no longer matching", `app\.log`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t, map[string]string{"filegroups.g1": "", "idleTimeout": "300"})
+			fx.props["filegroups.g1"] = fx.dir + "/" + tc.pattern
+			fx.start()
+			text, want := lines("a", 0, 20)
+			fx.append("app.log", text)
+			fx.expect(want...)
+			// The writer still has the old file open when it is renamed.
+			f, err := os.OpenFile(fx.path("app.log"), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := os.Rename(fx.path("app.log"), fx.path("app.log.1")); err != nil {
+				t.Fatal(err)
+			}
+			f.WriteString("late1\nlate2\n")
+			fx.append("app.log", "new1\n")
+			got := sourcetest.Bodies(fx.pl.Drain(t, 3, 5*time.Second))
+			slices.Sort(got)
+			if want := []string{"late1", "late2", "new1"}; !slices.Equal(got, want) {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+			if extra := fx.pl.Take(t, 10, 300*time.Millisecond); len(extra) > 0 {
+				t.Fatalf("read again: %q", sourcetest.Bodies(extra))
+			}
+		})
+	}
+}
+
+// TestRotatedWhileStopped: the tail of a file rotated away while the source
+// was stopped is read after the restart, and the new file from its start.
+func TestRotatedWhileStopped(t *testing.T) {
+	fx := newFixture(t, map[string]string{"filegroups.g1": ""})
+	fx.props["filegroups.g1"] = fx.dir + `/app\.log`
+	fx.start()
+	fx.append("app.log", "a\nb\n")
+	fx.expect("a", "b")
+	fx.stop()
+	fx.append("app.log", "c\n")
+	if err := os.Rename(fx.path("app.log"), fx.path("app.log.1")); err != nil {
+		t.Fatal(err)
+	}
+	fx.append("app.log", "d\n")
+	fx.start()
+	got := sourcetest.Bodies(fx.pl.Drain(t, 2, 5*time.Second))
+	slices.Sort(got)
+	if want := []string{"c", "d"}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+func TestCopyTruncate(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after string // written after the truncation, before the source looks
+		want  []string
+	}{
+		{"shorter", "x\n", []string{"x"}},
+		{"rewritten past the position", "a much longer line than before, longer than all\n", []string{"a much longer line than before, longer than all"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t, map[string]string{"watchFiles": "false", "pollInterval": "100"})
+			fx.start()
+			fx.append("app.log", "one\ntwo\n")
+			fx.expect("one", "two")
+			// Truncate and write in one go, between two polls.
+			if err := os.Truncate(fx.path("app.log"), 0); err != nil {
+				t.Fatal(err)
+			}
+			fx.append("app.log", tc.after)
+			fx.expect(tc.want...)
+		})
+	}
+}
+
+// TestDeletedWhileUnread: a file deleted before its last lines were read is
+// read to the end through the open descriptor.
+func TestDeletedWhileUnread(t *testing.T) {
+	fx := newFixture(t, map[string]string{"watchFiles": "false", "pollInterval": "100", "idleTimeout": "200"})
+	fx.start()
+	fx.append("app.log", "one\n")
+	fx.expect("one")
+	f, err := os.OpenFile(fx.path("app.log"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(fx.path("app.log"))
+	f.WriteString("two\n")
+	f.Close()
+	fx.expect("two")
+	// Once idle and closed it is dropped from the positions.
+	if !sourcetest.Eventually(func() bool {
+		ps, _ := loadPositions(fx.pos)
+		return len(ps) == 0
+	}, 5*time.Second) {
+		t.Fatalf("a deleted file stays in the positions: %+v", readPositions(t, fx.pos))
+	}
+}
+
+// TestInodeReuse: a file deleted and replaced by one that gets the same
+// inode while the source had it closed is read from the start.
+func TestInodeReuse(t *testing.T) {
+	fx := newFixture(t, map[string]string{"watchFiles": "false", "pollInterval": "300", "idleTimeout": "100"})
+	fx.start()
+	fx.append("app.log", "first file line\n")
+	fx.expect("first file line")
+	// Wait for the idle close, then replace the file between two scans.
+	if !sourcetest.Eventually(func() bool { return fileClosed(fx.path("app.log")) }, 5*time.Second) {
+		t.Fatal("the idle file was not closed")
+	}
+	ino := inode(t, fx.path("app.log"))
+	os.Remove(fx.path("app.log"))
+	var reused bool
+	for i := 0; i < 50 && !reused; i++ {
+		fx.append("app.log", "second file, different bytes!\n")
+		if reused = inode(t, fx.path("app.log")) == ino; !reused {
+			os.Remove(fx.path("app.log"))
+		}
+	}
+	if !reused {
+		t.Skip("the file system did not reuse the inode")
+	}
+	fx.expect("second file, different bytes!")
+}
+
+// fileClosed reports whether no descriptor of this process refers to path.
+func fileClosed(path string) bool {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && (l == path || l == path+" (deleted)") {
+			return false
+		}
+	}
+	return true
+}
+
+func TestPollingFallback(t *testing.T) {
+	fx := newFixture(t, map[string]string{"watchFiles": "false"})
+	fx.start()
+	text, want := lines("p", 0, 10)
+	fx.append("app.log", text)
+	fx.expect(want...)
+}
+
+func TestMaxBatchCountAndBatchSize(t *testing.T) {
+	fx := newFixture(t, map[string]string{"batchSize": "7", "maxBatchCount": "1"})
+	a, wantA := lines("a", 0, 30)
+	b, wantB := lines("b", 0, 30)
+	fx.append("app.log.1", a)
+	fx.append("app.log.2", b)
+	fx.start()
+	got := fx.pl.Drain(t, 60, 5*time.Second)
+	var ga, gb []string
+	for _, body := range sourcetest.Bodies(got) {
+		if body[0] == 'a' {
+			ga = append(ga, body)
+		} else {
+			gb = append(gb, body)
+		}
+	}
+	if !slices.Equal(ga, wantA) || !slices.Equal(gb, wantB) {
+		t.Fatalf("got %q and %q", ga, gb)
+	}
+	// With maxBatchCount 1 the files take turns: the first 14 events are
+	// two batches, one from each.
+	first := sourcetest.Bodies(got[:14])
+	na := 0
+	for _, b := range first {
+		if b[0] == 'a' {
+			na++
+		}
+	}
+	if na != 7 {
+		t.Errorf("first two batches = %q, want one batch from each file", first)
+	}
+	if n := fx.src.counters.AppendBatchAccepted.Load(); n != 10 {
+		t.Errorf("AppendBatchAcceptedCount = %d, want 10 (30 lines in batches of 7, twice)", n)
+	}
+}
+
+func TestPositionFileIsWrittenAtomically(t *testing.T) {
+	fx := newFixture(t, nil)
+	fx.append("app.log", "x\n")
+	fx.start()
+	fx.expect("x")
+	fx.stop()
+	ents, _ := os.ReadDir(filepath.Dir(fx.pos))
+	if len(ents) != 1 {
+		t.Fatalf("position directory holds %d files, want only the position file", len(ents))
+	}
+	ps := readPositions(t, fx.pos)
+	if len(ps) != 1 || ps[0].Inode != inode(t, fx.path("app.log")) || ps[0].Pos != 2 || ps[0].File != fx.path("app.log") {
+		t.Fatalf("positions = %+v", ps)
+	}
+	raw, _ := os.ReadFile(fx.pos)
+	if want := fmt.Sprintf(`[{"inode":%d,"pos":2,"file":%q}]`, ps[0].Inode, fx.path("app.log")); string(raw) != want {
+		t.Fatalf("position file = %s, want Flume's format %s", raw, want)
+	}
+}
+
+func TestSplitLines(t *testing.T) {
+	f := func(data string, max int, partial bool, want []string, wantConsumed int) {
+		t.Helper()
+		bounds, consumed := splitLines([]byte(data), max, partial)
+		var got []string
+		for i := 0; i < len(bounds); i += 2 {
+			got = append(got, data[bounds[i]:bounds[i+1]])
+		}
+		if !slices.Equal(got, want) || consumed != wantConsumed {
+			t.Errorf("splitLines(%q, %d, %v) = %q, %d; want %q, %d", data, max, partial, got, consumed, want, wantConsumed)
+		}
+	}
+	f("", 10, false, nil, 0)
+	f("a\nb\n", 10, false, []string{"a", "b"}, 4)
+	f("a\r\nb\rc\n", 10, false, []string{"a", "b\rc"}, 7)
+	f("a\nb\nc\n", 2, false, []string{"a", "b"}, 4)
+	f("a\npart", 10, false, []string{"a"}, 2)
+	f("a\npart", 10, true, []string{"a", "part"}, 6)
+	f("\n\n", 10, false, []string{"", ""}, 2)
+	f("\r\n", 10, false, []string{""}, 2)
+}
+
+func TestBadProperties(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		props map[string]string
+		want  string
+	}{
+		{map[string]string{}, "filegroups: missing required property"},
+		{map[string]string{"filegroups": "g1"}, "filegroups.g1: missing required property"},
+		{map[string]string{"filegroups": "g1", "filegroups.g1": "relative/x.log"}, "not an absolute path"},
+		{map[string]string{"filegroups": "g1", "filegroups.g1": dir + "/"}, "no file name pattern"},
+		{map[string]string{"filegroups": "g1", "filegroups.g1": dir + "/a(.log"}, "not a valid regular expression"},
+		{map[string]string{"filegroups": "g1", "filegroups.g1": dir + "/a", "headers.g2.k": "v"}, `file group "g2" is not listed`},
+		{map[string]string{"filegroups": "g1", "filegroups.g1": dir + "/a", "batchSize": "0"}, "batchSize: 0 is out of range"},
+		{map[string]string{"filegroups": "g1", "filegroups.g1": dir + "/a", "idleTimeout": "0"}, "idleTimeout: 0 is too small"},
+		{map[string]string{"filegroups": "g1", "filegroups.g1": dir + "/a", "maxBatchCount": "0"}, "maxBatchCount: must be at least 1"},
+		{map[string]string{"filegroups": "g1", "filegroups.g1": dir + "/a", "skipToEnd": "yes"}, `"yes" is not a boolean`},
+	} {
+		p := config.FromMap("a1.sources.r1.", tc.props)
+		if _, err := New(sourcetest.Env("r1", "taildir"), p); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Err(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want %q", tc.props, err, tc.want)
+		}
+	}
+}
+
+func TestMissingDirectoryFailsStart(t *testing.T) {
+	p := config.FromMap("a1.sources.r1.", map[string]string{
+		"filegroups": "g1", "filegroups.g1": filepath.Join(t.TempDir(), "nope") + "/x", "positionFile": filepath.Join(t.TempDir(), "p.json"),
+	})
+	s, _ := New(sourcetest.Env("r1", "taildir"), p)
+	pl := sourcetest.NewPipeline(t, 10, 10, time.Second)
+	if err := s.Start(context.Background(), pl.Processor); err == nil || !strings.Contains(err.Error(), "nope") {
+		s.Stop(context.Background())
+		t.Fatalf("Start = %v, want an error naming the missing directory", err)
+	}
+}
+
+func TestParsePositions(t *testing.T) {
+	f := func(in string, want []position, wantErr string) {
+		t.Helper()
+		got, err := parsePositions([]byte(in))
+		if wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), wantErr) {
+				t.Errorf("parsePositions(%q) error = %v, want %q", in, err, wantErr)
+			}
+			return
+		}
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("parsePositions(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	f("", nil, "")
+	f("  \n", nil, "")
+	f("[]", []position{}, "")
+	f(`[{"inode":12,"pos":34,"file":"/a"}]`, []position{{12, 34, "/a"}}, "")
+	f(`[{"file":"/a","pos":"34","inode":"12"}]`, []position{{12, 34, "/a"}}, "")
+	f(`[{"inode":12,"pos":34,"file":"/a","extra":true}]`, []position{{12, 34, "/a"}}, "")
+	f(`[{"inode":12,"pos":34}]`, nil, "file is missing")
+	f(`[{"inode":-1,"pos":34,"file":"/a"}]`, nil, "not a non-negative whole number")
+	f(`[{"inode":1,"pos":1.5,"file":"/a"}]`, nil, "not a non-negative whole number")
+	f(`[{"inode":1,"pos":34,"file":"/a"}`, nil, "not a JSON array")
+	f(`{"inode":1}`, nil, "not a JSON array")
+}
+
+func FuzzParsePositions(f *testing.F) {
+	f.Add([]byte(`[{"inode":12,"pos":34,"file":"/a"}]`))
+	f.Add([]byte(`[{"inode":"12","pos":"34","file":"/a"},{"inode":1,"pos":0,"file":"/b"}]`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`[{"inode":1e3,"pos":-0,"file":""}]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ps, err := parsePositions(data)
+		if err != nil {
+			return
+		}
+		// What parses survives a write and a read unchanged.
+		again, err := parsePositions(encodePositions(ps))
+		if err != nil || len(again) != len(ps) {
+			t.Fatalf("round trip of %+v: %+v, %v", ps, again, err)
+		}
+		for i := range ps {
+			if ps[i] != again[i] || ps[i].Pos < 0 {
+				t.Fatalf("round trip of %+v: %+v", ps[i], again[i])
+			}
+		}
+	})
+}
+
+var _ flow.Source = (*Source)(nil)
