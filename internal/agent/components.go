@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/interceptor"
 	avrosink "github.com/sluicehq/sluice/internal/sink/avro"
+	essink "github.com/sluicehq/sluice/internal/sink/elasticsearch"
 	"github.com/sluicehq/sluice/internal/sink/fileroll"
 	loggersink "github.com/sluicehq/sluice/internal/sink/logger"
 	nullsink "github.com/sluicehq/sluice/internal/sink/null"
@@ -39,11 +40,12 @@ var channelTypes = map[string]flow.ChannelFactory{
 }
 
 var sinkTypes = map[string]flow.SinkFactory{
-	"null":      nullsink.New,
-	"logger":    loggersink.New,
-	"file_roll": fileroll.New,
-	"tcp":       tcpsink.New,
-	"avro":      avrosink.New,
+	"null":          nullsink.New,
+	"logger":        loggersink.New,
+	"file_roll":     fileroll.New,
+	"tcp":           tcpsink.New,
+	"avro":          avrosink.New,
+	"elasticsearch": essink.New,
 }
 
 // classNames maps Flume's Java class names (lower-cased) to sluice type
@@ -94,7 +96,7 @@ var flumeOnly = map[string]bool{
 	"source:thrift": true, "source:syslogtcp": true, "source:multiport_syslogtcp": true,
 	"source:syslogudp": true, "source:spooldir": true, "source:taildir": true, "source:jms": true, "source:kafka": true,
 	"channel:jdbc": true, "channel:spillablememory": true, "channel:kafka": true,
-	"sink:thrift": true, "sink:hdfs": true, "sink:irc": true, "sink:elasticsearch": true,
+	"sink:thrift": true, "sink:hdfs": true, "sink:irc": true,
 	"sink:hbase": true, "sink:asynchbase": true, "sink:hbase2": true, "sink:hive": true, "sink:http": true, "sink:kafka": true,
 }
 
