@@ -9,7 +9,6 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/interceptor"
 	avrosink "github.com/sluicehq/sluice/internal/sink/avro"
-	essink "github.com/sluicehq/sluice/internal/sink/elasticsearch"
 	"github.com/sluicehq/sluice/internal/sink/fileroll"
 	loggersink "github.com/sluicehq/sluice/internal/sink/logger"
 	nullsink "github.com/sluicehq/sluice/internal/sink/null"
@@ -19,6 +18,7 @@ import (
 	httpsource "github.com/sluicehq/sluice/internal/source/http"
 	"github.com/sluicehq/sluice/internal/source/netcat"
 	"github.com/sluicehq/sluice/internal/source/seq"
+	"github.com/sluicehq/sluice/internal/source/taildir"
 )
 
 // This file is the one place that names every component type. A type is
@@ -26,6 +26,7 @@ import (
 // class name (see classNames).
 
 var sourceTypes = map[string]flow.SourceFactory{
+	"taildir":   taildir.New,
 	"seq":       seq.New,
 	"netcat":    netcat.New,
 	"netcatudp": netcat.NewUDP,
@@ -40,12 +41,11 @@ var channelTypes = map[string]flow.ChannelFactory{
 }
 
 var sinkTypes = map[string]flow.SinkFactory{
-	"null":          nullsink.New,
-	"logger":        loggersink.New,
-	"file_roll":     fileroll.New,
-	"tcp":           tcpsink.New,
-	"avro":          avrosink.New,
-	"elasticsearch": essink.New,
+	"null":      nullsink.New,
+	"logger":    loggersink.New,
+	"file_roll": fileroll.New,
+	"tcp":       tcpsink.New,
+	"avro":      avrosink.New,
 }
 
 // classNames maps Flume's Java class names (lower-cased) to sluice type
@@ -94,9 +94,9 @@ var classNames = map[string]string{
 // config that uses one gets a clear message rather than "unknown type".
 var flumeOnly = map[string]bool{
 	"source:thrift": true, "source:syslogtcp": true, "source:multiport_syslogtcp": true,
-	"source:syslogudp": true, "source:spooldir": true, "source:taildir": true, "source:jms": true, "source:kafka": true,
+	"source:syslogudp": true, "source:spooldir": true, "source:jms": true, "source:kafka": true,
 	"channel:jdbc": true, "channel:spillablememory": true, "channel:kafka": true,
-	"sink:thrift": true, "sink:hdfs": true, "sink:irc": true,
+	"sink:thrift": true, "sink:hdfs": true, "sink:irc": true, "sink:elasticsearch": true,
 	"sink:hbase": true, "sink:asynchbase": true, "sink:hbase2": true, "sink:hive": true, "sink:http": true, "sink:kafka": true,
 }
 
