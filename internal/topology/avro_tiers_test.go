@@ -33,14 +33,20 @@ import (
 // memory channel; c1's sinks deliver it while it goes down. A real crash of
 // a collector loses its memory channel's contents (in Flume and in sluice:
 // that is the memory channel's contract, and the file channel is the cure);
-// this test is about the hop, whose promise is that an event the edge took
-// from its channel is committed there only after a collector acknowledged
-// it. So: every event the sender got OK for from the edge is delivered by
-// c1 or c2. A batch c1 committed but whose OK died with the connection is
+// these cases are about the hop, whose promise is that an event the edge
+// took from its channel is committed there only after a collector
+// acknowledged it. So: every event the sender got OK for from the edge is
+// delivered by c1 or c2. A batch c1 committed but whose OK died with the connection is
 // sent again to c2, so duplicates are allowed, counted, and bounded by one
 // edge batch (the group's runner has one batch in flight).
 //
 // c1 is then started again on its port and the edge must return to it.
+//
+// The "crash" case gives the collectors file channels and kills c1 without
+// letting it deliver anything more: sources torn down mid-call, no drain,
+// what c1 acknowledged left in its channel on disk. c1 restarted from the
+// same directories replays it and delivers it, so the same invariant holds
+// for a collector that dies with events in it.
 
 const edgeBatch = 100
 
@@ -48,20 +54,32 @@ func TestKillCollectorMidStream(t *testing.T) {
 	cases := []struct {
 		name, processor string
 		primaryOnly     bool // before the kill, only c1 receives
+		crash           bool // file channels; the kill does not drain c1
 	}{
-		{"failover", "type = failover\npriority.k1 = 10\npriority.k2 = 5\nmaxpenalty = 1000\n", true},
-		{"load_balance", "type = load_balance\nselector = round_robin\n", false},
-		{"load_balance backoff", "type = load_balance\nselector = random\nbackoff = true\nselector.maxTimeOut = 1000\n", false},
+		{"failover", "type = failover\npriority.k1 = 10\npriority.k2 = 5\nmaxpenalty = 1000\n", true, false},
+		{"load_balance", "type = load_balance\nselector = round_robin\n", false, false},
+		{"load_balance backoff", "type = load_balance\nselector = random\nbackoff = true\nselector.maxTimeOut = 1000\n", false, false},
+		{"crash with file channels", "type = load_balance\nselector = round_robin\n", false, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel() // each case spends most of its time in agents' 1 s drains
-			r1, r2 := listen(t), listen(t)
+			r1, r2 := newReceiver(t), newReceiver(t)
+			r2.start(t)
+			if !tc.crash {
+				r1.start(t)
+			} // else c1's downstream is down until after the crash, so all c1 acknowledged is in its channel then
 			p1, p2, pe := freePort(t), freePort(t), freePort(t)
-			c1File := writeConf(t, "c1", collectorConf("c1", p1, r1.port()))
-			c1 := startAgent(t, c1File, "c1", time.Millisecond) // stopping it is the kill
-			startAgent(t, writeConf(t, "c2", collectorConf("c2", p2, r2.port())), "c2", 0)
-			edge := startAgent(t, writeConf(t, "edge", edgeConf(pe, p1, p2, tc.processor)), "edge", 0)
+			ch1, ch2 := memoryChannel, memoryChannel
+			kill := agent.Options{StopTimeout: time.Millisecond} // stopping c1 is the kill
+			if tc.crash {
+				ch1, ch2 = fileChannel(t), fileChannel(t)
+				kill.DrainTimeout = time.Nanosecond
+			}
+			c1File := writeConf(t, "c1", collectorConf("c1", p1, r1.port(), ch1))
+			c1 := startAgent(t, c1File, "c1", kill)
+			startAgent(t, writeConf(t, "c2", collectorConf("c2", p2, r2.port(), ch2)), "c2", agent.Options{})
+			edge := startAgent(t, writeConf(t, "edge", edgeConf(pe, p1, p2, tc.processor)), "edge", agent.Options{})
 
 			ctx, stopSending := context.WithCancel(context.Background())
 			defer stopSending()
@@ -70,7 +88,7 @@ func TestKillCollectorMidStream(t *testing.T) {
 			go func() { sent <- snd.run(ctx) }()
 
 			// Both collectors (or, failover, the primary alone) receive.
-			waitUntil(t, 10*time.Second, "c1 receives", func() bool { return r1.distinct() >= 1000 })
+			waitUntil(t, 10*time.Second, "c1 receives", func() bool { return drained(edge, "k1") >= 1000 })
 			if tc.primaryOnly {
 				if n := r2.distinct(); n != 0 {
 					t.Fatalf("failover: the lower-priority collector received %d events while the primary was up", n)
@@ -84,15 +102,26 @@ func TestKillCollectorMidStream(t *testing.T) {
 			if err := c1.Stop(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			r1AtKill, r2AtKill := r1.distinct(), r2.distinct()
+			r1AtKill, r2AtKill, k1AtKill := r1.distinct(), r2.distinct(), drained(edge, "k1")
 			waitUntil(t, 10*time.Second, "c2 takes the stream", func() bool { return r2.distinct() >= r2AtKill+2000 })
 			if snd.acked.Load() <= ackedAtKill {
 				t.Fatal("the sender got no OK after the kill")
 			}
+			if tc.crash && r1AtKill != 0 {
+				t.Fatalf("c1 delivered %d events with its downstream down", r1AtKill)
+			}
 
 			// c1 comes back on its port; the edge returns to it.
-			startAgent(t, c1File, "c1", 0)
-			waitUntil(t, 15*time.Second, "the edge reconnects to c1", func() bool { return r1.distinct() >= r1AtKill+500 })
+			if tc.crash {
+				r1.start(t)
+			}
+			startAgent(t, c1File, "c1", agent.Options{})
+			if tc.crash {
+				// All c1 acknowledged before the crash was only in its
+				// file channel; the restarted c1 replays and delivers it.
+				waitUntil(t, 10*time.Second, "c1 delivers what it held at the crash", func() bool { return r1.distinct() >= k1AtKill })
+			}
+			waitUntil(t, 15*time.Second, "the edge reconnects to c1", func() bool { return drained(edge, "k1") >= k1AtKill+500 })
 
 			stopSending()
 			if err := <-sent; err != nil {
@@ -117,8 +146,8 @@ func TestKillCollectorMidStream(t *testing.T) {
 				t.Fatalf("%d of %d acknowledged events never arrived at a collector, first %v", len(missing), acked, missing[:min(10, len(missing))])
 			}
 			dups := r1.dups() + r2.dups() + overlap(r1.snapshot(), r2.snapshot())
-			t.Logf("acknowledged %d (%d at the kill); c1 delivered %d (%d before the kill), c2 %d; duplicates %d; edge k1 counters %v",
-				acked, ackedAtKill, r1.distinct(), r1AtKill, r2.distinct(), dups, k1)
+			t.Logf("acknowledged %d (%d at the kill); c1 acknowledged %d to the edge before the kill and delivered %d by then, %d in all; c2 delivered %d; duplicates %d; edge k1 counters %v",
+				acked, ackedAtKill, k1AtKill, r1AtKill, r1.distinct(), r2.distinct(), dups, k1)
 			if dups > edgeBatch {
 				t.Errorf("%d duplicates; at most one edge batch (%d) can be in flight at the kill", dups, edgeBatch)
 			}
@@ -129,7 +158,17 @@ func TestKillCollectorMidStream(t *testing.T) {
 	}
 }
 
-func collectorConf(name string, port, recvPort int) string {
+const memoryChannel = "type = memory\ncapacity = 100000\ntransactionCapacity = 1000\n"
+
+// fileChannel is a file channel's properties, in a directory of its own
+// that outlives the agent (a restart finds what it held).
+func fileChannel(t *testing.T) string {
+	dir := t.TempDir()
+	return fmt.Sprintf("type = file\ncheckpointDir = %s\ndataDirs = %s\ncapacity = 100000\ntransactionCapacity = 1000\nminimumRequiredSpace = 1048576\n",
+		filepath.Join(dir, "checkpoint"), filepath.Join(dir, "data"))
+}
+
+func collectorConf(name string, port, recvPort int, channel string) string {
 	return fmt.Sprintf(`%[1]s.sources = r1
 %[1]s.channels = ch
 %[1]s.sinks = out
@@ -137,14 +176,21 @@ func collectorConf(name string, port, recvPort int) string {
 %[1]s.sources.r1.bind = 127.0.0.1
 %[1]s.sources.r1.port = %[2]d
 %[1]s.sources.r1.channels = ch
-%[1]s.channels.ch.type = memory
-%[1]s.channels.ch.capacity = 100000
-%[1]s.channels.ch.transactionCapacity = 1000
 %[1]s.sinks.out.type = tcp
 %[1]s.sinks.out.hostname = 127.0.0.1
 %[1]s.sinks.out.port = %[3]d
 %[1]s.sinks.out.channel = ch
-`, name, port, recvPort)
+`, name, port, recvPort) + prefixed(name+".channels.ch.", channel)
+}
+
+func prefixed(prefix, props string) string {
+	out := ""
+	for _, line := range bytes.Split([]byte(props), []byte("\n")) {
+		if len(line) > 0 {
+			out += prefix + string(line) + "\n"
+		}
+	}
+	return out
 }
 
 func edgeConf(port, p1, p2 int, processor string) string {
@@ -171,12 +217,7 @@ edge.sinks.k%[1]d.request-timeout = 2000
 edge.sinks.k%[1]d.channel = ch
 `, i+1, p, edgeBatch)
 	}
-	for _, line := range bytes.Split([]byte(processor), []byte("\n")) {
-		if len(line) > 0 {
-			conf += "edge.sinkgroups.g1.processor." + string(line) + "\n"
-		}
-	}
-	return conf
+	return conf + prefixed("edge.sinkgroups.g1.processor.", processor)
 }
 
 func writeConf(t *testing.T, name, conf string) string {
@@ -189,12 +230,14 @@ func writeConf(t *testing.T, name, conf string) string {
 }
 
 // startAgent runs the agent name of file until the test ends (or the test
-// stops it). stopTimeout bounds each source's and sink's stop: a
-// millisecond makes Stop tear connections down mid-call.
-func startAgent(t *testing.T, file, name string, stopTimeout time.Duration) *agent.Agent {
+// stops it), with opt's timeouts: a StopTimeout of a millisecond makes Stop
+// tear connections down mid-call, and a DrainTimeout of a nanosecond makes
+// it leave the channels as they are.
+func startAgent(t *testing.T, file, name string, opt agent.Options) *agent.Agent {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("agent", name)
-	a, err := agent.New(agent.Options{File: file, Name: name, Logger: log, StopTimeout: stopTimeout})
+	opt.File, opt.Name = file, name
+	opt.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("agent", name)
+	a, err := agent.New(opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,6 +253,12 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(bytes.TrimRight(p, "\n")))
 	return len(p), nil
+}
+
+// drained is how many events sink name of agent a delivered.
+func drained(a *agent.Agent, name string) int {
+	n, _ := strconv.Atoi(sinkCounters(a, name)["EventDrainSuccessCount"])
+	return n
 }
 
 func sinkCounters(a *agent.Agent, name string) map[string]string {
@@ -339,6 +388,7 @@ func parseBody(line []byte) (uint64, error) {
 
 // receiver counts the generated lines that arrive, by sequence number.
 type receiver struct {
+	addr  string
 	ln    net.Listener
 	wg    sync.WaitGroup
 	mu    sync.Mutex
@@ -347,20 +397,28 @@ type receiver struct {
 	conns map[net.Conn]bool
 }
 
-func listen(t *testing.T) *receiver {
+// newReceiver returns a receiver on a free port; it listens from start on.
+func newReceiver(t *testing.T) *receiver {
+	return &receiver{addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), seen: map[uint64]int{}, conns: map[net.Conn]bool{}}
+}
+
+func (r *receiver) start(t *testing.T) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", r.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &receiver{ln: ln, seen: map[uint64]int{}, conns: map[net.Conn]bool{}}
+	r.ln = ln
 	r.wg.Add(1)
 	go r.accept()
 	t.Cleanup(r.close)
-	return r
 }
 
-func (r *receiver) port() int { return r.ln.Addr().(*net.TCPAddr).Port }
+func (r *receiver) port() int {
+	_, port, _ := net.SplitHostPort(r.addr)
+	n, _ := strconv.Atoi(port)
+	return n
+}
 
 func (r *receiver) accept() {
 	defer r.wg.Done()
