@@ -47,6 +47,10 @@ type Options struct {
 	Client        avrorpc.ClientConfig // TLS is filled from TLS at Start
 	TLS           tlsconf.Settings
 	ResetInterval time.Duration // 0: never
+	// ReceivedAtHeader, when set, names a header each event is sent with,
+	// holding the time the first agent received it (Unix nanoseconds), for
+	// a next tier's avro source with the same receivedAtHeader.
+	ReceivedAtHeader string
 }
 
 // Writer delivers batches over one avrorpc.Client, connecting on demand.
@@ -65,6 +69,7 @@ type Writer struct {
 	fails       int
 	lastLog     time.Time
 	suppressed  int
+	stamped     stamped // events with the receivedAt header, when set
 }
 
 // NewWriter returns a Writer; c receives the connection counters.
@@ -101,6 +106,9 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 		if err := w.connect(ctx); err != nil {
 			return err
 		}
+	}
+	if w.opt.ReceivedAtHeader != "" {
+		events = w.stamped.with(events, w.opt.ReceivedAtHeader)
 	}
 	st, err := w.client.AppendBatch(ctx, events)
 	if err != nil {
@@ -191,7 +199,8 @@ func (w *Writer) Stop(context.Context) error {
 // never), compression-type (none | deflate), compression-level (6), ssl,
 // trust-all-certs, truststore, truststore-password, truststore-type
 // (PKCS12 | PEM), include-/exclude-protocols, include-/exclude-cipher-suites,
-// and maxIoWorkers (accepted, unused).
+// maxIoWorkers (accepted, unused), and sluice's receivedAtHeader (unset:
+// the header that carries each event's first receive time to the next tier).
 func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 	opt := Options{Host: p.Required("hostname")}
 	if p.Has("port") {
@@ -210,6 +219,7 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 	opt.Client.DeflateLevel = p.IntRange("compression-level", 6, 1, 9)
 	opt.TLS = tlsconf.ReadClient(p)
 	p.Int("maxIoWorkers", 0)
+	opt.ReceivedAtHeader = p.String("receivedAtHeader", "")
 
 	c := metrics.NewSinkCounters(env.Name, env.Type)
 	env.Registry().Add(c.Set)

@@ -48,6 +48,9 @@ type Source struct {
 	rules    []ipRule
 	maxConns int
 	counters *metrics.SourceCounters
+	// receivedAtHeader names the header an upstream avro sink put the
+	// first tier's receive time in (see receivedat.go); "" ignores it.
+	receivedAtHeader string
 
 	proc     flow.Processor
 	hardCtx  context.Context // ends in-flight Process calls (Stop timed out)
@@ -76,7 +79,9 @@ type throttle struct {
 // include-/exclude-cipher-suites, ipFilter (false) and ipFilterRules; and
 // sluice's max-connections (1024), max-message-bytes (64 MiB, the largest
 // request accepted), max-batch-events (100000) and stall-timeout (30000 ms,
-// how long a request may stop arriving part way).
+// how long a request may stop arriving part way) and receivedAtHeader
+// (unset: the header whose Unix-nanosecond value, when an event has it,
+// replaces the time of receipt, so latency spans tiers).
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env}
 	bind := p.Required("bind")
@@ -107,6 +112,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.srv.Limits.MaxBatchEvents = p.IntRange("max-batch-events", avrorpc.DefaultMaxBatchEvents, 1, math.MaxInt32)
 	s.srv.StallTimeout = time.Duration(p.IntRange("stall-timeout", int(avrorpc.DefaultStallTimeout/time.Millisecond), 1, math.MaxInt32)) * time.Millisecond
 	s.srv.Handler = handler{s}
+	s.receivedAtHeader = p.String("receivedAtHeader", "")
 
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	env.Registry().Add(s.counters.Set)
@@ -300,7 +306,9 @@ func (h handler) Append(_ context.Context, e event.Event) avrorpc.Status {
 	c.AppendReceived.Add(1)
 	c.EventReceived.Add(1)
 	e.ReceivedAt = event.Now()
-	if !h.process([]event.Event{e}) {
+	events := []event.Event{e}
+	h.s.receivedAt(events)
+	if !h.process(events) {
 		return avrorpc.Failed
 	}
 	c.AppendAccepted.Add(1)
@@ -317,6 +325,7 @@ func (h handler) AppendBatch(_ context.Context, events []event.Event) avrorpc.St
 	for i := range events {
 		events[i].ReceivedAt = now
 	}
+	h.s.receivedAt(events)
 	if !h.process(events) {
 		return avrorpc.Failed
 	}
