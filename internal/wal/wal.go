@@ -28,9 +28,10 @@ type Options struct {
 	// Logger receives recovery and error reports; default slog.Default().
 	Logger *slog.Logger
 
-	// openFile opens segment files for writing; tests replace it to inject
-	// faults. Default: openOSFile.
-	openFile func(path string) (writeFile, error)
+	// OpenSegment creates a new segment file for writing (it must fail if
+	// the file exists). It exists so tests, here and in the layers above,
+	// can inject write and sync failures; nil means OpenSegmentFile.
+	OpenSegment func(path string) (SegmentFile, error)
 }
 
 // DefaultSegmentSize is the segment size when Options.SegmentSize is 0.
@@ -38,9 +39,9 @@ const DefaultSegmentSize = 64 << 20
 
 const minSegmentSize = 64 << 10
 
-// writeFile is the part of a segment file the writer uses. It exists so
-// tests can inject write and sync failures.
-type writeFile interface {
+// SegmentFile is the part of a segment file the writer uses. It exists so
+// tests can inject write and sync failures (Options.OpenSegment).
+type SegmentFile interface {
 	Write(p []byte) (int, error)
 	Datasync() error
 	Close() error
@@ -50,7 +51,9 @@ type osFile struct{ *os.File }
 
 func (f osFile) Datasync() error { return datasync(f.File) }
 
-func openOSFile(path string) (writeFile, error) {
+// OpenSegmentFile is the default Options.OpenSegment: a new file opened
+// with O_EXCL, synced with fdatasync(2).
+func OpenSegmentFile(path string) (SegmentFile, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return nil, err
@@ -124,7 +127,7 @@ type Log struct {
 	// it replaces cur, so a sync never runs on a closed file.
 	fileMu sync.Mutex
 	// cur and curSeg are written only by the writer, under fileMu.
-	cur    writeFile
+	cur    SegmentFile
 	curSeg uint64
 
 	rmu     sync.Mutex
@@ -147,8 +150,8 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.openFile == nil {
-		opts.openFile = openOSFile
+	if opts.OpenSegment == nil {
+		opts.OpenSegment = OpenSegmentFile
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("wal: create %s: %w", dir, err)
@@ -294,7 +297,7 @@ func (l *Log) countLoss(regions uint64, bytes uint64) {
 // segment.
 func (l *Log) createSegment(n uint64) error {
 	path := segmentPath(l.dir, n)
-	f, err := l.opts.openFile(path)
+	f, err := l.opts.OpenSegment(path)
 	if err != nil {
 		return fmt.Errorf("wal: create segment %s: %w", path, err)
 	}

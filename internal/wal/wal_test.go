@@ -218,7 +218,7 @@ func TestConcurrentAppendersAllAckedSurvive(t *testing.T) {
 
 // gateFile wraps a real segment file; its Datasync can be held or failed.
 type gateFile struct {
-	writeFile
+	SegmentFile
 	hooks *fileHooks
 }
 
@@ -240,7 +240,7 @@ func (f gateFile) Write(p []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return f.writeFile.Write(p)
+	return f.SegmentFile.Write(p)
 }
 
 func (f gateFile) Datasync() error {
@@ -256,13 +256,13 @@ func (f gateFile) Datasync() error {
 	if err != nil {
 		return err
 	}
-	return f.writeFile.Datasync()
+	return f.SegmentFile.Datasync()
 }
 
 func hookedOpts(h *fileHooks) Options {
 	o := quietOpts(0)
-	o.openFile = func(path string) (writeFile, error) {
-		f, err := openOSFile(path)
+	o.OpenSegment = func(path string) (SegmentFile, error) {
+		f, err := OpenSegmentFile(path)
 		if err != nil {
 			return nil, err
 		}

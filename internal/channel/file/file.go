@@ -8,7 +8,8 @@
 // Properties (Flume's names and defaults):
 //
 //	checkpointDir          ~/.flume/file-channel/checkpoint   where the checkpoint is written
-//	dataDirs               ~/.flume/file-channel/data         the log's directory (comma list; see below)
+//	dataDirs               ~/.flume/file-channel/data         comma list of log directories; each holds
+//	                                   its own log and transactions are spread across them
 //	useDualCheckpoints     false    also write the checkpoint to backupCheckpointDir
 //	backupCheckpointDir    -        required with useDualCheckpoints; used when the main one is damaged
 //	capacity               1000000  events the channel holds, counting events taken by open transactions
@@ -27,9 +28,15 @@
 //	cacheBytes             67108864  encoded event bytes kept in memory; events beyond it are
 //	                                   read back from the log when taken
 //
-// Differences from Flume: several dataDirs are accepted but the log is
-// written to the first one only (Flume spreads transactions across them).
-// A transaction may put or take, not both (as in Flume).
+// Several dataDirs share the load as in Flume: each dir holds its own log,
+// put transaction number n goes to dir n mod len(dataDirs) (skipping dirs
+// whose disk is below minimumRequiredSpace), and a take transaction writes
+// one take record into the log of each dir it took events from, so every
+// log is self-contained and a damaged or missing dir costs only the events
+// put into it. One queue keeps the order of commits across all dirs; replay
+// merges the dirs' transactions by transaction number (docs/format/wal.md,
+// "Several data directories"). A transaction may put or take, not both (as
+// in Flume).
 //
 // Memory: the channel keeps about 40 bytes per event it holds, plus event
 // bodies up to cacheBytes. A segment is deleted at the first checkpoint
@@ -83,7 +90,7 @@ type Channel struct {
 	log          *slog.Logger
 	ckDir        string
 	backupDir    string // "" unless useDualCheckpoints
-	dataDir      string
+	dataDirs     []string
 	capacity     int
 	txCap        int
 	ckInterval   time.Duration
@@ -101,6 +108,8 @@ type Channel struct {
 
 	// freeSpace reports the bytes available in dir; tests replace it.
 	freeSpace func(dir string) (int64, error)
+	// walOpts, when set, adjusts each log's options (tests inject faults).
+	walOpts func(dir int, o *wal.Options)
 
 	// ckMu orders commits against checkpoints: a commit holds it shared
 	// from its WAL append until its effect is in memory, a checkpoint holds
@@ -109,18 +118,18 @@ type Channel struct {
 
 	mu sync.Mutex
 	// Lock mu for everything below.
-	wal        *wal.Log
+	logs       []*wal.Log // one per data dir; nil while stopped
 	queue      deque
 	reserved   int // queued + taken by open transactions + being committed: what capacity limits
 	cached     int64
-	live       map[uint64]int // events not yet taken-and-committed, by segment
+	live       []map[uint64]int // per dir: events not yet taken-and-committed, by segment
 	open       map[*tx]struct{}
 	nextTx     uint64
 	notEmpty   chan struct{} // closed at the next put commit; nil while no taker waits
 	notFull    chan struct{} // closed when capacity is freed; nil while no committer waits
 	running    bool
 	lastSpace  time.Time
-	spaceErr   error
+	lowSpace   []bool // per dir: below minimumRequiredSpace at the last look
 	ckRequest  chan struct{}
 	stop       chan struct{}
 	ckLoopDone chan struct{}
@@ -131,12 +140,14 @@ var (
 	_ flow.TxCapacity = (*Channel)(nil)
 )
 
-// entry is one event in the channel: where its put record is, and the
-// event itself while it fits in the memory budget.
+// entry is one event in the channel: where its put record is (data dir
+// and position in that dir's log), and the event itself while it fits in
+// the memory budget.
 type entry struct {
 	pos  wal.Position
 	ev   *event.Event // nil: read it back from the log
 	size int32        // encoded size, counted against cacheBudget while ev is set
+	dir  int32        // index in dataDirs
 }
 
 // New builds a file channel from its properties; it touches no file.
@@ -148,10 +159,18 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	if len(dirs) == 0 {
 		dirs = []string{filepath.Join(home, ".flume/file-channel/data")}
 	}
-	c.dataDir = expandHome(dirs[0], home)
-	if len(dirs) > 1 {
-		c.log.Warn("file channel writes its log to the first of dataDirs only", "channel", env.Name,
-			"used", c.dataDir, "unused", strings.Join(dirs[1:], ","))
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		d = expandHome(d, home)
+		if abs, err := filepath.Abs(d); err == nil {
+			d = abs
+		}
+		if seen[d] {
+			p.Errorf("dataDirs", "lists %q twice; each data directory may appear once", d)
+			continue
+		}
+		seen[d] = true
+		c.dataDirs = append(c.dataDirs, d)
 	}
 	if p.Bool("useDualCheckpoints", false) {
 		c.backupDir = expandHome(p.String("backupCheckpointDir", ""), home)
@@ -217,7 +236,7 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	c.ckBackupErrs = s.Counter("CheckpointBackupWriteErrorCount")
 	c.lostEvents = s.Counter("RecoveryLostEventCount")
 	s.Gauge("Closed", func() string { return boolDigit(!c.isRunning()) })
-	s.Gauge("Unhealthy", func() string { return boolDigit(c.walErr() != nil) })
+	s.Gauge("Unhealthy", func() string { return boolDigit(c.unhealthy() != nil) })
 	// sluice extensions: the log underneath.
 	s.Gauge("LogSyncCount", func() string { return strconv.FormatUint(c.walStats().Syncs, 10) })
 	s.Gauge("LogBytesWritten", func() string { return strconv.FormatUint(c.walStats().BytesWritten, 10) })
@@ -263,24 +282,38 @@ func (c *Channel) isRunning() bool {
 	return c.running
 }
 
+// walStats sums the logs' counters.
 func (c *Channel) walStats() wal.Stats {
 	c.mu.Lock()
-	w := c.wal
+	logs := c.logs
 	c.mu.Unlock()
-	if w == nil {
-		return wal.Stats{}
+	var sum wal.Stats
+	for _, w := range logs {
+		st := w.Stats()
+		sum.Appends += st.Appends
+		sum.Records += st.Records
+		sum.BytesWritten += st.BytesWritten
+		sum.Syncs += st.Syncs
+		sum.SegmentsCreated += st.SegmentsCreated
+		sum.SegmentsDeleted += st.SegmentsDeleted
+		sum.LostRegions += st.LostRegions
+		sum.LostBytes += st.LostBytes
 	}
-	return w.Stats()
+	return sum
 }
 
-func (c *Channel) walErr() error {
+// unhealthy returns the sticky write error of a log, if one has failed:
+// then every commit fails fast with it until the channel is restarted.
+func (c *Channel) unhealthy() error {
 	c.mu.Lock()
-	w := c.wal
+	logs := c.logs
 	c.mu.Unlock()
-	if w == nil {
-		return nil
+	for _, w := range logs {
+		if err := w.Err(); err != nil {
+			return err
+		}
 	}
-	return w.Err()
+	return nil
 }
 
 // Start opens the log, replays it from the last checkpoint and starts the
@@ -301,17 +334,32 @@ func (c *Channel) Start(ctx context.Context) error {
 		}
 	}
 	c.counters.Started() // resets the counters, so before replay counts its losses
-	w, err := wal.Open(c.dataDir, wal.Options{SegmentSize: c.maxFileSize, Logger: c.log.With("channel", c.name)})
-	if err != nil {
-		return fmt.Errorf("file channel %s: %w", c.name, err)
+	logs := make([]*wal.Log, 0, len(c.dataDirs))
+	closeAll := func() {
+		for _, w := range logs {
+			w.Close()
+		}
 	}
-	st, err := c.replay(w)
+	for i, d := range c.dataDirs {
+		o := wal.Options{SegmentSize: c.maxFileSize, Logger: c.log.With("channel", c.name)}
+		if c.walOpts != nil {
+			c.walOpts(i, &o)
+		}
+		w, err := wal.Open(d, o)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("file channel %s: %w", c.name, err)
+		}
+		logs = append(logs, w)
+	}
+	st, err := c.replay(logs)
 	if err != nil {
-		w.Close()
+		closeAll()
 		return fmt.Errorf("file channel %s: replay: %w", c.name, err)
 	}
 	c.mu.Lock()
-	c.wal = w
+	c.logs = logs
+	c.lowSpace = make([]bool, len(logs))
 	c.queue = st.queue
 	c.reserved = st.queue.len()
 	c.cached = st.cached
@@ -358,12 +406,14 @@ func (c *Channel) Stop(ctx context.Context) error {
 	// Commits in flight finish before the log closes.
 	c.ckMu.Lock()
 	c.mu.Lock()
-	w := c.wal
-	c.wal = nil
+	logs := c.logs
+	c.logs = nil
 	c.queue = deque{}
 	c.mu.Unlock()
 	c.ckMu.Unlock()
-	errs = append(errs, w.Close())
+	for _, w := range logs {
+		errs = append(errs, w.Close())
+	}
 	c.counters.Stopped()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("file channel %s: stop: %w", c.name, err)
@@ -431,31 +481,36 @@ func (c *Channel) requestCheckpoint() {
 func (c *Channel) checkpoint() error {
 	c.ckMu.Lock() // no commit is between its append and its effect
 	c.mu.Lock()
-	w := c.wal
-	if w == nil {
+	logs := c.logs
+	if logs == nil {
 		c.mu.Unlock()
 		c.ckMu.Unlock()
 		return nil
 	}
-	end := w.End()
-	pos := make([]wal.Position, 0, c.reserved)
+	dirs := make([]ckDir, len(logs))
+	keep := make([]uint64, len(logs))
+	for i, w := range logs {
+		dirs[i] = ckDir{path: c.dataDirs[i], from: w.End()}
+		keep[i] = dirs[i].from.Segment
+		for s, n := range c.live[i] {
+			if n > 0 && s < keep[i] {
+				keep[i] = s
+			}
+		}
+	}
+	held := make([]ckEntry, 0, c.reserved)
 	for t := range c.open {
 		for _, e := range t.takes {
-			pos = append(pos, e.pos)
+			held = append(held, ckEntry{dir: int(e.dir), pos: e.pos})
 		}
 	}
-	c.queue.each(func(e *entry) { pos = append(pos, e.pos) })
-	keep := end.Segment
-	for s, n := range c.live {
-		if n > 0 && s < keep {
-			keep = s
-		}
-	}
+	c.queue.each(func(e *entry) { held = append(held, ckEntry{dir: int(e.dir), pos: e.pos}) })
 	nextTx := c.nextTx
 	c.mu.Unlock()
 	c.ckMu.Unlock()
 
-	ck := wal.Checkpoint{Position: end, Payload: encodeCheckpoint(nextTx, pos)}
+	// The log-level position is the first dir's; the payload has them all.
+	ck := wal.Checkpoint{Position: dirs[0].from, Payload: encodeCheckpoint(nextTx, dirs, held)}
 	if err := wal.WriteCheckpoint(c.ckDir, ck); err != nil {
 		c.ckErrors.Add(1)
 		return err
@@ -466,54 +521,73 @@ func (c *Channel) checkpoint() error {
 			c.log.Warn("file channel: backup checkpoint failed", "channel", c.name, "err", err)
 		}
 	}
-	if err := w.TruncateBefore(keep); err != nil {
-		return err
+	var errs []error
+	for i, w := range logs {
+		errs = append(errs, w.TruncateBefore(keep[i]))
 	}
 	c.mu.Lock()
-	for s := range c.live {
-		if s < keep {
-			delete(c.live, s)
+	if c.live != nil {
+		for i := range logs {
+			for s := range c.live[i] {
+				if s < keep[i] {
+					delete(c.live[i], s)
+				}
+			}
 		}
 	}
 	c.mu.Unlock()
-	return nil
+	return errors.Join(errs...)
 }
 
-// checkSpace fails puts while the data disk has less than
-// minimumRequiredSpace free. It asks statfs at most every 100 ms. Lock must
-// be held.
-func (c *Channel) checkSpace() error {
-	if c.minFree == 0 {
-		return nil
+// pickDir chooses the data dir of put transaction txid: dir txid mod n,
+// or the next one whose disk has at least minimumRequiredSpace free. With
+// every dir below it, puts fail with a "channel full" error (the source
+// pushes back) while takes go on. Free space is read with statfs at most
+// every 100 ms. Lock must be held.
+func (c *Channel) pickDir(txid uint64) (int, error) {
+	n := len(c.dataDirs)
+	if c.minFree > 0 {
+		if now := time.Now(); now.Sub(c.lastSpace) >= 100*time.Millisecond {
+			c.lastSpace = now
+			for i, d := range c.dataDirs {
+				c.lookAtSpace(i, d)
+			}
+		}
 	}
-	now := time.Now()
-	if now.Sub(c.lastSpace) < 100*time.Millisecond {
-		return c.spaceErr
+	for k := range n {
+		i := int((txid + uint64(k)) % uint64(n))
+		if !c.lowSpace[i] {
+			return i, nil
+		}
 	}
-	c.lastSpace = now
-	free, err := c.freeSpace(c.dataDir)
+	c.requestCheckpoint() // deletes fully taken segments
+	return 0, flow.FullErrorf("file channel %s: every data dir (%s) has less than minimumRequiredSpace %d bytes free; "+
+		"puts are refused until space is freed (takes go on)", c.name, strings.Join(c.dataDirs, ", "), c.minFree)
+}
+
+// lookAtSpace updates lowSpace[i]. Lock must be held.
+func (c *Channel) lookAtSpace(i int, dir string) {
+	free, err := c.freeSpace(dir)
 	switch {
 	case err != nil:
-		c.spaceErr = nil // cannot tell: do not block puts on it
-		c.log.Warn("file channel: cannot read free disk space", "channel", c.name, "dir", c.dataDir, "err", err)
+		c.lowSpace[i] = false // cannot tell: do not block puts on it
+		c.log.Warn("file channel: cannot read free disk space", "channel", c.name, "dir", dir, "err", err)
 	case free < c.minFree:
-		if c.spaceErr == nil {
-			c.log.Warn("file channel: disk almost full, refusing puts", "channel", c.name, "dir", c.dataDir,
+		if !c.lowSpace[i] {
+			c.log.Warn("file channel: disk almost full, refusing puts to this data dir", "channel", c.name, "dir", dir,
 				"free", free, "minimumRequiredSpace", c.minFree)
 		}
-		c.spaceErr = flow.FullErrorf("file channel %s: %s has %d bytes free, below minimumRequiredSpace %d; "+
-			"puts are refused until space is freed (takes go on)", c.name, c.dataDir, free, c.minFree)
-		c.requestCheckpoint() // deletes fully taken segments
+		c.lowSpace[i] = true
+		c.requestCheckpoint()
 	default:
-		if c.spaceErr != nil {
-			c.log.Info("file channel: disk space back, accepting puts", "channel", c.name, "free", free)
+		if c.lowSpace[i] {
+			c.log.Info("file channel: disk space back, accepting puts to this data dir", "channel", c.name, "dir", dir, "free", free)
 		}
-		c.spaceErr = nil
+		c.lowSpace[i] = false
 	}
-	return c.spaceErr
 }
 
-// waitSpace waits up to keep-alive until n more events fit, then reserves
+// reserve waits up to keep-alive until n more events fit, then reserves
 // them. Lock must be held; it is released while waiting.
 func (c *Channel) reserve(n int) error {
 	var timer *time.Timer
@@ -563,7 +637,7 @@ type tx struct {
 	c      *Channel
 	puts   []event.Event
 	takes  []entry
-	dead   []wal.Position // taken events whose record was unreadable
+	dead   []entry // taken events whose record was unreadable (pos and dir only)
 	done   bool
 	isOpen bool // registered in c.open
 }
@@ -604,11 +678,31 @@ func (t *tx) Take(ctx context.Context, dst []event.Event, max int) ([]event.Even
 	if max <= 0 {
 		return dst, nil
 	}
+	for {
+		n := len(dst)
+		var lostSome bool
+		var err error
+		dst, lostSome, err = t.take(ctx, dst, max)
+		if err != nil || len(dst) > n || !lostSome {
+			return dst, err
+		}
+		// Every event taken was lost to damage: take the next ones rather
+		// than report an empty channel.
+		max = min(max, c.txCap-len(t.takes)-len(t.dead))
+		if max <= 0 {
+			return dst, nil
+		}
+	}
+}
+
+// take is one round of Take; lostSome reports events lost to damage.
+func (t *tx) take(ctx context.Context, dst []event.Event, max int) (_ []event.Event, lostSome bool, _ error) {
+	c := t.c
 	c.mu.Lock()
 	for c.queue.len() == 0 {
 		if !c.running {
 			c.mu.Unlock()
-			return dst, fmt.Errorf("file channel %s: take: %w", c.name, flow.ErrClosed)
+			return dst, false, fmt.Errorf("file channel %s: take: %w", c.name, flow.ErrClosed)
 		}
 		if c.notEmpty == nil {
 			c.notEmpty = make(chan struct{})
@@ -618,7 +712,7 @@ func (t *tx) Take(ctx context.Context, dst []event.Event, max int) ([]event.Even
 		select {
 		case <-ctx.Done():
 			c.counters.EventTakeAttempt.Add(1)
-			return dst, nil
+			return dst, false, nil
 		case <-wait:
 		}
 		c.mu.Lock()
@@ -636,7 +730,7 @@ func (t *tx) Take(ctx context.Context, dst []event.Event, max int) ([]event.Even
 		c.open[t] = struct{}{}
 		t.isOpen = true
 	}
-	w := c.wal
+	logs := c.logs
 	c.mu.Unlock()
 
 	attempts := int64(k)
@@ -654,7 +748,7 @@ func (t *tx) Take(ctx context.Context, dst []event.Event, max int) ([]event.Even
 			continue
 		}
 		var err error
-		buf, err = w.ReadAt(e.pos, buf[:0])
+		buf, err = logs[e.dir].ReadAt(e.pos, buf[:0])
 		var ev event.Event
 		if err == nil {
 			_, ev, err = decodePut(buf)
@@ -669,10 +763,11 @@ func (t *tx) Take(ctx context.Context, dst []event.Event, max int) ([]event.Even
 		if err != nil {
 			// An I/O error; Rollback gives back what was taken.
 			c.takeErrors.Add(1)
-			return dst, fmt.Errorf("file channel %s: take: %w", c.name, err)
+			return dst, false, fmt.Errorf("file channel %s: take: %w", c.name, err)
 		}
 		dst = append(dst, ev)
 	}
+	lostSome = len(dead) > 0
 	if len(dead) > 0 {
 		// Unreadable events are recorded as taken at commit, never returned.
 		c.mu.Lock()
@@ -680,7 +775,7 @@ func (t *tx) Take(ctx context.Context, dst []event.Event, max int) ([]event.Even
 		for i, e := range t.takes[start:] {
 			if len(dead) > 0 && dead[0] == start+i {
 				dead = dead[1:]
-				t.dead = append(t.dead, e.pos)
+				t.dead = append(t.dead, entry{pos: e.pos, dir: e.dir})
 				continue
 			}
 			kept = append(kept, e)
@@ -688,7 +783,7 @@ func (t *tx) Take(ctx context.Context, dst []event.Event, max int) ([]event.Even
 		t.takes = kept
 		c.mu.Unlock()
 	}
-	return dst, nil
+	return dst, lostSome, nil
 }
 
 func (t *tx) Commit() error {
@@ -709,12 +804,17 @@ func (t *tx) Commit() error {
 func (t *tx) commitPuts() error {
 	c := t.c
 	n := len(t.puts)
+	if err := c.unhealthy(); err != nil {
+		c.putErrors.Add(1)
+		return fmt.Errorf("file channel %s: commit: the log failed earlier and refuses writes until the channel restarts: %w", c.name, err)
+	}
 	c.mu.Lock()
 	if !c.running {
 		c.mu.Unlock()
 		return fmt.Errorf("file channel %s: commit: %w", c.name, flow.ErrClosed)
 	}
-	if err := c.checkSpace(); err != nil {
+	dir, err := c.pickDir(c.nextTx + 1)
+	if err != nil {
 		c.mu.Unlock()
 		return err
 	}
@@ -746,13 +846,12 @@ func (t *tx) commitPuts() error {
 
 	c.ckMu.RLock()
 	c.mu.Lock()
-	w := c.wal
+	logs := c.logs
 	c.mu.Unlock()
-	var err error
-	if w == nil {
+	if logs == nil {
 		err = flow.ErrClosed
 	} else {
-		err = w.AppendPositions(pos, recs...)
+		err = logs[dir].AppendPositions(pos, recs...)
 	}
 	c.mu.Lock()
 	if err != nil {
@@ -763,15 +862,16 @@ func (t *tx) commitPuts() error {
 		c.putErrors.Add(1)
 		return fmt.Errorf("file channel %s: commit: %w", c.name, err)
 	}
+	live := c.live[dir]
 	for i := range t.puts {
-		e := entry{pos: pos[i], size: int32(len(recs[i]))}
+		e := entry{pos: pos[i], size: int32(len(recs[i])), dir: int32(dir)}
 		if c.cached+int64(e.size) <= c.cacheBudget {
 			ev := t.puts[i]
 			e.ev = &ev
 			c.cached += int64(e.size)
 		}
 		c.queue.pushBack(e)
-		c.live[pos[i].Segment]++
+		live[pos[i].Segment]++
 	}
 	c.wakeTakers()
 	c.mu.Unlock()
@@ -781,24 +881,61 @@ func (t *tx) commitPuts() error {
 	return nil
 }
 
+// commitTakes records the take in the log of each data dir the events came
+// from (one take record per dir, written in parallel), so each dir's log
+// stays self-contained.
 func (t *tx) commitTakes() error {
 	c := t.c
-	pos := make([]wal.Position, 0, len(t.takes)+len(t.dead))
-	for _, e := range t.takes {
-		pos = append(pos, e.pos)
+	if err := c.unhealthy(); err != nil {
+		c.takeErrors.Add(1)
+		return fmt.Errorf("file channel %s: commit: the log failed earlier and refuses writes until the channel restarts: %w", c.name, err)
 	}
-	pos = append(pos, t.dead...)
-	rec := appendTake(nil, pos)
+	all := append(t.takes, t.dead...)
+	var byDir map[int32][]wal.Position
+	first := all[0].dir
+	single := true
+	for _, e := range all {
+		if e.dir != first {
+			single = false
+			break
+		}
+	}
+	if !single {
+		byDir = make(map[int32][]wal.Position)
+		for _, e := range all {
+			byDir[e.dir] = append(byDir[e.dir], e.pos)
+		}
+	} else {
+		pos := make([]wal.Position, len(all))
+		for i, e := range all {
+			pos[i] = e.pos
+		}
+		byDir = map[int32][]wal.Position{first: pos}
+	}
 
 	c.ckMu.RLock()
 	c.mu.Lock()
-	w := c.wal
+	logs := c.logs
 	c.mu.Unlock()
 	var err error
-	if w == nil {
+	switch {
+	case logs == nil:
 		err = flow.ErrClosed
-	} else {
-		_, err = w.Append(rec)
+	case len(byDir) == 1:
+		_, err = logs[first].Append(appendTake(nil, byDir[first]))
+	default:
+		errs := make(chan error, len(byDir))
+		for d, pos := range byDir {
+			go func() {
+				_, err := logs[d].Append(appendTake(nil, pos))
+				errs <- err
+			}()
+		}
+		var list []error
+		for range byDir {
+			list = append(list, <-errs)
+		}
+		err = errors.Join(list...)
 	}
 	if err != nil {
 		c.ckMu.RUnlock()
@@ -806,10 +943,10 @@ func (t *tx) commitTakes() error {
 		return fmt.Errorf("file channel %s: commit: %w", c.name, err)
 	}
 	c.mu.Lock()
-	for _, p := range pos {
-		c.live[p.Segment]--
+	for _, e := range all {
+		c.live[e.dir][e.pos.Segment]--
 	}
-	c.reserved -= len(pos)
+	c.reserved -= len(all)
 	delete(c.open, t)
 	t.isOpen = false
 	c.wakeCommitters()
@@ -836,8 +973,8 @@ func (t *tx) Rollback() error {
 		}
 		// Unreadable events stay out of the queue; they count as taken.
 		c.reserved -= len(t.dead)
-		for _, p := range t.dead {
-			c.live[p.Segment]--
+		for _, e := range t.dead {
+			c.live[e.dir][e.pos.Segment]--
 		}
 		delete(c.open, t)
 		t.isOpen = false

@@ -101,7 +101,7 @@ func TestConfig(t *testing.T) {
 	c, _ := buildRaw(t, map[string]string{})
 	if c.capacity != 1000000 || c.txCap != 10000 || c.ckInterval != 30*time.Second || c.maxFileSize != 2146435071 ||
 		c.minFree != 524288000 || c.keepAlive != 3*time.Second || !c.ckOnClose ||
-		c.ckDir != filepath.Join(home, ".flume/file-channel/checkpoint") || c.dataDir != filepath.Join(home, ".flume/file-channel/data") {
+		c.ckDir != filepath.Join(home, ".flume/file-channel/checkpoint") || len(c.dataDirs) != 1 || c.dataDirs[0] != filepath.Join(home, ".flume/file-channel/data") {
 		t.Fatalf("defaults differ from Flume's: %+v", c)
 	}
 	for _, tc := range []struct {
@@ -267,7 +267,7 @@ func TestDiskFull(t *testing.T) {
 	c.lastSpace = time.Time{} // do not wait out the 100 ms statfs cache
 	c.mu.Unlock()
 	err := testutil.PutCommit(c, testutil.Events("b", 1))
-	if !errors.Is(err, flow.ErrChannelFull) || !strings.Contains(err.Error(), "below minimumRequiredSpace 1000000") {
+	if !errors.Is(err, flow.ErrChannelFull) || !strings.Contains(err.Error(), "less than minimumRequiredSpace 1000000") {
 		t.Fatalf("put on a full disk: %v", err)
 	}
 	if got := testutil.TakeAll(t, c, 5, 5, time.Second); len(got) != 5 { // takes go on

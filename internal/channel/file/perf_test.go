@@ -51,9 +51,7 @@ func BenchmarkPutCommit(b *testing.B) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "events/s")
-			c.mu.Lock()
-			st := c.wal.Stats()
-			c.mu.Unlock()
+			st := c.walStats()
 			b.ReportMetric(float64(st.Appends)/float64(max(st.Syncs, 1)), "appends/sync")
 		})
 	}

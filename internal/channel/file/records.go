@@ -172,29 +172,101 @@ func uvarintLen(v uint64) int {
 	return n
 }
 
-// Checkpoint payload:
+// Checkpoint payload (version 2):
 //
-//	version u8 (1) | nextTxID u64 | positions (as in a take record)
+//	version u8 (2) | nextTxID u64 |
+//	ndirs uv | (pathlen uv, path, segment uv, offset uv)*   each data dir and where its replay resumes
+//	npos uv | (dir uv, segment uv, offset uv)*              every event held, in queue order
 //
-// The positions are every event the channel held (queued, or taken by an
-// open transaction), in queue order.
-const checkpointVersion = 1
+// The events held are the queued ones and those taken by open transactions;
+// dir is an index into the dir list of this checkpoint. A data dir is known
+// by its absolute path, so dataDirs may be reordered, extended or shortened
+// between runs. Version 1 (one dir, positions only) is no longer read: such
+// a checkpoint is unusable and the logs are replayed in full.
+const checkpointVersion = 2
 
-func encodeCheckpoint(nextTx uint64, pos []wal.Position) []byte {
-	b := make([]byte, 0, 16+len(pos)*8)
-	b = append(b, checkpointVersion)
-	b = binary.LittleEndian.AppendUint64(b, nextTx)
-	return appendPositions(b, pos)
+// ckDir is one data dir's part of a checkpoint.
+type ckDir struct {
+	path string
+	from wal.Position
 }
 
-func decodeCheckpoint(b []byte) (nextTx uint64, pos []wal.Position, err error) {
+// ckEntry is one held event in a checkpoint.
+type ckEntry struct {
+	dir int
+	pos wal.Position
+}
+
+func encodeCheckpoint(nextTx uint64, dirs []ckDir, held []ckEntry) []byte {
+	b := make([]byte, 0, 32+len(held)*8)
+	b = append(b, checkpointVersion)
+	b = binary.LittleEndian.AppendUint64(b, nextTx)
+	b = binary.AppendUvarint(b, uint64(len(dirs)))
+	for _, d := range dirs {
+		b = binary.AppendUvarint(b, uint64(len(d.path)))
+		b = append(b, d.path...)
+		b = binary.AppendUvarint(b, d.from.Segment)
+		b = binary.AppendUvarint(b, uint64(d.from.Offset))
+	}
+	b = binary.AppendUvarint(b, uint64(len(held)))
+	for _, e := range held {
+		b = binary.AppendUvarint(b, uint64(e.dir))
+		b = binary.AppendUvarint(b, e.pos.Segment)
+		b = binary.AppendUvarint(b, uint64(e.pos.Offset))
+	}
+	return b
+}
+
+func decodeCheckpoint(b []byte) (nextTx uint64, dirs []ckDir, held []ckEntry, err error) {
+	bad := func() (uint64, []ckDir, []ckEntry, error) {
+		return 0, nil, nil, fmt.Errorf("checkpoint payload: %w", errBadRecord)
+	}
 	if len(b) < 9 || b[0] != checkpointVersion {
-		return 0, nil, fmt.Errorf("checkpoint payload: %w", errBadRecord)
+		if len(b) > 0 && b[0] != checkpointVersion {
+			return 0, nil, nil, fmt.Errorf("checkpoint payload version %d, want %d: %w", b[0], checkpointVersion, errBadRecord)
+		}
+		return bad()
 	}
 	nextTx = binary.LittleEndian.Uint64(b[1:9])
-	rest, err := decodePositions(b[9:], func(p wal.Position) { pos = append(pos, p) })
-	if err == nil && len(rest) != 0 {
-		err = errBadRecord
+	b = b[9:]
+	nd, b, ok := uvarint(b)
+	if !ok || nd > uint64(len(b)) {
+		return bad()
 	}
-	return nextTx, pos, err
+	for range nd {
+		var path []byte
+		var s, o uint64
+		if path, b, ok = lenPrefixed(b); !ok {
+			return bad()
+		}
+		if s, b, ok = uvarint(b); !ok {
+			return bad()
+		}
+		if o, b, ok = uvarint(b); !ok {
+			return bad()
+		}
+		dirs = append(dirs, ckDir{path: string(path), from: wal.Position{Segment: s, Offset: int64(o)}})
+	}
+	n, b, ok := uvarint(b)
+	if !ok || n > uint64(len(b)) {
+		return bad()
+	}
+	held = make([]ckEntry, 0, n)
+	for range n {
+		var d, s, o uint64
+		if d, b, ok = uvarint(b); !ok || d >= nd {
+			return bad()
+		}
+		if s, b, ok = uvarint(b); !ok {
+			return bad()
+		}
+		if o, b, ok = uvarint(b); !ok {
+			return bad()
+		}
+		held = append(held, ckEntry{dir: int(d), pos: wal.Position{Segment: s, Offset: int64(o)}})
+	}
+	if len(b) != 0 {
+		return bad()
+	}
+	return nextTx, dirs, held, nil
 }
