@@ -94,6 +94,62 @@ func TestPKCS12KeystoreAndPEMTruststore(t *testing.T) {
 	}
 }
 
+// TestVerifyHostname: by default the server's certificate must name the
+// host dialed; verify-hostname = false checks only the chain (as Flume
+// does), and still refuses a certificate the truststore does not vouch for.
+func TestVerifyHostname(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := selfSigned(t) // names localhost
+	other, _ := selfSigned(t)
+	ks := write(t, dir, "ks.pem", append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), pemKey(t, key)...))
+	trusted := write(t, dir, "ts.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}))
+	untrusted := write(t, dir, "other.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: other.Raw}))
+	sp := config.FromMap("s.", map[string]string{"ssl": "true", "keystore": ks, "keystore-type": "PEM"})
+	scfg, err := ReadServer(sp).ServerConfig()
+	if err != nil || sp.Err() != nil {
+		t.Fatal(err, sp.Err())
+	}
+	tests := []struct {
+		name, host, truststore, verify string
+		ok                             bool
+	}{
+		{"name matches", "localhost", trusted, "", true},
+		{"name differs", "127.0.0.1", trusted, "", false},
+		{"name differs, verify-hostname false", "127.0.0.1", trusted, "false", true},
+		{"untrusted, verify-hostname false", "localhost", untrusted, "false", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := map[string]string{"ssl": "true", "truststore": tt.truststore, "truststore-type": "PEM"}
+			if tt.verify != "" {
+				m["verify-hostname"] = tt.verify
+			}
+			cp := config.FromMap("c.", m)
+			ccfg, err := ReadClient(cp).ClientConfig(tt.host)
+			if err != nil || cp.Err() != nil {
+				t.Fatal(err, cp.Err())
+			}
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			go func() { _ = tls.Server(a, scfg).Handshake(); a.Close() }()
+			err = tls.Client(b, ccfg).Handshake()
+			if (err == nil) != tt.ok {
+				t.Fatalf("handshake: %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
+}
+
+func pemKey(t *testing.T, key *ecdsa.PrivateKey) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+}
+
 func TestJKSRefused(t *testing.T) {
 	dir := t.TempDir()
 	jks := write(t, dir, "ks.jks", []byte{0xFE, 0xED, 0xFE, 0xED, 0, 0, 0, 2})
