@@ -199,7 +199,8 @@ func (w *Writer) Stop(context.Context) error {
 // never), compression-type (none | deflate), compression-level (6), ssl,
 // trust-all-certs, truststore, truststore-password, truststore-type
 // (PKCS12 | PEM), include-/exclude-protocols, include-/exclude-cipher-suites,
-// maxIoWorkers (accepted, unused), and sluice's receivedAtHeader (unset:
+// maxIoWorkers (accepted, unused), and sluice's verify-hostname (true) and
+// receivedAtHeader (unset:
 // the header that carries each event's first receive time to the next tier).
 func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 	opt := Options{Host: p.Required("hostname")}
