@@ -17,7 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testutil"
 )
 
-func buildProps(t *testing.T, m map[string]string) (*Writer, error) {
+func buildProps(t testing.TB, m map[string]string) (*Writer, error) {
 	t.Helper()
 	p := config.FromMap("a1.sinks.k1.", m)
 	_, w := build(flow.Env{Name: "k1", Type: "elasticsearch"}, p)

@@ -1,7 +1,7 @@
 package essink
 
 import (
-	"encoding/json"
+	"bytes"
 	"slices"
 	"strconv"
 	"time"
@@ -59,25 +59,29 @@ func appendTimestamp(dst []byte, ms int64, text string) []byte {
 // appendDocument appends the document of e (no trailing newline).
 func appendDocument(dst []byte, e *event.Event, ms int64, text string, keys []string) ([]byte, []string) {
 	body := trimSpace(e.Body)
-	if len(body) >= 2 && body[0] == '{' && json.Valid(body) {
-		start := len(dst)
-		if hasTopLevelKey(body, "@timestamp") {
-			dst = append(dst, body...)
-		} else {
-			dst = append(dst, `{"@timestamp":`...)
-			dst = appendTimestamp(dst, ms, text)
-			rest := trimSpace(body[1:])
-			if rest[0] != '}' {
-				dst = append(dst, ',')
+	if len(body) >= 2 && body[0] == '{' {
+		if ok, hasTS := scanObject(body, "@timestamp"); ok {
+			start := len(dst)
+			if hasTS {
+				dst = append(dst, body...)
+			} else {
+				dst = append(dst, `{"@timestamp":`...)
+				dst = appendTimestamp(dst, ms, text)
+				rest := trimSpace(body[1:])
+				if rest[0] != '}' {
+					dst = append(dst, ',')
+				}
+				dst = append(dst, rest...)
 			}
-			dst = append(dst, rest...)
-		}
-		for i := start; i < len(dst); i++ {
-			if dst[i] == '\n' || dst[i] == '\r' {
-				dst[i] = ' '
+			if bytes.IndexByte(body, '\n') >= 0 || bytes.IndexByte(body, '\r') >= 0 {
+				for i := start; i < len(dst); i++ {
+					if dst[i] == '\n' || dst[i] == '\r' {
+						dst[i] = ' '
+					}
+				}
 			}
+			return dst, keys
 		}
-		return dst, keys
 	}
 	dst = append(dst, `{"@timestamp":`...)
 	dst = appendTimestamp(dst, ms, text)
@@ -109,80 +113,6 @@ func trimSpace(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-// hasTopLevelKey reports whether the valid JSON object obj has key at its
-// top level.
-func hasTopLevelKey(obj []byte, key string) bool {
-	i := 1 // past '{'
-	for {
-		for i < len(obj) && (isSpace(obj[i]) || obj[i] == ',') {
-			i++
-		}
-		if i >= len(obj) || obj[i] != '"' {
-			return false // '}' or malformed
-		}
-		end := skipString(obj, i)
-		raw := obj[i:end]
-		if string(raw[1:len(raw)-1]) == key {
-			return true
-		}
-		if slices.Contains(raw, '\\') {
-			var s string
-			if json.Unmarshal(raw, &s) == nil && s == key {
-				return true
-			}
-		}
-		i = end
-		for i < len(obj) && (isSpace(obj[i]) || obj[i] == ':') {
-			i++
-		}
-		i = skipValue(obj, i)
-	}
-}
-
-// skipString returns the index just past the string that starts at i.
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index just past the value that starts at i.
-func skipValue(b []byte, i int) int {
-	depth := 0
-	for i < len(b) {
-		switch c := b[i]; c {
-		case '"':
-			i = skipString(b, i)
-			if depth == 0 {
-				return i
-			}
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return i // end of the enclosing object
-			}
-			depth--
-			if depth == 0 {
-				return i + 1
-			}
-		case ',':
-			if depth == 0 {
-				return i
-			}
-		}
-		i++
-	}
-	return i
 }
 
 const hexDigits = "0123456789abcdef"

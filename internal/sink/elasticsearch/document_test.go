@@ -147,3 +147,42 @@ func FuzzParseBulkResponse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzScanObject checks scanObject against encoding/json.
+func FuzzScanObject(f *testing.F) {
+	for _, s := range []string{`{}`, ` {"a":1} `, `{"@timestamp":1}`, `{"\u0040timestamp":null}`, `{"a":[1,-2.5e+3,true,false,null,"x\"\\\/\b\f\n\r\t\u00e9"]}`,
+		`{"a":{"@timestamp":1}}`, `{"a":01}`, `{"a":1.}`, `{"a":-}`, `{"a":"\x"}`, "{\"a\":\"\x01\"}", `{"a":1,}`, `{,}`, `{"a" 1}`, `[1]`, `{"a":1}x`,
+		`{"a":"\ud800"}`, "{\"\xff\":\"\xfe\"}", `{"a":[[[[]]]]}`, `{"a":tru}`, `{"a":1e}`, `{"a":{"b":}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ok, has := scanObject(b, "@timestamp")
+		trimmed := trimSpace(b)
+		wantOK := json.Valid(b) && len(trimmed) > 0 && trimmed[0] == '{'
+		if ok != wantOK {
+			t.Fatalf("scanObject(%q) = %v, json.Valid says %v", b, ok, wantOK)
+		}
+		if !ok {
+			return
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("valid object %q does not decode: %v", b, err)
+		}
+		if _, want := m["@timestamp"]; has != want {
+			t.Fatalf("scanObject(%q) has @timestamp %v, want %v", b, has, want)
+		}
+	})
+}
+
+func TestScanObjectDepth(t *testing.T) {
+	deep := func(n int) []byte {
+		return []byte(`{"a":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `}`)
+	}
+	for _, n := range []int{9998, 9999, 10000, 20000} {
+		b := deep(n)
+		if ok, _ := scanObject(b, "x"); ok != json.Valid(b) {
+			t.Errorf("depth %d: scanObject %v, json.Valid %v", n, ok, json.Valid(b))
+		}
+	}
+}

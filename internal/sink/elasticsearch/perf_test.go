@@ -1,0 +1,96 @@
+package essink
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+var words = strings.Fields(`request served user session cart checkout payment order accepted declined
+	retry timeout upstream latency cache hit miss db query rows returned error warning info debug trace
+	GET POST PUT /api/v1/orders /api/v1/users /health 200 201 404 500 503 ms bytes region eu-west-1 us-east-1`)
+
+// perfEvents returns n JSON events of about 1 KiB each, with log-like text.
+func perfEvents(n int) ([]event.Event, int) {
+	r := rand.New(rand.NewPCG(1, 2))
+	evs := make([]event.Event, n)
+	total := 0
+	for i := range evs {
+		var b strings.Builder
+		fmt.Fprintf(&b, `{"seq":%d,"level":"info","service":"checkout","host":"web-%d","trace_id":"%016x","msg":"`, i, i%16, r.Uint64())
+		for b.Len() < 1000 {
+			b.WriteString(words[r.IntN(len(words))])
+			b.WriteByte(' ')
+		}
+		b.WriteString(`"}`)
+		evs[i] = event.Event{Headers: map[string]string{"timestamp": strconv.FormatInt(time.Now().UnixMilli(), 10)}, Body: []byte(b.String())}
+		total += len(evs[i].Body)
+	}
+	return evs, total
+}
+
+// TestPerfVictoriaLogs measures the sink into VictoriaLogs (on the same
+// machine) with 1 KiB JSON events, with and without gzip. Opt-in:
+//
+//	SLUICE_PERF=1 go test -run TestPerfVictoriaLogs -v ./internal/sink/elasticsearch/
+func TestPerfVictoriaLogs(t *testing.T) {
+	if os.Getenv("SLUICE_PERF") == "" {
+		t.Skip("set SLUICE_PERF=1 to run")
+	}
+	base := startVictoriaLogs(t)
+	const n = 200_000
+	for _, tc := range []struct{ compression, batch, inFlight string }{
+		{"none", "1000", "1"},
+		{"gzip", "1000", "1"},
+		{"none", "5000", "2"},
+		{"gzip", "5000", "2"},
+	} {
+		name := fmt.Sprintf("compression=%s/batchSize=%s/maxInFlight=%s", tc.compression, tc.batch, tc.inFlight)
+		t.Run(name, func(t *testing.T) {
+			run := strings.NewReplacer("/", "_", "=", "_").Replace(name)
+			ch := newChannel(t)
+			s, w := newSink(t, ch, map[string]string{
+				"hostNames": base + "/insert/elasticsearch", "batchSize": tc.batch, "compression": tc.compression,
+				"maxInFlight": tc.inFlight, "query._msg_field": "msg", "query._time_field": "@timestamp",
+				"query.extra_fields": "run=" + run,
+			})
+			evs, bodyBytes := perfEvents(n)
+			for i := 0; i < n; i += 10000 {
+				if err := testutil.PutCommit(ch, evs[i:i+10000]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			evs = nil
+			start := time.Now()
+			drain(t, s, ch, 0)
+			el := time.Since(start).Seconds()
+			rows := vlQuery(t, base, fmt.Sprintf("run:=%q | stats count() n", run))
+			if len(rows) != 1 || rows[0]["n"] != strconv.Itoa(n) {
+				t.Fatalf("VictoriaLogs holds %v, want %d rows", rows, n)
+			}
+			reqs := w.m.requests.Load()
+			t.Logf("%s: %d events in %.2fs: %.0f events/s, %.1f MiB/s of bodies, %.1f MiB/s on the wire, %.1f bulk requests/s (%d requests)",
+				name, n, el, n/el, float64(bodyBytes)/el/(1<<20), float64(w.m.bytes.Load())/el/(1<<20), float64(reqs)/el, reqs)
+		})
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	evs, total := perfEvents(1000)
+	w, err := buildProps(b, map[string]string{"hostNames": "es1", "idHeader": "id"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(total))
+	b.ReportAllocs()
+	for b.Loop() {
+		w.encode(evs)
+	}
+}
