@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/agent"
+	"github.com/sluicehq/sluice/internal/bench"
 	"github.com/sluicehq/sluice/internal/config"
 )
 
@@ -27,6 +28,8 @@ var version = "dev"
 const usage = `usage:
   sluice agent -f FILE -n NAME [options]   run the agent NAME defined in FILE
   sluice validate -f FILE -n NAME [-DX=V]  check FILE; print one line per problem, exit 1 if any
+  sluice bench PRESET | [options]          generate load, receive it, report loss and latency
+                                           (sluice bench --help)
   sluice version                           print the version
 
 agent and validate options (flume-ng's names work too):
@@ -209,6 +212,9 @@ func versionString() string {
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, reload <-chan struct{}, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "bench" {
+		return bench.Main(ctx, args[1:], stdout, stderr)
+	}
 	c, err := parse(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n\n%s", err, usage)

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -51,37 +50,78 @@ func ParseLine(line []byte) (seq uint64, sentNanos int64, err error) {
 	return seq, sentNanos, nil
 }
 
-// Receiver accepts TCP connections and records every generated line it reads.
-type Receiver struct {
-	ln net.Listener
-
-	mu        sync.Mutex
-	seen      map[uint64]bool
-	latencies []time.Duration
-	dups      int
-	bad       int
-	arrived   chan struct{} // signalled (non-blocking) on each line
-	conns     map[net.Conn]bool
-
-	wg sync.WaitGroup
+// findPayload finds the generated payload in body: at its start (a line,
+// an event body), or after a prefix a source or sink added (a syslog
+// header, an Avro-encoded Flume event's headers), as the first run of
+// digits within the first 512 bytes that starts a sequence number followed
+// by a plausible send time.
+func findPayload(body []byte) (seq uint64, sentNanos int64, err error) {
+	if seq, sentNanos, err = ParseLine(body); err == nil {
+		return seq, sentNanos, nil
+	}
+	digit := func(c byte) bool { return '0' <= c && c <= '9' }
+	for i := 1; i < len(body) && i < 512; i++ {
+		if !digit(body[i]) || digit(body[i-1]) {
+			continue
+		}
+		if s, t, perr := ParseLine(body[i:]); perr == nil && t > 1e18 {
+			return s, t, nil
+		}
+	}
+	return 0, 0, err
 }
 
-// Listen starts a receiver on addr (such as "127.0.0.1:0").
+// Receiver records generated events arriving from a pipeline's output: as
+// lines on TCP connections (Listen: the downstream of a tcp sink), as Avro
+// RPC calls (ListenAvro: the downstream of an avro sink), as lines in the
+// files of a directory (WatchDir: a file_roll sink's directory), or handed
+// to Record by any other consumer (NewReceiver: a Kafka topic's consumer,
+// a test's sink).
+type Receiver struct {
+	rec  *recorder
+	ln   net.Listener // nil unless listening
+	stop chan struct{}
+
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// NewReceiver returns a receiver that records what Record is given.
+func NewReceiver() *Receiver {
+	return &Receiver{rec: newRecorder(), stop: make(chan struct{}), conns: map[net.Conn]bool{}}
+}
+
+// Listen starts a receiver of generated lines on addr (such as
+// "127.0.0.1:0"), one event per line, on any number of connections.
 func Listen(addr string) (*Receiver, error) {
+	return listen(addr, "tcp", (*Receiver).readLines)
+}
+
+func listen(addr, what string, serve func(*Receiver, net.Conn)) (*Receiver, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("bench receiver: %w", err)
+		return nil, fmt.Errorf("bench %s receiver: %w", what, err)
 	}
-	r := &Receiver{ln: ln, seen: map[uint64]bool{}, arrived: make(chan struct{}, 1), conns: map[net.Conn]bool{}}
+	r := NewReceiver()
+	r.ln = ln
 	r.wg.Add(1)
-	go r.accept()
+	go r.accept(serve)
 	return r, nil
 }
 
-// Addr is the address senders or sinks connect to.
-func (r *Receiver) Addr() string { return r.ln.Addr().String() }
+// Addr is the address senders or sinks connect to ("" when the receiver
+// does not listen).
+func (r *Receiver) Addr() string {
+	if r.ln == nil {
+		return ""
+	}
+	return r.ln.Addr().String()
+}
 
-func (r *Receiver) accept() {
+func (r *Receiver) accept(serve func(*Receiver, net.Conn)) {
 	defer r.wg.Done()
 	for {
 		c, err := r.ln.Accept()
@@ -94,7 +134,8 @@ func (r *Receiver) accept() {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			r.read(c)
+			serve(r, c)
+			_ = c.Close()
 			r.mu.Lock()
 			delete(r.conns, c)
 			r.mu.Unlock()
@@ -102,49 +143,53 @@ func (r *Receiver) accept() {
 	}
 }
 
-func (r *Receiver) read(c net.Conn) {
-	defer c.Close()
+func (r *Receiver) readLines(c net.Conn) {
 	br := bufio.NewReaderSize(c, 64<<10)
 	for {
 		line, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			// A line longer than the buffer is no generated line: skip it.
+			r.rec.malformed()
+			for err == bufio.ErrBufferFull {
+				_, err = br.ReadSlice('\n')
+			}
+			continue
+		}
 		if err != nil {
 			return
 		}
-		now := time.Now().UnixNano()
-		seq, sent, perr := ParseLine(line)
-		r.mu.Lock()
-		switch {
-		case perr != nil:
-			r.bad++
-		case r.seen[seq]:
-			r.dups++
-		default:
-			r.seen[seq] = true
-			r.latencies = append(r.latencies, time.Duration(now-sent))
-		}
-		r.mu.Unlock()
-		select {
-		case r.arrived <- struct{}{}:
-		default:
-		}
+		r.RecordAt(line, time.Now().UnixNano())
 	}
 }
 
-// Count returns how many distinct events arrived.
-func (r *Receiver) Count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.seen)
+// Record records the event whose body (or line) is body, arriving now.
+func (r *Receiver) Record(body []byte) { r.RecordAt(body, time.Now().UnixNano()) }
+
+// RecordAt records the event whose body is body, arriving at now (Unix
+// nanoseconds). A body that carries no generated payload counts as
+// malformed.
+func (r *Receiver) RecordAt(body []byte, now int64) {
+	seq, sent, err := findPayload(body)
+	if err != nil {
+		r.rec.malformed()
+		return
+	}
+	r.rec.record(seq, sent, now)
 }
+
+// Count returns how many distinct events arrived.
+func (r *Receiver) Count() int { return r.rec.count() }
 
 // WaitFor waits until n distinct events arrived or ctx is done.
 func (r *Receiver) WaitFor(ctx context.Context, n int) error {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
 	for r.Count() < n {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("received %d of %d events: %w", r.Count(), n, ctx.Err())
-		case <-r.arrived:
-		case <-time.After(50 * time.Millisecond):
+		case <-r.rec.arrived:
+		case <-t.C:
 		}
 	}
 	return nil
@@ -153,45 +198,34 @@ func (r *Receiver) WaitFor(ctx context.Context, n int) error {
 // Close stops the receiver, closes the connections it accepted and waits
 // for its goroutines.
 func (r *Receiver) Close() error {
-	err := r.ln.Close()
-	r.mu.Lock()
-	for c := range r.conns {
-		c.Close()
-	}
-	r.mu.Unlock()
+	var err error
+	r.closeOnce.Do(func() {
+		close(r.stop)
+		if r.ln != nil {
+			err = r.ln.Close()
+		}
+		r.mu.Lock()
+		for c := range r.conns {
+			c.Close()
+		}
+		r.mu.Unlock()
+	})
 	r.wg.Wait()
 	return err
 }
 
-// Report summarises a run.
+// Report summarises a run: what arrived, what was lost and duplicated, and
+// the latency from send to arrival.
 type Report struct {
 	Sent, Received, Lost, Duplicated, Malformed int
 	P50, P90, P99, P999, Max, Mean              time.Duration
+
+	// FirstArrival and LastArrival bound the deliveries (zero when none).
+	FirstArrival, LastArrival time.Time
 }
 
 // Report computes the summary for sent events numbered 0..sent-1.
-func (r *Receiver) Report(sent int) Report {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rep := Report{Sent: sent, Received: len(r.seen), Duplicated: r.dups, Malformed: r.bad}
-	for i := 0; i < sent; i++ {
-		if !r.seen[uint64(i)] {
-			rep.Lost++
-		}
-	}
-	lat := slices.Clone(r.latencies)
-	slices.Sort(lat)
-	if len(lat) > 0 {
-		at := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
-		rep.P50, rep.P90, rep.P99, rep.P999, rep.Max = at(0.50), at(0.90), at(0.99), at(0.999), lat[len(lat)-1]
-		var sum time.Duration
-		for _, l := range lat {
-			sum += l
-		}
-		rep.Mean = sum / time.Duration(len(lat))
-	}
-	return rep
-}
+func (r *Receiver) Report(sent int) Report { return r.rec.report(sent, nil) }
 
 func (rep Report) String() string {
 	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 3, 64) }
