@@ -1,4 +1,4 @@
-package agent
+package agent_test
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/bench"
 )
 
@@ -37,7 +38,7 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func startAgent(t *testing.T, opts Options) *Agent {
+func startAgent(t *testing.T, opts agent.Options) *agent.Agent {
 	t.Helper()
 	if opts.Name == "" {
 		opts.Name = "a1"
@@ -45,7 +46,7 @@ func startAgent(t *testing.T, opts Options) *Agent {
 	if opts.Logger == nil {
 		opts.Logger = quiet()
 	}
-	a, err := New(opts)
+	a, err := agent.New(opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -131,7 +132,7 @@ func TestFlumeUserGuideExample(t *testing.T) {
 	}
 	file := filepath.Join(t.TempDir(), "example.conf")
 	writeConf(t, file, strings.Replace(string(conf), "44444", fmt.Sprint(port), 1))
-	a := startAgent(t, Options{File: file, HTTPAddr: "127.0.0.1:0"})
+	a := startAgent(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0"})
 
 	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
@@ -196,7 +197,7 @@ func TestBackpressureLosesNothing(t *testing.T) {
 	ncPort, sinkPort := freePort(t), freePort(t)
 	file := filepath.Join(t.TempDir(), "a.properties")
 	writeConf(t, file, netcatPipeline(ncPort, sinkPort, 200))
-	a := startAgent(t, Options{File: file, HTTPAddr: "127.0.0.1:0"})
+	a := startAgent(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0"})
 	base := "http://" + a.HTTPAddr()
 
 	const n = 3000
@@ -240,7 +241,7 @@ func TestReloadKeepsChannelEvents(t *testing.T) {
 	ncPort, deadPort := freePort(t), freePort(t)
 	file := filepath.Join(t.TempDir(), "a.properties")
 	writeConf(t, file, netcatPipeline(ncPort, deadPort, 1000))
-	a := startAgent(t, Options{File: file})
+	a := startAgent(t, agent.Options{File: file})
 	addr := fmt.Sprintf("127.0.0.1:%d", ncPort)
 	sendLines(t, addr, 0, 100)
 	// A connection open across the reload survives it: the source is kept, not restarted.
@@ -291,7 +292,7 @@ func TestReloadRefusesBadConfig(t *testing.T) {
 	fmt.Sscan(p, &port)
 	good := netcatPipeline(ncPort, port, 1000)
 	writeConf(t, file, good)
-	a := startAgent(t, Options{File: file})
+	a := startAgent(t, agent.Options{File: file})
 	writeConf(t, file, good+"a1.channels.c1.capcity = 5\n")
 	if err := a.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), "capcity") {
 		t.Fatalf("Reload error = %v, want the unknown property named", err)
@@ -318,7 +319,7 @@ func TestStopDrainsChannel(t *testing.T) {
 	fmt.Sscan(p, &port)
 	file := filepath.Join(t.TempDir(), "a.properties")
 	writeConf(t, file, netcatPipeline(ncPort, port, 10000))
-	a, err := New(Options{File: file, Name: "a1", Logger: quiet()})
+	a, err := agent.New(agent.Options{File: file, Name: "a1", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

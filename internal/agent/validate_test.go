@@ -1,4 +1,4 @@
-package agent
+package agent_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/config"
 )
 
@@ -22,7 +23,7 @@ func TestValidateBad(t *testing.T) {
 	}
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			err := Validate(file, "a1", nil)
+			err := agent.Validate(file, "a1", nil)
 			var probs *config.Problems
 			if !errors.As(err, &probs) {
 				t.Fatalf("Validate = %v, want problems", err)
@@ -53,7 +54,7 @@ func TestValidateGood(t *testing.T) {
 	files, _ := filepath.Glob("testdata/good/*.properties")
 	files = append(files, "../../examples/quickstart.properties")
 	for _, file := range files {
-		if err := Validate(file, "a1", nil); err != nil {
+		if err := agent.Validate(file, "a1", nil); err != nil {
 			t.Errorf("%s: %v", file, err)
 		}
 	}

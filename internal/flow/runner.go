@@ -67,14 +67,21 @@ func (r *SinkRunner) loop(ctx context.Context, done chan struct{}, drain <-chan 
 	defer close(done)
 	failures := 0
 	var draining []Channel
-	isDraining := false
+	isDraining, lastBackoff := false, false
 	for ctx.Err() == nil {
 		select {
 		case chans := <-drain:
 			draining, isDraining = chans, true
 		default:
 		}
+		// The last call found nothing and nothing arrived since (the sources
+		// are stopped when a drain is asked): done, without another wait.
+		if isDraining && lastBackoff && empty(draining) {
+			close(drained)
+			return
+		}
 		st, err := r.sink.Process(ctx)
+		lastBackoff = err == nil && st == Backoff
 		if err != nil {
 			if ctx.Err() != nil {
 				return
