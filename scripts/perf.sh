@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Regenerates every figure in docs/PERFORMANCE.md: runs each `sluice bench`
+# preset and every opt-in performance test (SLUICE_PERF=1), and prints their
+# tables. Takes about 20 minutes (the 10-minute latency preset is most of it).
+#
+#   scripts/perf.sh            everything
+#   scripts/perf.sh --quick    the 30 s latency preset instead of the 10-minute one
+#
+# Environment:
+#   PERF_OUT=DIR          where the JSON reports and SVG charts go (default /tmp/sluice-perf)
+#   KAFKA_BROKERS=H:P     a Kafka cluster for the avro-kafka preset (skipped when unset)
+#   PERF_PACKAGES="..."   only these packages' perf tests (default: every package that has one)
+# Run it on a quiet machine; note the machine and its load beside the figures.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+quick=false
+[ "${1:-}" = "--quick" ] && quick=true
+out=${PERF_OUT:-/tmp/sluice-perf}
+mkdir -p "$out"
+bin="$out/sluice"
+status=0
+
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== build"
+go build -o "$bin" ./cmd/sluice || exit 1
+
+preset() {
+  local name=$1; shift
+  echo
+  echo "== sluice bench $name $*"
+  if ! "$bin" bench "$name" --quiet --svg "$out/$name.svg" "$@" | tee "$out/$name.txt"; then
+    echo "(preset $name failed or lost events)"; status=1
+  fi
+}
+
+if $quick; then preset latency-200-short; else preset latency-200; fi
+preset latency-200-avro-short
+preset memory-vs-file
+if [ -n "${KAFKA_BROKERS:-}" ]; then
+  preset avro-kafka --kafka-brokers "$KAFKA_BROKERS"
+else
+  echo; echo "== sluice bench avro-kafka: skipped (set KAFKA_BROKERS=host:port)"
+fi
+
+# Every package with opt-in performance tests, found by their switch, so a
+# new one is run without editing this script.
+pkgs=${PERF_PACKAGES:-$(grep -rl --include='*_test.go' 'SLUICE_PERF' internal cmd 2>/dev/null | xargs -r -n1 dirname | sort -u | sed 's|^|./|')}
+for p in $pkgs; do
+  echo
+  echo "== SLUICE_PERF=1 go test -run Perf -v -count=1 $p"
+  # t.Log lines and results only; the full log is kept in $out.
+  log="$out/$(echo "$p" | tr '/.' '__').log"
+  if ! SLUICE_PERF=1 go test -run 'Perf' -v -count=1 -timeout 60m "$p" >"$log" 2>&1; then
+    status=1
+  fi
+  grep -E '^\s+[A-Za-z0-9_]+_test\.go:[0-9]+:|^\s{4,}\S|^--- (PASS|FAIL|SKIP)|^(ok|FAIL)\s' "$log"
+done
+
+echo
+echo "== charts and reports in $out"
+exit $status
