@@ -2,7 +2,9 @@ package essink
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -68,16 +70,21 @@ func TestPerfVictoriaLogs(t *testing.T) {
 				}
 			}
 			evs = nil
+			vlCPU := vlCPUSeconds(t, base)
+			cpu := selfCPU()
 			start := time.Now()
 			drain(t, s, ch, 0)
 			el := time.Since(start).Seconds()
+			cpu = selfCPU() - cpu
+			vlCPU = vlCPUSeconds(t, base) - vlCPU
 			rows := vlQuery(t, base, fmt.Sprintf("run:=%q | stats count() n", run))
 			if len(rows) != 1 || rows[0]["n"] != strconv.Itoa(n) {
 				t.Fatalf("VictoriaLogs holds %v, want %d rows", rows, n)
 			}
 			reqs := w.m.requests.Load()
-			t.Logf("%s: %d events in %.2fs: %.0f events/s, %.1f MiB/s of bodies, %.1f MiB/s on the wire, %.1f bulk requests/s (%d requests)",
-				name, n, el, n/el, float64(bodyBytes)/el/(1<<20), float64(w.m.bytes.Load())/el/(1<<20), float64(reqs)/el, reqs)
+			t.Logf("%s: %d events in %.2fs: %.0f events/s, %.1f MiB/s of bodies, %.1f MiB/s on the wire, %.1f bulk requests/s (%d requests); CPU: sluice %.2f µs/event (%.2f cores), VictoriaLogs %.2f µs/event (%.2f cores)",
+				name, n, el, n/el, float64(bodyBytes)/el/(1<<20), float64(w.m.bytes.Load())/el/(1<<20), float64(reqs)/el, reqs,
+				cpu/n*1e6, cpu/el, vlCPU/n*1e6, vlCPU/el)
 		})
 	}
 }
@@ -93,4 +100,23 @@ func BenchmarkEncode(b *testing.B) {
 	for b.Loop() {
 		w.encode(evs)
 	}
+}
+
+// vlCPUSeconds reads VictoriaLogs' process_cpu_seconds_total.
+func vlCPUSeconds(t testing.TB, base string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "process_cpu_seconds_total "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	t.Fatal("VictoriaLogs /metrics has no process_cpu_seconds_total")
+	return 0
 }
