@@ -1,0 +1,7 @@
+package essink
+
+// For the external tests (agent_test.go).
+var (
+	StartVictoriaLogs = startVictoriaLogs
+	VLQuery           = vlQuery
+)
