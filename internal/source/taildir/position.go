@@ -21,6 +21,43 @@ type position struct {
 	File  string `json:"file"`
 }
 
+// fingerprint is what sluice keeps about a position beyond Flume's three
+// fields, in a file of its own next to the position file (positionFile +
+// ".sluice"): the device, and the last bytes before the position, so that
+// after a restart a file truncated or replaced (an inode reused) while the
+// source was stopped is told apart from the file the position was for. It
+// applies only while the position file still holds the same inode, pos and
+// file (Flume may have run in between).
+type fingerprint struct {
+	Dev   uint64 `json:"dev"`
+	Inode uint64 `json:"inode"`
+	Pos   int64  `json:"pos"`
+	File  string `json:"file"`
+	Sig   []byte `json:"sig,omitempty"`
+}
+
+func sidecar(positionFile string) string { return positionFile + ".sluice" }
+
+// loadFingerprints reads the side file; any problem just means no
+// fingerprints (positions then work as in Flume).
+func loadFingerprints(positionFile string) map[position]fingerprint {
+	data, err := os.ReadFile(sidecar(positionFile))
+	if err != nil || len(data) > maxPositionFile {
+		return nil
+	}
+	var fps []fingerprint
+	if json.Unmarshal(data, &fps) != nil {
+		return nil
+	}
+	out := make(map[position]fingerprint, len(fps))
+	for _, f := range fps {
+		if len(f.Sig) <= sigLen {
+			out[position{Inode: f.Inode, Pos: f.Pos, File: f.File}] = f
+		}
+	}
+	return out
+}
+
 // maxPositionFile bounds what is read of a position file: 64 MiB is about
 // half a million entries.
 const maxPositionFile = 64 << 20

@@ -3,6 +3,7 @@ package taildir
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,8 @@ const (
 	// the directories when they are watched (the watch makes them needless
 	// but for lost notifications).
 	rescanEvery = 10
+	// drainTimeout bounds how long a stop spends reading rotated files.
+	drainTimeout = 5 * time.Second
 )
 
 // fileKey identifies a file whatever its name.
@@ -65,6 +68,7 @@ type tailer struct {
 	byPath  map[string]*tailFile
 	dirs    []string // the groups' directories, each once
 	saved   []position
+	fps     map[position]fingerprint
 	startup bool
 	gen     uint64
 
@@ -80,7 +84,7 @@ func newTailer(s *Source, p flow.Processor, saved []position) *tailer {
 	t := &tailer{
 		s: s, p: p, log: s.env.Log().With("source", s.env.Name),
 		files: map[fileKey]*tailFile{}, byPath: map[string]*tailFile{},
-		saved: saved, dirty: map[*tailFile]bool{}, rescan: map[string]bool{},
+		saved: saved, fps: loadFingerprints(s.positionFile), dirty: map[*tailFile]bool{}, rescan: map[string]bool{},
 		avgLine: 128,
 	}
 	for _, g := range s.groups {
@@ -115,7 +119,7 @@ func (t *tailer) open() error {
 		t.scanDir(d)
 	}
 	t.recoverRotated()
-	t.startup, t.saved = false, nil
+	t.startup, t.saved, t.fps = false, nil, nil
 	t.posDirty = true
 	return nil
 }
@@ -156,6 +160,7 @@ func (t *tailer) run(ctx context.Context) {
 		clear(t.rescan)
 		busy := t.readDirty(ctx)
 		if ctx.Err() != nil {
+			t.drainGone()
 			return
 		}
 		var wait <-chan time.Time
@@ -164,6 +169,7 @@ func (t *tailer) run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			t.drainGone()
 			return
 		case <-kick:
 		case <-poll.C:
@@ -183,6 +189,21 @@ func (t *tailer) run(ctx context.Context) {
 		case <-idleTick.C:
 			t.checkIdle()
 		case <-wait:
+		}
+	}
+}
+
+// drainGone runs at stop: files that no longer match (rotated away,
+// deleted) may be unreachable after a restart (compressed, removed), so
+// their complete lines are sent now, through the descriptors still open,
+// for at most drainTimeout.
+func (t *tailer) drainGone() {
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	for _, tf := range t.files {
+		if tf.gone && tf.f != nil {
+			for t.readFile(ctx, tf) {
+			}
 		}
 	}
 }
@@ -300,9 +321,11 @@ func (t *tailer) scanDir(dir string) {
 func (t *tailer) newFile(key fileKey, path string, g *group, size int64) *tailFile {
 	tf := &tailFile{key: key, path: path, dir: g.dir, group: g, lastGrowth: time.Now(), size: -1}
 	if t.startup {
-		if p, ok := t.savedPos(key.ino, path); ok {
-			tf.pos = p
-			t.log.Info("taildir source continues a file from its saved position", "file", path, "inode", key.ino, "pos", p)
+		if p, ok := t.savedPos(key.ino, path); ok && t.sameFile(tf, p) {
+			tf.pos = p.Pos
+			t.log.Info("taildir source continues a file from its saved position", "file", path, "inode", key.ino, "pos", p.Pos)
+		} else if ok {
+			t.log.Info("taildir source reads a file from the start: its inode was reused on another device", "file", path, "inode", key.ino)
 		} else if t.s.skipToEnd {
 			tf.pos = size
 		}
@@ -315,7 +338,7 @@ func (t *tailer) newFile(key fileKey, path string, g *group, size int64) *tailFi
 // savedPos finds the saved position of inode ino, preferring an entry with
 // the same path (inodes of files on different devices may collide), and
 // takes it out of the saved list.
-func (t *tailer) savedPos(ino uint64, path string) (int64, bool) {
+func (t *tailer) savedPos(ino uint64, path string) (position, bool) {
 	best := -1
 	for i, p := range t.saved {
 		if p.Inode != ino {
@@ -326,11 +349,26 @@ func (t *tailer) savedPos(ino uint64, path string) (int64, bool) {
 		}
 	}
 	if best < 0 {
-		return 0, false
+		return position{}, false
 	}
-	pos := t.saved[best].Pos
+	p := t.saved[best]
 	t.saved = slices.Delete(t.saved, best, best+1)
-	return pos, true
+	return p, true
+}
+
+// sameFile checks a saved position against its fingerprint, if sluice wrote
+// one: a file on another device is not the one saved; otherwise the saved
+// bytes before the position are kept for readFile to compare.
+func (t *tailer) sameFile(tf *tailFile, p position) bool {
+	fp, ok := t.fps[p]
+	if !ok {
+		return true
+	}
+	if fp.Dev != tf.key.dev {
+		return false
+	}
+	tf.sig = append([]byte(nil), fp.Sig...)
+	return true
 }
 
 // recoverRotated runs once at start: a saved file that no longer matches
@@ -373,9 +411,13 @@ func (t *tailer) recoverRotated() {
 			if err != nil {
 				continue
 			}
-			t.log.Info("taildir source reads the rest of a file rotated while it was stopped", "file", path, "was", p.File, "pos", p.Pos)
 			key := keyOf(st)
 			tf := &tailFile{key: key, path: path, dir: dir, f: f, pos: p.Pos, size: -1, lastGrowth: time.Now(), gone: true}
+			if !t.sameFile(tf, p) {
+				f.Close()
+				continue
+			}
+			t.log.Info("taildir source reads the rest of a file rotated while it was stopped", "file", path, "was", p.File, "pos", p.Pos)
 			tf.group = t.groupOf(dir, filepath.Base(p.File))
 			t.files[key] = tf
 			t.dirty[tf] = true
@@ -529,11 +571,54 @@ func (t *tailer) reopen(tf *tailFile) bool {
 }
 
 // restart reads tf again from 0: it was truncated (copytruncate) or replaced
-// in place.
+// in place. The lines between the position and the old end are then only
+// in logrotate's copy, if there is one: findCopy looks for it.
 func (t *tailer) restart(tf *tailFile, why string) {
 	t.log.Info("taildir source reads a truncated file again from the start", "file", tf.path, "pos", tf.pos, "reason", why)
+	t.findCopy(tf)
 	tf.pos, tf.sig = 0, nil
 	t.posDirty = true
+}
+
+// findCopy looks in tf's directory for a file that is not followed, is
+// longer than tf's position and holds tf's last bytes just before it: the
+// copy copytruncate made before truncating tf. Its bytes after the position
+// are read (then it is dropped, as a file that does not match).
+func (t *tailer) findCopy(tf *tailFile) {
+	if tf.pos == 0 || len(tf.sig) == 0 {
+		return
+	}
+	ents, err := os.ReadDir(tf.dir)
+	if err != nil {
+		return
+	}
+	buf := make([]byte, len(tf.sig))
+	for _, ent := range ents {
+		path := filepath.Join(tf.dir, ent.Name())
+		if t.byPath[path] != nil || !ent.Type().IsRegular() {
+			continue
+		}
+		st, err := os.Stat(path)
+		if err != nil || st.Size() <= tf.pos || t.files[keyOf(st)] != nil {
+			continue
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		n, _ := f.ReadAt(buf, tf.pos-int64(len(buf)))
+		if n != len(buf) || !bytes.Equal(buf, tf.sig) {
+			f.Close()
+			continue
+		}
+		t.log.Info("taildir source reads the rest of a truncated file from its copy", "file", tf.path, "copy", path, "pos", tf.pos)
+		key := keyOf(st)
+		cp := &tailFile{key: key, path: path, dir: tf.dir, group: tf.group, f: f, pos: tf.pos, sig: append([]byte(nil), tf.sig...),
+			size: -1, lastGrowth: time.Now(), gone: true, seen: tf.seen}
+		t.files[key] = cp
+		t.dirty[cp] = true
+		return
+	}
 }
 
 func (t *tailer) sigMatches(tf *tailFile) bool {
@@ -684,16 +769,26 @@ func (t *tailer) savePositions() {
 		return
 	}
 	entries := make([]position, 0, len(t.files))
+	fps := make([]fingerprint, 0, len(t.files))
 	for _, tf := range t.files {
 		entries = append(entries, position{Inode: tf.key.ino, Pos: tf.pos, File: tf.path})
+		fps = append(fps, fingerprint{Dev: tf.key.dev, Inode: tf.key.ino, Pos: tf.pos, File: tf.path, Sig: tf.sig})
 	}
 	slices.SortFunc(entries, func(a, b position) int { return cmpString(a.File, b.File) })
+	slices.SortFunc(fps, func(a, b fingerprint) int { return cmpString(a.File, b.File) })
 	data := encodePositions(entries)
 	t.posDirty = false
 	if bytes.Equal(data, t.lastSaved) {
 		return
 	}
-	if err := writeAtomic(t.s.positionFile, data); err != nil {
+	// The side file first: if only it is written, its entries no longer
+	// match the old positions and are ignored.
+	fpData, _ := json.Marshal(fps)
+	err := writeAtomic(sidecar(t.s.positionFile), fpData)
+	if err == nil {
+		err = writeAtomic(t.s.positionFile, data)
+	}
+	if err != nil {
 		t.posDirty = true
 		t.log.Error("taildir source cannot write its position file", "file", t.s.positionFile, "err", err)
 		return
