@@ -359,3 +359,30 @@ func readDeadLetters(t *testing.T, path string) []int {
 	slices.Sort(out)
 	return out
 }
+
+func TestSplit(t *testing.T) {
+	f := func(sizes []int, limit, inFlight int, want []int) {
+		t.Helper()
+		w := &Writer{opt: Options{MaxInFlight: inFlight}, off: []int{0}}
+		todo := make([]int, len(sizes))
+		for i, s := range sizes {
+			w.off = append(w.off, w.off[i]+s)
+			todo[i] = i
+		}
+		var got []int
+		for _, r := range w.split(todo, limit) {
+			got = append(got, len(r))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("split(%v, limit %d, inFlight %d) = %v, want %v", sizes, limit, inFlight, got, want)
+		}
+	}
+	k := 1 << 10
+	f([]int{k, k, k, k}, 10*k, 1, []int{4})
+	f([]int{k, k, k, k}, 2*k, 1, []int{2, 2})
+	f([]int{k, 5 * k, k}, 2*k, 1, []int{1, 1, 1})
+	f(slices.Repeat([]int{k}, 1000), 10<<20, 2, []int{500, 500})
+	f(slices.Repeat([]int{k}, 1000), 10<<20, 3, []int{334, 333, 333})
+	f(slices.Repeat([]int{k}, 100), 10<<20, 4, []int{100}) // 100 KiB: under minSplit
+	f(slices.Repeat([]int{k}, 1000), 300*k, 2, []int{300, 200, 300, 200})
+}

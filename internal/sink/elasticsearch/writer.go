@@ -446,26 +446,33 @@ func cmpErr(a, b error) error {
 }
 
 // split cuts todo into requests of at most limit bytes (a larger single
-// item goes alone) and, with MaxInFlight > 1, into about MaxInFlight parts
-// of at least minSplit bytes.
+// item goes alone) and, with MaxInFlight > 1, into up to MaxInFlight parts
+// of about equal size and at least minSplit bytes.
 func (w *Writer) split(todo []int, limit int) [][]int {
 	size := func(i int) int { return w.off[i+1] - w.off[i] }
-	target := limit
+	total := 0
+	for _, i := range todo {
+		total += size(i)
+	}
+	parts := 1
 	if w.opt.MaxInFlight > 1 {
-		total := 0
-		for _, i := range todo {
-			total += size(i)
-		}
-		target = min(limit, max(minSplit, (total+w.opt.MaxInFlight-1)/w.opt.MaxInFlight))
+		parts = max(1, min(w.opt.MaxInFlight, total/minSplit))
 	}
 	var out [][]int
-	start, bytes := 0, 0
+	start, cur, cum, next := 0, 0, 0, 1
 	for k, i := range todo {
-		if k > start && bytes+size(i) > target {
+		sz := size(i)
+		if k > start && cur+sz > limit {
 			out = append(out, todo[start:k])
-			start, bytes = k, 0
+			start, cur = k, 0
 		}
-		bytes += size(i)
+		cur += sz
+		cum += sz
+		if next < parts && cum >= next*total/parts && k+1 < len(todo) {
+			out = append(out, todo[start:k+1])
+			start, cur = k+1, 0
+			next++
+		}
 	}
 	if start < len(todo) {
 		out = append(out, todo[start:])
