@@ -1,0 +1,306 @@
+// Package kafkatest runs an in-process Kafka (franz-go's kfake) for the
+// Kafka components' tests, with the one fault a real broker cannot be asked
+// for: becoming unreachable and coming back on the same address.
+package kafkatest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// Cluster is a running kfake cluster.
+type Cluster struct {
+	*kfake.Cluster
+	Addrs []string
+
+	mu  sync.Mutex
+	lns []*switchListener
+}
+
+// New starts a cluster of brokers brokers with topics seeded with
+// partitions partitions each, and stops it at the end of the test.
+func New(tb testing.TB, brokers int, partitions int32, topics ...string) *Cluster {
+	tb.Helper()
+	return newCluster(tb, brokers, partitions, topics, nil)
+}
+
+// NewSASL starts a one-broker cluster that requires SASL (mechanism PLAIN,
+// SCRAM-SHA-256 or SCRAM-SHA-512) with user and pass as superuser.
+func NewSASL(tb testing.TB, mechanism, user, pass string, topics ...string) *Cluster {
+	tb.Helper()
+	return newCluster(tb, 1, 1, topics, []kfake.Opt{kfake.EnableSASL(), kfake.Superuser(mechanism, user, pass)})
+}
+
+func newCluster(tb testing.TB, brokers int, partitions int32, topics []string, extra []kfake.Opt) *Cluster {
+	c := &Cluster{}
+	opts := []kfake.Opt{
+		kfake.NumBrokers(brokers),
+		kfake.ListenFn(c.listen),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(int(partitions)),
+	}
+	if len(topics) > 0 {
+		opts = append(opts, kfake.SeedTopics(partitions, topics...))
+	}
+	opts = append(opts, extra...)
+	kc, err := kfake.NewCluster(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c.Cluster = kc
+	c.Addrs = kc.ListenAddrs()
+	tb.Cleanup(kc.Close)
+	return c
+}
+
+// Brokers is the bootstrap.servers value for the cluster.
+func (c *Cluster) Brokers() string {
+	s := ""
+	for i, a := range c.Addrs {
+		if i > 0 {
+			s += ","
+		}
+		s += a
+	}
+	return s
+}
+
+func (c *Cluster) listen(network, addr string) (net.Listener, error) {
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &switchListener{ln: ln, addr: ln.Addr().String(), conns: map[net.Conn]bool{}, up: make(chan struct{})}
+	close(s.up)
+	c.mu.Lock()
+	c.lns = append(c.lns, s)
+	c.mu.Unlock()
+	return s, nil
+}
+
+// Down makes every broker unreachable: open connections are reset and new
+// ones refused (the listening sockets are closed), while the cluster keeps
+// its data.
+func (c *Cluster) Down() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.lns {
+		s.down()
+	}
+}
+
+// Up reopens the brokers on their addresses.
+func (c *Cluster) Up(tb testing.TB) {
+	tb.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.lns {
+		if err := s.reopen(); err != nil {
+			tb.Fatalf("reopen broker listener: %v", err)
+		}
+	}
+}
+
+// switchListener is a broker's listener that can be closed and reopened on
+// the same address while the broker's accept loop waits.
+type switchListener struct {
+	addr string
+
+	mu     sync.Mutex
+	ln     net.Listener
+	up     chan struct{} // closed while up
+	conns  map[net.Conn]bool
+	closed bool
+}
+
+func (s *switchListener) Accept() (net.Conn, error) {
+	for {
+		s.mu.Lock()
+		ln, up, closed := s.ln, s.up, s.closed
+		s.mu.Unlock()
+		if closed {
+			return nil, net.ErrClosed
+		}
+		<-up
+		if ln == nil {
+			continue
+		}
+		conn, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			same := s.ln == ln && !s.closed
+			s.mu.Unlock()
+			if same && !errors.Is(err, net.ErrClosed) {
+				return nil, err
+			}
+			continue // taken down (or closed): wait for the next state
+		}
+		s.mu.Lock()
+		if s.ln != ln || s.closed {
+			s.mu.Unlock()
+			conn.Close()
+			continue
+		}
+		tc := &trackedConn{Conn: conn, s: s}
+		s.conns[tc] = true
+		s.mu.Unlock()
+		return tc, nil
+	}
+}
+
+func (s *switchListener) down() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return
+	}
+	s.ln.Close()
+	s.ln = nil
+	s.up = make(chan struct{})
+	for c := range s.conns {
+		if tc, ok := c.(*trackedConn); ok {
+			if t, ok := tc.Conn.(*net.TCPConn); ok {
+				_ = t.SetLinger(0) // reset, as a dead host's peer would see
+			}
+		}
+		c.(*trackedConn).Conn.Close() // not c.Close, which takes s.mu
+	}
+	s.conns = map[net.Conn]bool{}
+	// Wake the accept loop blocked on the old listener: it waits on up.
+}
+
+func (s *switchListener) reopen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return nil
+	}
+	var ln net.Listener
+	var err error
+	for i := 0; i < 50; i++ {
+		if ln, err = net.Listen("tcp", s.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	s.ln = ln
+	close(s.up)
+	return nil
+}
+
+func (s *switchListener) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.ln != nil {
+		s.ln.Close()
+	} else {
+		close(s.up) // release a waiting Accept
+	}
+	return nil
+}
+
+func (s *switchListener) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, _ := net.ResolveTCPAddr("tcp", s.addr)
+	return a
+}
+
+type trackedConn struct {
+	net.Conn
+	s *switchListener
+}
+
+func (c *trackedConn) Close() error {
+	c.s.mu.Lock()
+	delete(c.s.conns, c)
+	c.s.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// ReadAll consumes topic from its start, without a group, until it has n
+// records or timeout passes, and returns them.
+func ReadAll(tb testing.TB, brokers []string, topic string, n int, timeout time.Duration) []*kgo.Record {
+	tb.Helper()
+	return readAll(tb, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, n, timeout)
+}
+
+// ReadAllSASL is ReadAll on a SASL cluster (see NewSASL).
+func ReadAllSASL(tb testing.TB, c *Cluster, mechanism, user, pass, topic string, n int, timeout time.Duration) []*kgo.Record {
+	tb.Helper()
+	var m sasl.Mechanism
+	switch mechanism {
+	case "PLAIN":
+		m = plain.Auth{User: user, Pass: pass}.AsMechanism()
+	case "SCRAM-SHA-256":
+		m = scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()
+	default:
+		m = scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()
+	}
+	return readAll(tb, []kgo.Opt{kgo.SeedBrokers(c.Addrs...), kgo.SASL(m)}, topic, n, timeout)
+}
+
+func readAll(tb testing.TB, opts []kgo.Opt, topic string, n int, timeout time.Duration) []*kgo.Record {
+	return readUntil(tb, opts, []string{topic}, timeout, func(recs []*kgo.Record) bool { return len(recs) >= n })
+}
+
+// ReadUntil consumes topics from their start, without a group, until done
+// says it has what it wants or timeout passes, and returns what it read.
+func ReadUntil(tb testing.TB, brokers []string, topics []string, timeout time.Duration, done func([]*kgo.Record) bool) []*kgo.Record {
+	tb.Helper()
+	return readUntil(tb, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topics, timeout, done)
+}
+
+func readUntil(tb testing.TB, opts []kgo.Opt, topics []string, timeout time.Duration, done func([]*kgo.Record) bool) []*kgo.Record {
+	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out []*kgo.Record
+	for !done(out) {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		fs.EachError(func(t string, p int32, err error) { tb.Logf("fetch %s/%d: %v", t, p, err) })
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+// Produce writes records (topic set on each) and fails the test unless
+// every one was acknowledged.
+func Produce(tb testing.TB, brokers []string, recs ...*kgo.Record) {
+	tb.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		tb.Fatalf("produce: %v", err)
+	}
+}

@@ -1,0 +1,415 @@
+// Package kafkasink is Flume's Kafka sink (org.apache.flume.sink.kafka.KafkaSink)
+// on franz-go: it takes a batch from its channel, produces every event as a
+// Kafka record and commits the take only after Kafka acknowledged every
+// record of the batch (with the configured acks); any failure rolls the
+// whole batch back into the channel (at-least-once).
+//
+// Like Flume's, the sink flushes at the end of each batch, so linger.ms
+// never delays a batch: it only matters when several batches are in the
+// producer at once, which one sink does not do. While the brokers are
+// unreachable a batch waits (up to delivery.timeout.ms) and is sent as soon
+// as a broker answers again; meanwhile the channel fills and its sources
+// push back.
+package kafkasink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/kafkaconf"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// Flume's defaults.
+const (
+	DefaultTopic     = "default-flume-topic"
+	DefaultBatchSize = 100
+	DefaultTopicHdr  = "topic"
+	KeyHeader        = "key"
+)
+
+// Options are the sink's settings besides the producer's.
+type Options struct {
+	Brokers             []string
+	Topic               string // may hold %{header} escapes
+	AllowTopicOverride  bool
+	TopicHeader         string
+	UseFlumeEventFormat bool
+	DefaultPartition    int // -1: none
+	PartitionHeader     string
+	TimestampHeader     string
+	HeaderMap           map[string]string // Flume header -> Kafka record header
+}
+
+// Writer produces batches to Kafka for a flow.BatchSink.
+type Writer struct {
+	opt      Options
+	producer *kafkaconf.Producer
+	topic    topicTemplate
+	log      *slog.Logger
+	send     *atomic.Int64 // KafkaEventSendTimer, ms
+	rollback *atomic.Int64 // RollbackCount
+
+	cl      *kgo.Client
+	recs    []kgo.Record
+	recsBad bool // a record of recs may still be in the client
+	values  []byte
+
+	mu       sync.Mutex // guards err
+	err      error
+	failures int
+}
+
+// manualKey marks a record's context when the record carries its own
+// partition (partitionIdHeader or defaultPartitionId).
+type manualKey struct{}
+
+// New builds a Kafka sink from its properties (see the package comment of
+// kafkaconf for kafka.producer.*): kafka.bootstrap.servers (required),
+// kafka.topic (default-flume-topic; %{header} escapes), flumeBatchSize
+// (100), useFlumeEventFormat (false), allowTopicOverride (true),
+// topicHeader (topic), partitionIdHeader, defaultPartitionId,
+// timestampHeader and header.<flume header> = <Kafka header>. Flume 1.6's
+// brokerList, topic, batchSize and requiredAcks are read when the new names
+// are not set.
+func New(env flow.Env, p *config.Props) (flow.Sink, error) {
+	opt := Options{DefaultPartition: -1}
+	opt.Brokers = kafkaconf.Brokers(p, "brokerList")
+	opt.Topic = p.String("topic", DefaultTopic)
+	opt.Topic = strings.TrimSpace(p.String("kafka.topic", opt.Topic))
+	batch := p.IntRange("batchSize", DefaultBatchSize, 1, math.MaxInt32)
+	batch = p.IntRange("flumeBatchSize", batch, 1, math.MaxInt32)
+	acks := p.String("requiredAcks", "1")
+	producer := kafkaconf.ReadProducer(p, "kafka.producer.", kafkaconf.ProducerDefaults{Acks: acks})
+	opt.UseFlumeEventFormat = p.Bool("useFlumeEventFormat", false)
+	opt.AllowTopicOverride = p.Bool("allowTopicOverride", true)
+	opt.TopicHeader = p.String("topicHeader", DefaultTopicHdr)
+	opt.PartitionHeader = p.String("partitionIdHeader", "")
+	if p.Has("defaultPartitionId") {
+		opt.DefaultPartition = p.IntRange("defaultPartitionId", 0, 0, math.MaxInt32)
+	}
+	opt.TimestampHeader = p.String("timestampHeader", "")
+	for _, k := range p.Keys("header.") {
+		name := strings.TrimPrefix(k, "header.")
+		v := strings.TrimSpace(p.String(k, ""))
+		if v == "" {
+			p.Errorf(k, "the Kafka header name is empty; write header.%s = <Kafka header name>", name)
+			continue
+		}
+		if opt.HeaderMap == nil {
+			opt.HeaderMap = map[string]string{}
+		}
+		opt.HeaderMap[name] = v
+	}
+	tt, err := parseTopic(opt.Topic)
+	if err != nil {
+		p.Errorf("kafka.topic", "%v", err)
+	}
+
+	c := metrics.NewSinkCounters(env.Name, env.Type)
+	w := &Writer{
+		opt: opt, producer: producer, topic: tt, log: env.Log(),
+		send:     c.Counter("KafkaEventSendTimer"),
+		rollback: c.Counter("RollbackCount"),
+	}
+	env.Registry().Add(c.Set)
+	return flow.NewBatchSink(env, w, batch, c), nil
+}
+
+// NewWriter returns a Writer, for tests and benchmarks that drive it
+// without a channel.
+func NewWriter(opt Options, producer *kafkaconf.Producer, log *slog.Logger) (*Writer, error) {
+	tt, err := parseTopic(opt.Topic)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Writer{opt: opt, producer: producer, topic: tt, log: log, send: new(atomic.Int64), rollback: new(atomic.Int64)}, nil
+}
+
+// Start builds the Kafka client. It does not wait for a broker: the first
+// batch connects, and waits while none answers.
+func (w *Writer) Start(context.Context) error {
+	opts, err := w.producer.Options(w.opt.Brokers)
+	if err != nil {
+		return fmt.Errorf("kafka sink: %w", err)
+	}
+	opts = append(opts, kgo.WithLogger(kafkaconf.Logger(w.log)), kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka sink: %w", err)
+	}
+	w.cl = cl
+	return nil
+}
+
+// Stop closes the client; records still buffered fail.
+func (w *Writer) Stop(context.Context) error {
+	if w.cl != nil {
+		w.cl.Close()
+		w.cl = nil
+	}
+	return nil
+}
+
+// Write produces events and returns nil only when Kafka acknowledged every
+// one of them.
+func (w *Writer) Write(ctx context.Context, events []event.Event) error {
+	if w.cl == nil {
+		return errors.New("kafka sink: not started")
+	}
+	start := time.Now()
+	n := len(events)
+	if cap(w.recs) < n || w.recsBad {
+		w.recs = make([]kgo.Record, n)
+		w.recsBad = false
+	}
+	recs := w.recs[:n]
+	if w.opt.UseFlumeEventFormat {
+		w.values = w.values[:0]
+	}
+	var manual context.Context
+	w.mu.Lock()
+	w.err = nil
+	w.mu.Unlock()
+
+	var wg sync.WaitGroup
+	promise := func(r *kgo.Record, err error) {
+		if err != nil {
+			w.mu.Lock()
+			if w.err == nil {
+				w.err = fmt.Errorf("topic %s partition %d: %w", r.Topic, r.Partition, err)
+			}
+			w.mu.Unlock()
+		}
+		wg.Done()
+	}
+	dctx, dcancel := context.WithTimeout(ctx, w.producer.DeliveryTimeout)
+	defer dcancel()
+	bctx, cancel := context.WithTimeout(dctx, max(w.producer.MaxBlock, time.Millisecond))
+	defer cancel()
+	// Encode first, so the values slab does not move under records in flight.
+	var offs []int
+	if w.opt.UseFlumeEventFormat {
+		offs = make([]int, n+1)
+		for i := range events {
+			w.values = kafkaconf.AppendFlumeEvent(w.values, &events[i])
+			offs[i+1] = len(w.values)
+		}
+	}
+	for i := range events {
+		e := &events[i]
+		r := &recs[i]
+		*r = kgo.Record{Topic: w.topicOf(e), Context: dctx}
+		if w.opt.UseFlumeEventFormat {
+			r.Value = w.values[offs[i]:offs[i+1]:offs[i+1]]
+		} else {
+			r.Value = e.Body
+		}
+		if k, ok := e.Headers[KeyHeader]; ok {
+			r.Key = []byte(k)
+		}
+		if p, ok := w.partitionOf(e); ok {
+			if manual == nil {
+				manual = context.WithValue(dctx, manualKey{}, true)
+			}
+			r.Partition, r.Context = int32(p), manual
+		}
+		if w.opt.TimestampHeader != "" {
+			if ts, err := strconv.ParseInt(e.Headers[w.opt.TimestampHeader], 10, 64); err == nil {
+				r.Timestamp = time.UnixMilli(ts)
+			}
+		}
+		for fh, kh := range w.opt.HeaderMap {
+			if v, ok := e.Headers[fh]; ok {
+				r.Headers = append(r.Headers, kgo.RecordHeader{Key: kh, Value: []byte(v)})
+			}
+		}
+		wg.Add(1)
+		w.cl.Produce(bctx, r, promise)
+	}
+	if w.producer.Linger > 0 {
+		_ = w.cl.Flush(ctx) // Flume flushes each batch; a ctx error shows below
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-dctx.Done():
+		// Records not yet sent fail with the context; records in flight
+		// may still be written (a retry then duplicates them).
+		w.recsBad = true // promises may still write to recs
+		w.rollback.Add(1)
+		w.failures++
+		if ctx.Err() != nil {
+			return fmt.Errorf("kafka sink: stopped while waiting for acknowledgements: %w", ctx.Err())
+		}
+		return fmt.Errorf("kafka sink: batch of %d not acknowledged within delivery.timeout.ms (%v)", n, w.producer.DeliveryTimeout)
+	}
+	w.send.Add(time.Since(start).Milliseconds())
+	w.mu.Lock()
+	err := w.err
+	w.mu.Unlock()
+	if err != nil {
+		w.rollback.Add(1)
+		w.failures++
+		return fmt.Errorf("kafka sink: batch of %d not acknowledged: %w", n, err)
+	}
+	if w.failures > 0 {
+		w.log.Info("kafka sink: delivering again", "failures", w.failures)
+		w.failures = 0
+	}
+	return nil
+}
+
+// topicOf is the topic header (when allowed and present) or kafka.topic
+// with its escapes replaced.
+func (w *Writer) topicOf(e *event.Event) string {
+	if w.opt.AllowTopicOverride {
+		if t, ok := e.Headers[w.opt.TopicHeader]; ok && t != "" {
+			return t
+		}
+	}
+	return w.topic.expand(e.Headers)
+}
+
+// partitionOf is the partition from partitionIdHeader, else
+// defaultPartitionId. A header that is not a number is ignored (the event
+// is partitioned as if it had none) rather than blocking the channel, and
+// logged.
+func (w *Writer) partitionOf(e *event.Event) (int, bool) {
+	if w.opt.PartitionHeader != "" {
+		if v, ok := e.Headers[w.opt.PartitionHeader]; ok {
+			p, err := strconv.Atoi(strings.TrimSpace(v))
+			if err == nil && p >= 0 {
+				return p, true
+			}
+			w.log.Warn("kafka sink: partition header is not a partition number; using the default partitioning",
+				"header", w.opt.PartitionHeader, "value", v)
+		}
+	}
+	if w.opt.DefaultPartition >= 0 {
+		return w.opt.DefaultPartition, true
+	}
+	return 0, false
+}
+
+// partitioner sends records that carry their own partition there (when
+// the topic has it; otherwise they fall back), and the rest through Kafka's
+// default partitioning: murmur2 of the key, as Java's producer, so keyed
+// records land where a Flume agent would put them; sticky batches without a
+// key.
+type partitioner struct{ inner kgo.Partitioner }
+
+func (p partitioner) ForTopic(t string) kgo.TopicPartitioner {
+	return topicPartitioner{p.inner.ForTopic(t)}
+}
+
+type topicPartitioner struct{ inner kgo.TopicPartitioner }
+
+func isManual(r *kgo.Record) bool { return r.Context != nil && r.Context.Value(manualKey{}) != nil }
+
+func (t topicPartitioner) RequiresConsistency(r *kgo.Record) bool {
+	return isManual(r) || t.inner.RequiresConsistency(r)
+}
+
+func (t topicPartitioner) Partition(r *kgo.Record, n int) int {
+	if isManual(r) && int(r.Partition) < n {
+		return int(r.Partition)
+	}
+	if isManual(r) && !t.inner.RequiresConsistency(r) {
+		// Out of range, no key: a stable choice among all partitions.
+		return int(r.Partition) % n
+	}
+	return t.inner.Partition(r, n)
+}
+
+func (t topicPartitioner) OnNewBatch() {
+	if nb, ok := t.inner.(kgo.TopicPartitionerOnNewBatch); ok {
+		nb.OnNewBatch()
+	}
+}
+
+// topicTemplate is kafka.topic split into literal parts and %{header}
+// references.
+type topicTemplate struct {
+	parts []topicPart
+	fixed string // when there is no reference
+}
+
+type topicPart struct {
+	text   string
+	header bool
+}
+
+var legalTopic = regexp.MustCompile(`^[a-zA-Z0-9._-]*$`)
+
+func parseTopic(s string) (topicTemplate, error) {
+	var t topicTemplate
+	if s == "" {
+		return t, errors.New("the topic is empty")
+	}
+	rest := s
+	for rest != "" {
+		i := strings.Index(rest, "%{")
+		if i < 0 {
+			t.parts = append(t.parts, topicPart{text: rest})
+			break
+		}
+		if i > 0 {
+			t.parts = append(t.parts, topicPart{text: rest[:i]})
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			return t, fmt.Errorf("%q has an unterminated %%{ escape; write %%{header}", s)
+		}
+		name := rest[i+2 : i+j]
+		if name == "" {
+			return t, fmt.Errorf("%q has an empty %%{} escape; write %%{header}", s)
+		}
+		t.parts = append(t.parts, topicPart{text: name, header: true})
+		rest = rest[i+j+1:]
+	}
+	for _, p := range t.parts {
+		if !p.header && !legalTopic.MatchString(p.text) {
+			return t, fmt.Errorf("%q is not a valid Kafka topic: topics use only letters, digits, '.', '_' and '-'; only %%{header} escapes are replaced", s)
+		}
+	}
+	if len(t.parts) == 1 && !t.parts[0].header {
+		t.fixed = t.parts[0].text
+	}
+	return t, nil
+}
+
+// expand replaces each %{header} with the header's value ("" when absent,
+// as Flume does).
+func (t topicTemplate) expand(h map[string]string) string {
+	if t.fixed != "" {
+		return t.fixed
+	}
+	var b strings.Builder
+	for _, p := range t.parts {
+		if p.header {
+			b.WriteString(h[p.text])
+		} else {
+			b.WriteString(p.text)
+		}
+	}
+	return b.String()
+}
