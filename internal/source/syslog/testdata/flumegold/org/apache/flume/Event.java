@@ -1,0 +1,3 @@
+package org.apache.flume;
+import java.util.Map;
+public interface Event { Map<String,String> getHeaders(); byte[] getBody(); }

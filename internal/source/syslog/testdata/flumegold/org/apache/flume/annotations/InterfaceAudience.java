@@ -1,0 +1,2 @@
+package org.apache.flume.annotations;
+public class InterfaceAudience { public @interface Private {} }

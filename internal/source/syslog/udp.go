@@ -1,0 +1,308 @@
+package syslog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// maxDatagram is the largest UDP payload (Flume reads up to 64 KiB).
+const maxDatagram = 1 << 16
+
+// UDPSource is the syslogudp source: one datagram is one message. Build it
+// with NewUDP.
+//
+// A reader goroutine parses datagrams into a queue; a putter takes every
+// queued event (up to batchSize) as one batch. While the channel is full the
+// putter retries, the queue fills, the reader waits, and the kernel's socket
+// buffer takes the overflow; datagrams the kernel then drops are counted
+// (on Linux) in DatagramDropCount, since UDP cannot push back.
+type UDPSource struct {
+	env        flow.Env
+	host       string
+	port       int
+	batchSize  int
+	ipHeader   string
+	hostHeader string
+	parser     FlumeParser
+	counters   *metrics.SourceCounters
+	drops      *atomic.Int64
+
+	mu       sync.Mutex // guards the fields below
+	conn     *net.UDPConn
+	stopProc context.CancelFunc
+	done     chan struct{}
+}
+
+var (
+	_ flow.Source     = (*UDPSource)(nil)
+	_ flow.BatchSizer = (*UDPSource)(nil)
+)
+
+// NewUDP builds a syslogudp source from Flume's properties host (all
+// interfaces when unset), port, keepFields (none), clientIPHeader and
+// clientHostnameHeader, and sluice's batchSize (100). eventSize is accepted
+// and, as in Flume, does not apply: a datagram is read whole (up to 64 KiB).
+func NewUDP(env flow.Env, p *config.Props) (flow.Source, error) {
+	s := &UDPSource{env: env}
+	s.host = p.String("host", "")
+	s.port = readPort(p, "port")
+	s.batchSize = p.IntRange("batchSize", DefaultBatchSize, 1, 1<<20)
+	if p.Has("eventSize") {
+		p.IntRange("eventSize", DefaultEventSize, 1, maxEventSize)
+		env.Log().Info("eventSize does not apply to syslogudp (Flume ignores it too); datagrams are read whole", "source", env.Name)
+	}
+	var keep Keep
+	keep, s.ipHeader, s.hostHeader = readCommon(env, p)
+	s.parser = FlumeParser{Keep: keep}
+	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
+	s.drops = s.counters.Counter("DatagramDropCount")
+	env.Registry().Add(s.counters.Set)
+	return s, nil
+}
+
+// BatchSize reports the most events put in one transaction.
+func (s *UDPSource) BatchSize() int { return s.batchSize }
+
+// Addr returns the address the source listens on, once started.
+func (s *UDPSource) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return nil
+	}
+	return s.conn.LocalAddr()
+}
+
+// Start binds host:port and starts the reader and the putter.
+func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
+	if s.Addr() != nil {
+		return fmt.Errorf("syslogudp %s: already started", s.env.Name)
+	}
+	addr := net.JoinHostPort(s.host, strconv.Itoa(s.port))
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return fmt.Errorf("syslogudp %s: resolve %s: %w", s.env.Name, addr, err)
+	}
+	conn, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return fmt.Errorf("syslogudp %s: listen %s: %w", s.env.Name, addr, err)
+	}
+	if err := enableDropCount(conn); err != nil {
+		s.env.Log().Debug("syslogudp cannot count kernel drops", "source", s.env.Name, "err", err)
+	}
+	procCtx, stopProc := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.conn, s.stopProc, s.done = conn, stopProc, done
+	s.mu.Unlock()
+	s.counters.Started()
+	s.env.Log().Info("syslogudp source listening", "source", s.env.Name, "addr", conn.LocalAddr().String())
+	queue := make(chan event.Event, 4*s.batchSize)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.read(conn, queue) }()
+	go func() { defer wg.Done(); s.putLoop(procCtx, queue, p) }()
+	go func() { wg.Wait(); close(done) }()
+	return nil
+}
+
+// Stop closes the socket, lets the events already read reach the channel
+// (for as long as ctx allows) and waits for both goroutines.
+func (s *UDPSource) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	conn, stopProc, done := s.conn, s.stopProc, s.done
+	s.conn = nil
+	s.mu.Unlock()
+	if conn == nil {
+		return nil
+	}
+	conn.Close()
+	defer s.counters.Stopped()
+	defer stopProc()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		stopProc()
+		<-done
+		return fmt.Errorf("syslogudp %s: stop: %w", s.env.Name, ctx.Err())
+	}
+}
+
+// read parses datagrams into queue until the socket is closed, then closes queue.
+func (s *UDPSource) read(conn *net.UDPConn, queue chan<- event.Event) {
+	defer close(queue)
+	buf := make([]byte, maxDatagram)
+	oob := make([]byte, 64)
+	hosts := newHostCache()
+	var lastDrops uint32
+	for {
+		n, oobn, _, from, err := conn.ReadMsgUDPAddrPort(buf, oob)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.counters.EventReadFail.Add(1)
+			s.env.Log().Warn("syslogudp source could not read a datagram", "source", s.env.Name, "err", err)
+			continue
+		}
+		if d, ok := dropCount(oob[:oobn]); ok {
+			if d != lastDrops {
+				s.drops.Add(int64(d - lastDrops))
+				lastDrops = d
+			}
+		}
+		m, ok := ScanDatagram(buf[:n], true)
+		if !ok {
+			// Flume fails to build an event from a datagram with no
+			// priority digits (Integer.parseInt("")) and counts it.
+			s.counters.EventReadFail.Add(1)
+			continue
+		}
+		ev, _ := s.parser.Event(m, make([]byte, 0, len(m.Raw)+16))
+		if m.Bad {
+			s.counters.EventReadFail.Add(1)
+		}
+		ev.ReceivedAt = event.Now()
+		if s.ipHeader != "" {
+			ev.Headers[s.ipHeader] = javaHostAddress(from.Addr())
+		}
+		if s.hostHeader != "" {
+			ev.Headers[s.hostHeader] = hosts.get(from.Addr())
+		}
+		s.counters.EventReceived.Add(1)
+		queue <- ev
+	}
+}
+
+// putLoop puts queued events in batches until queue is closed and empty.
+func (s *UDPSource) putLoop(ctx context.Context, queue <-chan event.Event, p flow.Processor) {
+	batch := make([]event.Event, 0, s.batchSize)
+	orig := make([]event.Event, 0, s.batchSize)
+	for {
+		ev, ok := <-queue
+		if !ok {
+			return
+		}
+		orig = append(orig[:0], ev)
+	fill:
+		for len(orig) < s.batchSize {
+			select {
+			case ev, ok := <-queue:
+				if !ok {
+					break fill
+				}
+				orig = append(orig, ev)
+			default:
+				break fill
+			}
+		}
+		if !s.put(ctx, p, orig, batch) {
+			// Stopping and the channel still refuses: what is left is lost,
+			// as a datagram source cannot hand it back; count it.
+			n := int64(len(orig))
+			for range queue {
+				n++
+			}
+			s.drops.Add(n)
+			return
+		}
+	}
+}
+
+// put commits orig, retrying while the channel is full. Each attempt puts
+// copies (with copied header maps), since interceptors may change events of
+// a failed attempt. It reports false when ctx ended first.
+func (s *UDPSource) put(ctx context.Context, p flow.Processor, orig, batch []event.Event) bool {
+	backoff := time.Duration(0)
+	for attempt := 0; ; attempt++ {
+		batch = batch[:0]
+		if attempt == 0 {
+			batch = append(batch, orig...)
+		} else {
+			for _, e := range orig {
+				h := make(map[string]string, len(e.Headers))
+				for k, v := range e.Headers {
+					h[k] = v
+				}
+				e.Headers = h
+				batch = append(batch, e)
+			}
+		}
+		if attempt == 0 {
+			// The first attempt may change orig's maps; keep pristine ones.
+			for i := range orig {
+				h := make(map[string]string, len(orig[i].Headers))
+				for k, v := range orig[i].Headers {
+					h[k] = v
+				}
+				orig[i].Headers = h
+			}
+		}
+		err := p.Process(ctx, batch)
+		if err == nil {
+			s.counters.EventAccepted.Add(int64(len(orig)))
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		s.counters.ChannelWriteFail.Add(1)
+		if !errors.Is(err, flow.ErrChannelFull) {
+			s.env.Log().Error("syslogudp source dropped events it could not put", "source", s.env.Name, "events", len(orig), "err", err)
+			s.drops.Add(int64(len(orig)))
+			return true
+		}
+		backoff = min(max(2*backoff, minFullBackoff), maxFullBackoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+}
+
+// hostCache remembers reverse lookups of UDP senders for a while, since
+// Flume's per-datagram lookup would cost a DNS query per message.
+type hostCache struct {
+	m map[netip.Addr]hostEntry
+}
+
+type hostEntry struct {
+	name string
+	exp  time.Time
+}
+
+const (
+	hostCacheTTL  = 5 * time.Minute
+	hostCacheSize = 4096
+)
+
+func newHostCache() *hostCache { return &hostCache{m: map[netip.Addr]hostEntry{}} }
+
+func (c *hostCache) get(ip netip.Addr) string {
+	now := time.Now()
+	if e, ok := c.m[ip]; ok && now.Before(e.exp) {
+		return e.name
+	}
+	if len(c.m) >= hostCacheSize {
+		clear(c.m)
+	}
+	name := lookupHostname(ip)
+	c.m[ip] = hostEntry{name, now.Add(hostCacheTTL)}
+	return name
+}
