@@ -193,7 +193,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "bench: ") {
+			msg = "bench: " + msg
+		}
+		fmt.Fprintf(stderr, "sluice %s\n", msg)
 		return 1
 	}
 	if asJSON {

@@ -32,10 +32,10 @@ func (o *Outcome) WriteText(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "row\tsent\tdelivered\tlost\tdup\tevents/s\tmean ms\tp50\tp90\tp99\tp99.9\tmax\t")
+	fmt.Fprintln(tw, "row\tsent\tdelivered\tlost\tdup\tevents/s\tMiB/s\tmean ms\tp50\tp90\tp99\tp99.9\tmax\t")
 	for _, r := range o.Runs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Label, r.Sent, r.Received, r.Lost, r.Duplicated,
-			r.Throughput, fmtMs(r.Mean), fmtMs(r.P50), fmtMs(r.P90), fmtMs(r.P99), fmtMs(r.P999), fmtMs(r.Max))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Label, r.Sent, r.Received, r.Lost, r.Duplicated,
+			r.Throughput, r.MiBps(), fmtMs(r.Mean), fmtMs(r.P50), fmtMs(r.P90), fmtMs(r.P99), fmtMs(r.P999), fmtMs(r.Max))
 	}
 	opt := func(d time.Duration) string {
 		if d == 0 {
@@ -44,7 +44,7 @@ func (o *Outcome) WriteText(w io.Writer) {
 		return fmtMs(d)
 	}
 	for _, a := range o.Anchors {
-		fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%.0f\t%s\t%s\t-\t%s\t-\t%s\t\n", a.Label, a.Throughput, opt(a.Mean), opt(a.P50), opt(a.P99), opt(a.Max))
+		fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%.0f\t-\t%s\t%s\t-\t%s\t-\t%s\t\n", a.Label, a.Throughput, opt(a.Mean), opt(a.P50), opt(a.P99), opt(a.Max))
 	}
 	tw.Flush()
 	for _, r := range o.Runs {
@@ -78,6 +78,16 @@ func (o *Outcome) WriteText(w io.Writer) {
 		}
 		tw.Flush()
 	}
+}
+
+// MiBps is the delivered body bytes per second (lines count their
+// newline), in MiB.
+func (r *Result) MiBps() float64 {
+	size := r.Load.Size
+	if r.Load.Transport == SendNetcat || r.Load.Transport == SendSyslog {
+		size++
+	}
+	return r.Throughput * float64(size) / (1 << 20)
 }
 
 func (l Load) String() string {
@@ -139,6 +149,7 @@ type (
 		Retries      int         `json:"retries"`
 		ElapsedS     float64     `json:"elapsed_s"`
 		Throughput   float64     `json:"throughput_eps"`
+		MiBps        float64     `json:"throughput_mibps"`
 		MaxSendLagMs float64     `json:"max_send_lag_ms"`
 		LatencyMs    jsonLatency `json:"latency_ms"`
 		Stages       []jsonStage `json:"stages,omitempty"`
@@ -176,7 +187,7 @@ func (o *Outcome) WriteJSON(w io.Writer) error {
 			Load: jsonLoad{Transport: r.Load.Transport, Rate: r.Load.Rate, Size: r.Load.Size, Conns: r.Load.Conns,
 				Count: r.Load.Count, DurationS: r.Load.Duration.Seconds(), Batch: r.Load.Batch},
 			Sent: r.Sent, Delivered: r.Received, Lost: r.Lost, Duplicated: r.Duplicated, Malformed: r.Malformed,
-			Retries: r.Retries, ElapsedS: r.Elapsed.Seconds(), Throughput: r.Throughput, MaxSendLagMs: ms(r.MaxLag),
+			Retries: r.Retries, ElapsedS: r.Elapsed.Seconds(), Throughput: r.Throughput, MiBps: r.MiBps(), MaxSendLagMs: ms(r.MaxLag),
 			LatencyMs: jsonLatency{ms(r.Mean), ms(r.P50), ms(r.P90), ms(r.P99), ms(r.P999), ms(r.Max)},
 		}
 		for _, s := range r.Stages {
