@@ -1,0 +1,170 @@
+// Package spooldir is Flume's spooling directory source ("spooldir"): it
+// reads the files dropped into a directory, one at a time, turns each line
+// into an event, and marks a file done (renames it with fileSuffix, records
+// it in trackerDir, or deletes it) once every line of it was committed to
+// the channels.
+//
+// Files must not change once they are in the directory. A file that does
+// (it grows, shrinks or is touched while it is read) is an error that names
+// it; it is left as it is, not marked done, and skipped until the source is
+// restarted (Flume stops the whole source instead).
+//
+// Progress within the file being read is saved (atomically, at most every
+// second, at stop and when a file is done) in trackerDir, so a restart
+// continues after the last committed line: a graceful stop neither loses nor
+// repeats a line, and a crash repeats at most one second of lines.
+package spooldir
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// Source is the spooldir source. Build it with New.
+type Source struct {
+	env               flow.Env
+	dir               string
+	suffix            string
+	deleteImmediate   bool
+	include, ignore   *regexp.Regexp
+	trackerDir        string
+	trackerMarks      bool // trackingPolicy tracker_dir
+	consumeOrder      string
+	pollDelay         time.Duration
+	batchSize         int
+	maxBackoff        time.Duration
+	fileHeader        bool
+	fileHeaderKey     string
+	basenameHeader    bool
+	basenameHeaderKey string
+	maxLineLength     int
+	decodePolicy      string
+	counters          *metrics.SourceCounters
+
+	mu     sync.Mutex // guards cancel and done
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New builds a spooldir source from Flume's properties spoolDir, fileSuffix
+// (.COMPLETED), deletePolicy (never|immediate), fileHeader (false),
+// fileHeaderKey (file), basenameHeader (false), basenameHeaderKey
+// (basename), includePattern (^.*$), ignorePattern (^$), trackerDir
+// (.flumespool, relative to spoolDir), trackingPolicy (rename|tracker_dir),
+// consumeOrder (oldest|youngest|random), pollDelay (500 ms), batchSize
+// (100), maxBackoff (4000 ms), inputCharset (UTF-8), decodeErrorPolicy
+// (FAIL|REPLACE|IGNORE), deserializer (LINE) with
+// deserializer.maxLineLength (2048) and deserializer.outputCharset (UTF-8),
+// and recursiveDirectorySearch (only false).
+func New(env flow.Env, p *config.Props) (flow.Source, error) {
+	s := &Source{env: env}
+	s.dir = p.Required("spoolDir")
+	if s.dir != "" {
+		if abs, err := filepath.Abs(s.dir); err == nil {
+			s.dir = abs
+		}
+	}
+	s.suffix = p.String("fileSuffix", ".COMPLETED")
+	if s.suffix == "" {
+		p.Errorf("fileSuffix", "must not be empty: done files would be read again")
+	}
+	s.deleteImmediate = p.Enum("deletePolicy", "never", "never", "immediate") == "immediate"
+	s.fileHeader = p.Bool("fileHeader", false)
+	s.fileHeaderKey = p.String("fileHeaderKey", "file")
+	s.basenameHeader = p.Bool("basenameHeader", false)
+	s.basenameHeaderKey = p.String("basenameHeaderKey", "basename")
+	s.include = pattern(p, "includePattern", "^.*$")
+	s.ignore = pattern(p, "ignorePattern", "^$")
+	s.trackerDir = p.String("trackerDir", ".flumespool")
+	if !filepath.IsAbs(s.trackerDir) && s.dir != "" {
+		s.trackerDir = filepath.Join(s.dir, s.trackerDir)
+	}
+	s.trackerMarks = p.Enum("trackingPolicy", "rename", "rename", "tracker_dir") == "tracker_dir"
+	s.consumeOrder = p.Enum("consumeOrder", "oldest", "oldest", "youngest", "random")
+	s.pollDelay = time.Duration(p.IntRange("pollDelay", 500, 1, math.MaxInt32)) * time.Millisecond
+	s.batchSize = p.IntRange("batchSize", 100, 1, 1<<20)
+	s.maxBackoff = time.Duration(p.IntRange("maxBackoff", 4000, 1, math.MaxInt32)) * time.Millisecond
+	if p.Bool("recursiveDirectorySearch", false) {
+		p.Errorf("recursiveDirectorySearch", "sluice reads only the files directly in spoolDir; set it to false")
+	}
+	if cs := strings.ToUpper(p.String("inputCharset", "UTF-8")); cs != "UTF-8" && cs != "UTF8" {
+		p.Errorf("inputCharset", "%q is not supported; sluice reads UTF-8", cs)
+	}
+	s.decodePolicy = p.Enum("decodeErrorPolicy", "fail", "FAIL", "REPLACE", "IGNORE")
+	if d := p.String("deserializer", "LINE"); !strings.EqualFold(d, "LINE") && d != "org.apache.flume.serialization.LineDeserializer$Builder" {
+		p.Errorf("deserializer", "%q is not supported; sluice has the LINE deserializer", d)
+	}
+	s.maxLineLength = p.IntRange("deserializer.maxLineLength", 2048, 1, 1<<30)
+	if cs := strings.ToUpper(p.String("deserializer.outputCharset", "UTF-8")); cs != "UTF-8" && cs != "UTF8" {
+		p.Errorf("deserializer.outputCharset", "%q is not supported; sluice writes UTF-8", cs)
+	}
+	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
+	env.Registry().Add(s.counters.Set)
+	return s, nil
+}
+
+func pattern(p *config.Props, key, def string) *regexp.Regexp {
+	v := p.String(key, def)
+	re, err := regexp.Compile("^(?:" + v + ")$")
+	if err != nil {
+		p.Errorf(key, "%q is not a valid regular expression: %v", v, err)
+		return regexp.MustCompile("^(?:" + def + ")$")
+	}
+	return re
+}
+
+// BatchSize reports batchSize, so the agent can check it against the
+// channels' transactionCapacity.
+func (s *Source) BatchSize() int { return s.batchSize }
+
+// Start checks the directories and starts reading in a goroutine that Stop
+// ends.
+func (s *Source) Start(_ context.Context, p flow.Processor) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done != nil {
+		return fmt.Errorf("spooldir %s: already started", s.env.Name)
+	}
+	r, err := newReader(s, p)
+	if err != nil {
+		return fmt.Errorf("spooldir %s: %w", s.env.Name, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, make(chan struct{})
+	s.counters.Started()
+	go func(done chan struct{}) {
+		defer close(done)
+		r.run(ctx)
+	}(s.done)
+	return nil
+}
+
+// Stop stops reading, waits for the batch in flight and saves the progress
+// in the current file.
+func (s *Source) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel, s.done = nil, nil
+	s.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	cancel()
+	defer s.counters.Stopped()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("spooldir %s: stop: %w", s.env.Name, ctx.Err())
+	}
+}

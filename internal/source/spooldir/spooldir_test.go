@@ -1,0 +1,396 @@
+package spooldir
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/source/sourcetest"
+)
+
+type fixture struct {
+	t     *testing.T
+	dir   string
+	props map[string]string
+	pl    *sourcetest.Pipeline
+	src   *Source
+	logs  *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func newFixture(t *testing.T, extra map[string]string) *fixture {
+	t.Helper()
+	t.Parallel()
+	fx := &fixture{t: t, dir: t.TempDir(), logs: &syncBuffer{}}
+	fx.props = map[string]string{"spoolDir": fx.dir, "pollDelay": "20"}
+	for k, v := range extra {
+		fx.props[k] = v
+	}
+	fx.pl = sourcetest.NewPipeline(t, 100000, 1000, 100*time.Millisecond)
+	return fx
+}
+
+func (fx *fixture) start() {
+	fx.t.Helper()
+	p := config.FromMap("a1.sources.r1.", fx.props)
+	env := sourcetest.Env("r1", "spooldir")
+	env.Logger = slog.New(slog.NewTextHandler(fx.logs, nil))
+	s, err := New(env, p)
+	if err != nil {
+		fx.t.Fatal(err)
+	}
+	if err := p.Err(); err != nil {
+		fx.t.Fatal(err)
+	}
+	fx.src = s.(*Source)
+	if err := fx.src.Start(context.Background(), fx.pl.Processor); err != nil {
+		fx.t.Fatal(err)
+	}
+	fx.t.Cleanup(fx.stop)
+}
+
+func (fx *fixture) stop() {
+	if fx.src == nil {
+		return
+	}
+	if err := fx.src.Stop(context.Background()); err != nil {
+		fx.t.Error(err)
+	}
+	fx.src = nil
+}
+
+func (fx *fixture) write(name, text string, mtime time.Time) string {
+	fx.t.Helper()
+	// Written aside and moved in, as files must arrive complete.
+	tmp := filepath.Join(fx.t.TempDir(), name)
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		fx.t.Fatal(err)
+	}
+	if !mtime.IsZero() {
+		os.Chtimes(tmp, mtime, mtime)
+	}
+	path := filepath.Join(fx.dir, name)
+	if err := os.Rename(tmp, path); err != nil {
+		fx.t.Fatal(err)
+	}
+	return path
+}
+
+func (fx *fixture) expect(want ...string) {
+	fx.t.Helper()
+	got := fx.pl.Drain(fx.t, len(want), 5*time.Second)
+	if !slices.Equal(sourcetest.Bodies(got), want) {
+		fx.t.Fatalf("got %q, want %q", sourcetest.Bodies(got), want)
+	}
+	if extra := fx.pl.Take(fx.t, 10, 100*time.Millisecond); len(extra) > 0 {
+		fx.t.Fatalf("unexpected extra events %q", sourcetest.Bodies(extra))
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func lines(prefix string, n int) (string, []string) {
+	var b strings.Builder
+	var want []string
+	for i := 0; i < n; i++ {
+		l := fmt.Sprintf("%s%d", prefix, i)
+		b.WriteString(l + "\n")
+		want = append(want, l)
+	}
+	return b.String(), want
+}
+
+func TestLinesHeadersAndRename(t *testing.T) {
+	fx := newFixture(t, map[string]string{"fileHeader": "true", "basenameHeader": "true", "basenameHeaderKey": "base"})
+	path := fx.write("a.log", "one\ntwo\r\nlast without newline", time.Time{})
+	fx.start()
+	got := fx.pl.Drain(t, 3, 5*time.Second)
+	if want := []string{"one", "two\r", "last without newline"}; !slices.Equal(sourcetest.Bodies(got), want) {
+		t.Fatalf("got %q, want %q", sourcetest.Bodies(got), want)
+	}
+	for _, e := range got {
+		if e.Headers["file"] != path || e.Headers["base"] != "a.log" {
+			t.Errorf("headers = %v", e.Headers)
+		}
+	}
+	if !sourcetest.Eventually(func() bool { return exists(path + ".COMPLETED") }, 5*time.Second) || exists(path) {
+		t.Fatal("the file was not renamed with .COMPLETED")
+	}
+}
+
+func TestDeleteAndTrackerDir(t *testing.T) {
+	t.Run("deletePolicy immediate", func(t *testing.T) {
+		fx := newFixture(t, map[string]string{"deletePolicy": "immediate"})
+		path := fx.write("a.log", "x\n", time.Time{})
+		fx.start()
+		fx.expect("x")
+		if !sourcetest.Eventually(func() bool { return !exists(path) }, 5*time.Second) || exists(path+".COMPLETED") {
+			t.Fatal("the file was not deleted")
+		}
+	})
+	t.Run("trackingPolicy tracker_dir", func(t *testing.T) {
+		tracker := filepath.Join(t.TempDir(), "tracker")
+		fx := newFixture(t, map[string]string{"trackingPolicy": "tracker_dir", "trackerDir": tracker})
+		path := fx.write("a.log", "x\n", time.Time{})
+		fx.start()
+		fx.expect("x")
+		if !sourcetest.Eventually(func() bool { return exists(filepath.Join(tracker, "a.log.COMPLETED")) }, 5*time.Second) || !exists(path) {
+			t.Fatal("no marker in the tracker directory, or the file was moved")
+		}
+		// The marker keeps the file from being read again after a restart.
+		fx.stop()
+		fx.start()
+		fx.expect()
+	})
+}
+
+func TestWhichFiles(t *testing.T) {
+	fx := newFixture(t, map[string]string{"includePattern": `.*\.log`, "ignorePattern": `skip.*`})
+	fx.write("a.log", "a\n", time.Time{})
+	fx.write("skip.log", "ignored\n", time.Time{})
+	fx.write("b.txt", "not included\n", time.Time{})
+	fx.write(".hidden.log", "hidden\n", time.Time{})
+	fx.write("c.log.COMPLETED", "done before\n", time.Time{})
+	fx.start()
+	fx.expect("a")
+}
+
+func TestConsumeOrder(t *testing.T) {
+	base := time.Now().Add(-time.Hour)
+	for _, tc := range []struct {
+		order string
+		want  []string
+	}{
+		{"oldest", []string{"old", "mid", "new"}},
+		{"youngest", []string{"new", "mid", "old"}},
+	} {
+		t.Run(tc.order, func(t *testing.T) {
+			fx := newFixture(t, map[string]string{"consumeOrder": tc.order})
+			fx.write("b", "mid\n", base.Add(time.Minute))
+			fx.write("c", "old\n", base)
+			fx.write("a", "new\n", base.Add(2*time.Minute))
+			fx.start()
+			fx.expect(tc.want...)
+		})
+	}
+	t.Run("random", func(t *testing.T) {
+		fx := newFixture(t, map[string]string{"consumeOrder": "random"})
+		fx.write("a", "1\n", time.Time{})
+		fx.write("b", "2\n", time.Time{})
+		fx.start()
+		got := sourcetest.Bodies(fx.pl.Drain(t, 2, 5*time.Second))
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"1", "2"}) {
+			t.Fatalf("got %q", got)
+		}
+	})
+}
+
+func TestMaxLineLength(t *testing.T) {
+	fx := newFixture(t, map[string]string{"deserializer.maxLineLength": "4"})
+	fx.write("a", "abcdefghij\nabcd\nxy\n日本語のテキ\n", time.Time{})
+	fx.start()
+	// Longer lines are cut into pieces of 4 characters, as Flume's
+	// LineDeserializer does; a cut right before the newline ends the line.
+	fx.expect("abcd", "efgh", "ij", "abcd", "xy", "日本語の", "テキ")
+}
+
+func TestDecodeErrorPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		want   []string
+	}{
+		{"REPLACE", []string{"ok", "a\uFFFDb"}},
+		{"IGNORE", []string{"ok", "ab"}},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			fx := newFixture(t, map[string]string{"decodeErrorPolicy": tc.policy})
+			fx.write("a", "ok\na\xffb\n", time.Time{})
+			fx.start()
+			fx.expect(tc.want...)
+		})
+	}
+	t.Run("FAIL", func(t *testing.T) {
+		fx := newFixture(t, nil)
+		path := fx.write("a", "ok\na\xffb\n", time.Time{})
+		fx.start()
+		fx.expect("ok")
+		if !sourcetest.Eventually(func() bool { return strings.Contains(fx.logs.String(), "not UTF-8") }, 5*time.Second) {
+			t.Fatalf("no error logged: %s", fx.logs.String())
+		}
+		if !exists(path) || exists(path+".COMPLETED") {
+			t.Fatal("a file that failed was marked done")
+		}
+	})
+}
+
+// TestDoneOnlyAfterCommit: with a channel too small for the file, the file
+// is not marked done before its last line was committed.
+func TestDoneOnlyAfterCommit(t *testing.T) {
+	fx := newFixture(t, map[string]string{"batchSize": "10"})
+	fx.pl = sourcetest.NewPipeline(t, 10, 10, 20*time.Millisecond)
+	text, want := lines("l", 25)
+	path := fx.write("a", text, time.Time{})
+	fx.start()
+	var got []string
+	for len(got) < 25 {
+		if !exists(path) {
+			t.Fatalf("the file was marked done with %d of 25 lines taken", len(got))
+		}
+		got = append(got, sourcetest.Bodies(fx.pl.Take(t, 10, 5*time.Second))...)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if !sourcetest.Eventually(func() bool { return exists(path + ".COMPLETED") }, 5*time.Second) {
+		t.Fatal("not marked done after every line was committed")
+	}
+}
+
+// TestRestartResumes: a source stopped in the middle of a file continues
+// after its last committed line: no line lost, none repeated.
+func TestRestartResumes(t *testing.T) {
+	fx := newFixture(t, map[string]string{"batchSize": "10"})
+	fx.pl = sourcetest.NewPipeline(t, 20, 10, 20*time.Millisecond)
+	text, want := lines("l", 95)
+	fx.write("a", text, time.Time{})
+	fx.start()
+	got := sourcetest.Bodies(fx.pl.Drain(t, 30, 5*time.Second))
+	fx.stop()
+	got = append(got, sourcetest.Bodies(fx.pl.Drain(t, 20, time.Second))...) // what the channel still held
+	fx.start()
+	got = append(got, sourcetest.Bodies(fx.pl.Drain(t, 95-len(got), 5*time.Second))...)
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %d lines %q, want %d", len(got), got, len(want))
+	}
+	if extra := fx.pl.Take(t, 10, 200*time.Millisecond); len(extra) > 0 {
+		t.Fatalf("repeated lines %q", sourcetest.Bodies(extra))
+	}
+}
+
+// TestChangedWhileRead: a file that grows while it is read is an error that
+// names it, and it is not marked done.
+func TestChangedWhileRead(t *testing.T) {
+	fx := newFixture(t, map[string]string{"batchSize": "10"})
+	fx.pl = sourcetest.NewPipeline(t, 10, 10, 20*time.Millisecond)
+	text, _ := lines("l", 30)
+	path := fx.write("growing.log", text, time.Time{})
+	fx.start()
+	fx.pl.Take(t, 10, 5*time.Second) // the source is now blocked in the file
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("appended\n")
+	f.Close()
+	for i := 0; i < 10; i++ {
+		fx.pl.Take(t, 10, 200*time.Millisecond)
+	}
+	if !sourcetest.Eventually(func() bool {
+		l := fx.logs.String()
+		return strings.Contains(l, "growing.log changed while being read")
+	}, 5*time.Second) {
+		t.Fatalf("no error naming the file: %s", fx.logs.String())
+	}
+	if exists(path+".COMPLETED") || !exists(path) {
+		t.Fatal("a changed file was marked done")
+	}
+	if fx.src.counters.GenericProcessingFail.Load() != 1 {
+		t.Errorf("GenericProcessingFail = %d, want 1", fx.src.counters.GenericProcessingFail.Load())
+	}
+}
+
+func TestNameUsedTwice(t *testing.T) {
+	fx := newFixture(t, nil)
+	fx.write("a.COMPLETED", "", time.Time{})
+	path := fx.write("a", "x\n", time.Time{})
+	fx.start()
+	fx.expect("x")
+	if !sourcetest.Eventually(func() bool { return strings.Contains(fx.logs.String(), "that file exists") }, 5*time.Second) || !exists(path) {
+		t.Fatalf("no error for a done name already taken: %s", fx.logs.String())
+	}
+}
+
+func TestBadProperties(t *testing.T) {
+	for _, tc := range []struct {
+		props map[string]string
+		want  string
+	}{
+		{map[string]string{}, "spoolDir: missing required property"},
+		{map[string]string{"spoolDir": "/x", "deletePolicy": "later"}, `"later" is not one of never, immediate`},
+		{map[string]string{"spoolDir": "/x", "trackingPolicy": "x"}, "is not one of rename, tracker_dir"},
+		{map[string]string{"spoolDir": "/x", "consumeOrder": "newest"}, "is not one of oldest, youngest, random"},
+		{map[string]string{"spoolDir": "/x", "includePattern": "("}, "not a valid regular expression"},
+		{map[string]string{"spoolDir": "/x", "deserializer": "AVRO"}, "LINE deserializer"},
+		{map[string]string{"spoolDir": "/x", "deserializer.maxLineLength": "0"}, "out of range"},
+		{map[string]string{"spoolDir": "/x", "inputCharset": "UTF-16"}, "not supported"},
+		{map[string]string{"spoolDir": "/x", "recursiveDirectorySearch": "true"}, "set it to false"},
+		{map[string]string{"spoolDir": "/x", "fileSuffix": ""}, "must not be empty"},
+	} {
+		p := config.FromMap("a1.sources.r1.", tc.props)
+		if _, err := New(sourcetest.Env("r1", "spooldir"), p); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Err(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want %q", tc.props, err, tc.want)
+		}
+	}
+}
+
+func FuzzLineReader(f *testing.F) {
+	f.Add([]byte("a\nbc\r\n"), 4)
+	f.Add([]byte("日本語のテキスト\n\xff\xfe"), 3)
+	f.Add([]byte("\U0001F600\U0001F600x"), 1)
+	f.Fuzz(func(t *testing.T, data []byte, max int) {
+		if max < 1 || max > 100 {
+			return
+		}
+		lr := &lineReader{r: bufio.NewReader(bytes.NewReader(data)), max: max, policy: "ignore"}
+		var total int64
+		for i := 0; ; i++ {
+			if i > len(data)+1 {
+				t.Fatal("more pieces than bytes")
+			}
+			body, err := lr.next()
+			if err != nil {
+				break
+			}
+			if len(body) > 4*max+4 {
+				t.Fatalf("piece of %d bytes with max %d characters", len(body), max)
+			}
+			total = lr.off
+		}
+		if total > int64(len(data)) {
+			t.Fatalf("offset %d past the %d bytes", total, len(data))
+		}
+	})
+}
