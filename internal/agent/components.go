@@ -18,6 +18,7 @@ import (
 	httpsource "github.com/sluicehq/sluice/internal/source/http"
 	"github.com/sluicehq/sluice/internal/source/netcat"
 	"github.com/sluicehq/sluice/internal/source/seq"
+	"github.com/sluicehq/sluice/internal/source/spooldir"
 	syslogsource "github.com/sluicehq/sluice/internal/source/syslog"
 	"github.com/sluicehq/sluice/internal/source/taildir"
 )
@@ -27,6 +28,7 @@ import (
 // class name (see classNames).
 
 var sourceTypes = map[string]flow.SourceFactory{
+	"spooldir":  spooldir.New,
 	"taildir":   taildir.New,
 	"seq":       seq.New,
 	"netcat":    netcat.New,
@@ -98,7 +100,7 @@ var classNames = map[string]string{
 // flumeOnly are Flume types sluice does not provide (yet), so a Flume
 // config that uses one gets a clear message rather than "unknown type".
 var flumeOnly = map[string]bool{
-	"source:thrift": true, "source:spooldir": true, "source:jms": true, "source:kafka": true,
+	"source:thrift": true, "source:jms": true, "source:kafka": true,
 	"channel:jdbc": true, "channel:spillablememory": true, "channel:kafka": true,
 	"sink:thrift": true, "sink:hdfs": true, "sink:irc": true, "sink:elasticsearch": true,
 	"sink:hbase": true, "sink:asynchbase": true, "sink:hbase2": true, "sink:hive": true, "sink:http": true, "sink:kafka": true,
