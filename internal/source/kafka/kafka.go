@@ -1,0 +1,317 @@
+// Package kafkasource is Flume's Kafka source
+// (org.apache.flume.source.kafka.KafkaSource) on franz-go: a consumer group
+// member that puts what it polls into its channels and commits the offsets
+// only after the channels committed, so a crash or a rebalance redelivers
+// at most the batch in hand and loses nothing.
+//
+// Batches are adaptive: a poll returns what the client has fetched, up to
+// batchSize, without waiting to fill; it waits (up to batchDurationMillis)
+// only when nothing is there. Rebalances are held off while a batch is
+// between the poll and its offset commit (kgo's BlockRebalanceOnPoll), so a
+// partition never changes owner with a batch half done; a batch that a full
+// channel holds back for longer than max.poll.interval.ms gets the member
+// dropped from the group, and that batch (only) is delivered again by the
+// partition's next owner.
+package kafkasource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/kafkaconf"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// Flume's defaults.
+const (
+	DefaultBatchSize     = 1000
+	DefaultBatchDuration = 1000 * time.Millisecond
+	DefaultGroup         = "flume"
+	DefaultTopicHeader   = "topic"
+	logEvery             = 10 * time.Second
+	commitTimeout        = 10 * time.Second
+)
+
+// Source is the Kafka source. Build it with New.
+type Source struct {
+	env            flow.Env
+	brokers        []string
+	topics         []string
+	regex          bool
+	consumer       *kafkaconf.Consumer
+	batchSize      int
+	batchDur       time.Duration
+	useFlumeFormat bool
+	setTopicHeader bool
+	topicHeader    string
+
+	counters              *metrics.SourceCounters
+	getTimer, commitTimer *atomic.Int64
+	emptyCount            *atomic.Int64
+	lag                   *kafkaconf.Lag
+	log                   *slog.Logger
+	lastLog               time.Time
+
+	mu     sync.Mutex
+	cl     *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New builds a Kafka source from its properties: kafka.bootstrap.servers
+// (required), kafka.topics (a comma list) or kafka.topics.regex,
+// kafka.consumer.group.id (flume), batchSize (1000), batchDurationMillis
+// (1000), useFlumeEventFormat (false), setTopicHeader (true), topicHeader
+// (topic), and kafka.consumer.* (see kafkaconf.ReadConsumer; the offset
+// reset is Kafka's latest unless set). Flume 1.6's topic and groupId are
+// read when the new names are not set.
+func New(env flow.Env, p *config.Props) (flow.Source, error) {
+	s := &Source{env: env, log: env.Log()}
+	s.brokers = kafkaconf.Brokers(p, "")
+	legacyTopic := p.String("topic", "")
+	regex := strings.TrimSpace(p.String("kafka.topics.regex", ""))
+	topics := p.Split("kafka.topics", ",")
+	switch {
+	case regex != "":
+		if len(topics) > 0 {
+			p.Errorf("kafka.topics.regex", "set kafka.topics or kafka.topics.regex, not both")
+		}
+		if _, err := regexp.Compile(regex); err != nil {
+			p.Errorf("kafka.topics.regex", "not a valid regular expression: %v", err)
+		}
+		s.topics, s.regex = []string{regex}, true
+	case len(topics) > 0:
+		s.topics = topics
+	case legacyTopic != "":
+		s.topics = []string{legacyTopic}
+	default:
+		p.Errorf("kafka.topics", "no topic to consume; set kafka.topics (a comma-separated list) or kafka.topics.regex")
+	}
+	group := p.String("groupId", DefaultGroup)
+	s.consumer = kafkaconf.ReadConsumer(p, "kafka.consumer.", kafkaconf.ConsumerDefaults{Group: group, Reset: "latest"})
+	s.batchSize = p.IntRange("batchSize", DefaultBatchSize, 1, math.MaxInt32)
+	if s.consumer.MaxPoll > 0 {
+		s.batchSize = min(s.batchSize, s.consumer.MaxPoll)
+	}
+	s.batchDur = time.Duration(p.IntRange("batchDurationMillis", int(DefaultBatchDuration/time.Millisecond), 1, math.MaxInt32)) * time.Millisecond
+	s.useFlumeFormat = p.Bool("useFlumeEventFormat", false)
+	s.setTopicHeader = p.Bool("setTopicHeader", true)
+	s.topicHeader = p.String("topicHeader", DefaultTopicHeader)
+
+	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
+	s.getTimer = s.counters.Counter("KafkaEventGetTimer")
+	s.commitTimer = s.counters.Counter("KafkaCommitTimer")
+	s.emptyCount = s.counters.Counter("KafkaEmptyCount")
+	env.Registry().Add(s.counters.Set)
+	s.lag = kafkaconf.NewLag(env.Registry(), env.Name)
+	return s, nil
+}
+
+// BatchSize reports batchSize, so the agent can check it against the
+// channels' transactionCapacity.
+func (s *Source) BatchSize() int { return s.batchSize }
+
+// Start joins the consumer group and polls in a goroutine that Stop ends.
+// It does not wait for a broker.
+func (s *Source) Start(_ context.Context, p flow.Processor) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cl != nil {
+		return fmt.Errorf("kafka source %s: already started", s.env.Name)
+	}
+	opts, err := s.consumer.Options(s.brokers)
+	if err != nil {
+		return fmt.Errorf("kafka source %s: %w", s.env.Name, err)
+	}
+	opts = append(opts,
+		kgo.ConsumeTopics(s.topics...),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.WithLogger(kafkaconf.Logger(s.log)),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.lag.Forget(m) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.lag.Forget(m) }),
+	)
+	if s.regex {
+		opts = append(opts, kgo.ConsumeRegex())
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka source %s: %w", s.env.Name, err)
+	}
+	s.counters.Started()
+	s.lag.Register()
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cl, s.cancel, s.done = cl, cancel, make(chan struct{})
+	go s.run(ctx, cl, p, s.done)
+	return nil
+}
+
+// Stop ends polling, waits for the batch in hand (ctx bounds the wait: a
+// batch not committed by then is delivered again later), and leaves the
+// group.
+func (s *Source) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	cl, cancel, done := s.cl, s.cancel, s.done
+	s.cl = nil
+	s.mu.Unlock()
+	if cl == nil {
+		return nil
+	}
+	cancel()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("kafka source %s: stop: %w", s.env.Name, ctx.Err())
+	}
+	cl.CloseAllowingRebalance()
+	if err == nil {
+		<-done
+	}
+	s.lag.Unregister()
+	s.counters.Stopped()
+	return err
+}
+
+func (s *Source) run(ctx context.Context, cl *kgo.Client, p flow.Processor, done chan struct{}) {
+	defer close(done)
+	events := make([]event.Event, 0, s.batchSize)
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		pctx, cancel := context.WithTimeout(ctx, s.batchDur)
+		fs := cl.PollRecords(pctx, s.batchSize)
+		cancel()
+		s.getTimer.Add(time.Since(t0).Milliseconds())
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			cl.AllowRebalance()
+			return
+		}
+		fs.EachError(func(t string, part int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				s.warn("kafka source: fetch failed", "topic", t, "partition", part, "err", err)
+			}
+		})
+		s.lag.Observe(fs)
+		recs := fs.Records()
+		if len(recs) == 0 {
+			s.emptyCount.Add(1)
+			cl.AllowRebalance()
+			continue
+		}
+		n := int64(len(recs))
+		s.counters.EventReceived.Add(n)
+		if !s.put(ctx, p, recs, events) {
+			cl.AllowRebalance()
+			return // stopping: the offsets stay uncommitted, the batch comes again
+		}
+		s.counters.EventAccepted.Add(n)
+		t1 := time.Now()
+		// Not ctx: a Stop during the commit must not lose it (Stop waits).
+		cctx, ccancel := context.WithTimeout(context.Background(), commitTimeout)
+		err := cl.CommitRecords(cctx, recs...)
+		ccancel()
+		if err != nil {
+			s.warn("kafka source: offset commit failed; the batch will be delivered again after a restart or rebalance",
+				"events", n, "err", err)
+		}
+		s.commitTimer.Add(time.Since(t1).Milliseconds())
+		cl.AllowRebalance()
+	}
+}
+
+// put hands the records to the processor, retrying with backoff while the
+// channels refuse them; false means the source is stopping.
+func (s *Source) put(ctx context.Context, p flow.Processor, recs []*kgo.Record, events []event.Event) bool {
+	wait := 50 * time.Millisecond
+	for {
+		// Built afresh for every attempt: interceptors change events in place.
+		events = s.toEvents(recs, events[:0])
+		err := p.Process(ctx, events)
+		clear(events)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		s.counters.ChannelWriteFail.Add(1)
+		s.warn("kafka source: channel refused a batch; holding it and retrying", "events", len(recs), "err", err, "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// toEvents turns records into Flume events with the headers Flume's Kafka
+// source adds when absent: timestamp (now, in ms), the topic header,
+// partition and offset; key is set from the record's key.
+func (s *Source) toEvents(recs []*kgo.Record, dst []event.Event) []event.Event {
+	now := event.Now()
+	nowMs := strconv.FormatInt(now/1e6, 10)
+	for _, r := range recs {
+		var e event.Event
+		if s.useFlumeFormat {
+			fe, err := kafkaconf.DecodeFlumeEvent(r.Value)
+			if err != nil {
+				s.counters.EventReadFail.Add(1)
+				s.warn("kafka source: record is not in the Flume event format (useFlumeEventFormat = true); delivering its value as the body",
+					"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+				e.Body = r.Value
+			} else {
+				e = fe
+			}
+		} else {
+			e.Body = r.Value
+		}
+		h := make(map[string]string, len(e.Headers)+5)
+		for k, v := range e.Headers {
+			h[k] = v
+		}
+		setIfAbsent(h, "timestamp", nowMs)
+		if s.setTopicHeader {
+			setIfAbsent(h, s.topicHeader, r.Topic)
+		}
+		setIfAbsent(h, "partition", strconv.Itoa(int(r.Partition)))
+		setIfAbsent(h, "offset", strconv.FormatInt(r.Offset, 10))
+		if r.Key != nil {
+			h["key"] = string(r.Key)
+		}
+		e.Headers = h
+		e.ReceivedAt = now
+		dst = append(dst, e)
+	}
+	return dst
+}
+
+func setIfAbsent(h map[string]string, k, v string) {
+	if _, ok := h[k]; !ok {
+		h[k] = v
+	}
+}
+
+// warn logs at most once per logEvery.
+func (s *Source) warn(msg string, args ...any) {
+	if time.Since(s.lastLog) < logEvery {
+		return
+	}
+	s.lastLog = time.Now()
+	s.log.Warn(msg, append(args, "source", s.env.Name)...)
+}
