@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/interceptor"
 	avrosink "github.com/sluicehq/sluice/internal/sink/avro"
+	essink "github.com/sluicehq/sluice/internal/sink/elasticsearch"
 	"github.com/sluicehq/sluice/internal/sink/fileroll"
 	loggersink "github.com/sluicehq/sluice/internal/sink/logger"
 	nullsink "github.com/sluicehq/sluice/internal/sink/null"
@@ -48,11 +49,12 @@ var channelTypes = map[string]flow.ChannelFactory{
 }
 
 var sinkTypes = map[string]flow.SinkFactory{
-	"null":      nullsink.New,
-	"logger":    loggersink.New,
-	"file_roll": fileroll.New,
-	"tcp":       tcpsink.New,
-	"avro":      avrosink.New,
+	"null":          nullsink.New,
+	"logger":        loggersink.New,
+	"file_roll":     fileroll.New,
+	"tcp":           tcpsink.New,
+	"avro":          avrosink.New,
+	"elasticsearch": essink.New,
 }
 
 // classNames maps Flume's Java class names (lower-cased) to sluice type
@@ -102,7 +104,7 @@ var classNames = map[string]string{
 var flumeOnly = map[string]bool{
 	"source:thrift": true, "source:jms": true, "source:kafka": true,
 	"channel:jdbc": true, "channel:spillablememory": true, "channel:kafka": true,
-	"sink:thrift": true, "sink:hdfs": true, "sink:irc": true, "sink:elasticsearch": true,
+	"sink:thrift": true, "sink:hdfs": true, "sink:irc": true,
 	"sink:hbase": true, "sink:asynchbase": true, "sink:hbase2": true, "sink:hive": true, "sink:http": true, "sink:kafka": true,
 }
 
