@@ -20,7 +20,7 @@ import (
 func buildProps(t testing.TB, m map[string]string) (*Writer, error) {
 	t.Helper()
 	p := config.FromMap("a1.sinks.k1.", m)
-	_, w := build(flow.Env{Name: "k1", Type: "elasticsearch"}, p)
+	_, w := build(flow.Env{Name: "k1", Type: "elasticsearch", Logger: quiet}, p)
 	p.Unused()
 	return w, p.Err()
 }
@@ -144,7 +144,7 @@ func TestRequests(t *testing.T) {
 			ch := newChannel(t)
 			reg := metrics.NewRegistry("a1")
 			p := config.FromMap("a1.sinks.k1.", props)
-			s, _ := build(flow.Env{Name: "k1", Type: "elasticsearch", Channel: ch, Metrics: reg}, p)
+			s, _ := build(flow.Env{Name: "k1", Type: "elasticsearch", Logger: quiet, Channel: ch, Metrics: reg}, p)
 			if err := p.Err(); err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"os"
@@ -38,7 +39,7 @@ func newChannel(t testing.TB) flow.Channel {
 func newSink(t testing.TB, ch flow.Channel, props map[string]string) (*flow.BatchSink, *Writer) {
 	t.Helper()
 	p := config.FromMap("a1.sinks.k1.", props)
-	s, w := build(flow.Env{Name: "k1", Type: "elasticsearch", Channel: ch}, p)
+	s, w := build(flow.Env{Name: "k1", Type: "elasticsearch", Logger: quiet, Channel: ch}, p)
 	p.Unused()
 	if err := p.Err(); err != nil {
 		t.Fatal(err)
@@ -386,3 +387,6 @@ func TestSplit(t *testing.T) {
 	f(slices.Repeat([]int{k}, 100), 10<<20, 4, []int{100}) // 100 KiB: under minSplit
 	f(slices.Repeat([]int{k}, 1000), 300*k, 2, []int{300, 200, 300, 200})
 }
+
+// quiet discards the sink's logs in tests.
+var quiet = slog.New(slog.DiscardHandler)
