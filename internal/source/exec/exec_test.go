@@ -249,3 +249,28 @@ func TestBadProperties(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartKeepsBatchingRules: each run of a restarted command gets its
+// own line splitter (a last line without an end is not glued to the next
+// run's first), and a full channel holds the output across runs without
+// losing or repeating a line.
+func TestRestartKeepsBatchingRules(t *testing.T) {
+	pl := sourcetest.NewPipeline(t, 3, 3, 20*time.Millisecond)
+	s := newSource(t, sourcetest.Env("r1", "exec"), map[string]string{
+		"shell": "/bin/sh -c", "command": `printf 'x\ny\r\nz'`, "restart": "true", "restartThrottle": "1", "batchSize": "2",
+	})
+	start(t, s, pl.Processor)
+	var got []string
+	for len(got) < 12 {
+		got = append(got, sourcetest.Bodies(pl.Take(t, 1, 5*time.Second))...)
+		time.Sleep(30 * time.Millisecond) // slower than keep-alive: puts fail and are retried
+	}
+	for i, b := range got {
+		if want := []string{"x", "y", "z"}[i%3]; b != want {
+			t.Fatalf("event %d = %q, want %q (all: %q)", i, b, want, got)
+		}
+	}
+	if s.counters.ChannelWriteFail.Load() == 0 {
+		t.Error("the channel was never full; the test did not exercise backpressure")
+	}
+}
