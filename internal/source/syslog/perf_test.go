@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,6 +144,7 @@ func TestPerfTCP(t *testing.T) {
 				payloads[i] = []byte(b.String())
 			}
 			total := int64(c.conns * c.n)
+			cpu0 := cpuTime()
 			start := time.Now()
 			var wg sync.WaitGroup
 			for _, p := range payloads {
@@ -169,12 +171,21 @@ func TestPerfTCP(t *testing.T) {
 				time.Sleep(2 * time.Millisecond)
 			}
 			el := time.Since(start)
+			cpu := cpuTime() - cpu0
 			bytes := 0
 			for _, p := range payloads {
 				bytes += len(p)
 			}
-			t.Logf("%s %s: %d events in %v: %.0f events/s, %.1f MiB/s", c.typ, c.framing, total, el.Round(time.Millisecond),
-				float64(total)/el.Seconds(), float64(bytes)/el.Seconds()/(1<<20))
+			t.Logf("%s %s: %d events in %v: %.0f events/s, %.1f MiB/s; CPU (whole process, senders included) %.2f µs/event, %.2f cores",
+				c.typ, c.framing, total, el.Round(time.Millisecond), float64(total)/el.Seconds(), float64(bytes)/el.Seconds()/(1<<20),
+				float64(cpu.Microseconds())/float64(total), cpu.Seconds()/el.Seconds())
 		})
 	}
+}
+
+// cpuTime is the CPU time (user + system) the process used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
