@@ -23,7 +23,7 @@ type position struct {
 
 // fingerprint is what sluice keeps about a position beyond Flume's three
 // fields, in a file of its own next to the position file (positionFile +
-// ".sluice"): the device, and the last bytes before the position, so that
+// ".sluice"): the device, and a hash of the bytes before the position, so that
 // after a restart a file truncated or replaced (an inode reused) while the
 // source was stopped is told apart from the file the position was for. It
 // applies only while the position file still holds the same inode, pos and
@@ -33,7 +33,9 @@ type fingerprint struct {
 	Inode uint64 `json:"inode"`
 	Pos   int64  `json:"pos"`
 	File  string `json:"file"`
-	Sig   []byte `json:"sig,omitempty"`
+	// SigLen bytes before Pos have the FNV-1a hash SigSum.
+	SigLen int    `json:"sigLen,omitempty"`
+	SigSum uint64 `json:"sigSum,omitempty"`
 }
 
 func sidecar(positionFile string) string { return positionFile + ".sluice" }
@@ -51,7 +53,7 @@ func loadFingerprints(positionFile string) map[position]fingerprint {
 	}
 	out := make(map[position]fingerprint, len(fps))
 	for _, f := range fps {
-		if len(f.Sig) <= sigLen {
+		if f.SigLen >= 0 && f.SigLen <= sigLen {
 			out[position{Inode: f.Inode, Pos: f.Pos, File: f.File}] = f
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
@@ -26,9 +27,10 @@ const (
 	// minRead and maxRead bound one read of a file.
 	minRead = 4 << 10
 	maxRead = 4 << 20
-	// sigLen is how many bytes before a file's position are remembered to
-	// notice that the file was truncated and rewritten past the position.
-	sigLen = 32
+	// sigLen is how many bytes before a file's position are summed to
+	// notice that the file was truncated and rewritten past the position:
+	// enough to span several lines, so lines that repeat do not fool it.
+	sigLen = 1024
 	// rescanEvery is how many poll intervals pass between full rescans of
 	// the directories when they are watched (the watch makes them needless
 	// but for lost notifications).
@@ -48,9 +50,10 @@ type tailFile struct {
 	group *group
 	f     *os.File // nil while closed (idle)
 
-	pos        int64 // every line before pos is committed
-	sig        []byte
-	size       int64 // size at the last look
+	pos        int64  // every line before pos is committed
+	sig        sig    // the bytes just before pos
+	tail       []byte // up to sigLen bytes just before pos, when known
+	size       int64  // size at the last look
 	lastGrowth time.Time
 	seen       uint64 // scan generation it was last seen in
 	gone       bool   // no longer under a matching name: read to the end, then dropped
@@ -367,7 +370,7 @@ func (t *tailer) sameFile(tf *tailFile, p position) bool {
 	if fp.Dev != tf.key.dev {
 		return false
 	}
-	tf.sig = append([]byte(nil), fp.Sig...)
+	tf.sig = sig{n: fp.SigLen, sum: fp.SigSum}
 	return true
 }
 
@@ -501,7 +504,7 @@ func (t *tailer) readFile(ctx context.Context, tf *tailFile) bool {
 	}
 	if size < tf.pos {
 		t.restart(tf, fmt.Sprintf("the file is now %d bytes, shorter than the position", size))
-	} else if size > tf.pos && len(tf.sig) > 0 && !t.sigMatches(tf) {
+	} else if size > tf.pos && tf.sig.n > 0 && !tf.sig.matches(tf.f, tf.pos) {
 		t.restart(tf, "the bytes before the position changed")
 	}
 	if size == tf.pos {
@@ -576,7 +579,7 @@ func (t *tailer) reopen(tf *tailFile) bool {
 func (t *tailer) restart(tf *tailFile, why string) {
 	t.log.Info("taildir source reads a truncated file again from the start", "file", tf.path, "pos", tf.pos, "reason", why)
 	t.findCopy(tf)
-	tf.pos, tf.sig = 0, nil
+	tf.pos, tf.sig, tf.tail = 0, sig{}, tf.tail[:0]
 	t.posDirty = true
 }
 
@@ -585,14 +588,13 @@ func (t *tailer) restart(tf *tailFile, why string) {
 // copy copytruncate made before truncating tf. Its bytes after the position
 // are read (then it is dropped, as a file that does not match).
 func (t *tailer) findCopy(tf *tailFile) {
-	if tf.pos == 0 || len(tf.sig) == 0 {
+	if tf.pos == 0 || tf.sig.n == 0 {
 		return
 	}
 	ents, err := os.ReadDir(tf.dir)
 	if err != nil {
 		return
 	}
-	buf := make([]byte, len(tf.sig))
 	for _, ent := range ents {
 		path := filepath.Join(tf.dir, ent.Name())
 		if t.byPath[path] != nil || !ent.Type().IsRegular() {
@@ -606,14 +608,13 @@ func (t *tailer) findCopy(tf *tailFile) {
 		if err != nil {
 			continue
 		}
-		n, _ := f.ReadAt(buf, tf.pos-int64(len(buf)))
-		if n != len(buf) || !bytes.Equal(buf, tf.sig) {
+		if !tf.sig.matches(f, tf.pos) {
 			f.Close()
 			continue
 		}
 		t.log.Info("taildir source reads the rest of a truncated file from its copy", "file", tf.path, "copy", path, "pos", tf.pos)
 		key := keyOf(st)
-		cp := &tailFile{key: key, path: path, dir: tf.dir, group: tf.group, f: f, pos: tf.pos, sig: append([]byte(nil), tf.sig...),
+		cp := &tailFile{key: key, path: path, dir: tf.dir, group: tf.group, f: f, pos: tf.pos, sig: tf.sig,
 			size: -1, lastGrowth: time.Now(), gone: true, seen: tf.seen}
 		t.files[key] = cp
 		t.dirty[cp] = true
@@ -621,17 +622,37 @@ func (t *tailer) findCopy(tf *tailFile) {
 	}
 }
 
-func (t *tailer) sigMatches(tf *tailFile) bool {
-	buf := make([]byte, len(tf.sig))
-	n, _ := tf.f.ReadAt(buf, tf.pos-int64(len(buf)))
-	return n == len(buf) && bytes.Equal(buf, tf.sig)
+// sig sums the n bytes before a position.
+type sig struct {
+	n   int
+	sum uint64
+}
+
+func sum(b []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
+}
+
+// matches reports whether the n bytes of f before pos still sum the same.
+func (g sig) matches(f *os.File, pos int64) bool {
+	if int64(g.n) > pos {
+		return false
+	}
+	buf := make([]byte, g.n)
+	n, _ := f.ReadAt(buf, pos-int64(g.n))
+	return n == g.n && sum(buf) == g.sum
 }
 
 // commit moves tf's position past the consumed bytes of a committed batch.
 func (t *tailer) commit(tf *tailFile, data []byte, consumed, lines int) {
 	tf.pos += int64(consumed)
 	k := min(consumed, sigLen)
-	tf.sig = append(tf.sig[:0], data[consumed-k:consumed]...)
+	tf.tail = append(tf.tail, data[consumed-k:consumed]...)
+	if over := len(tf.tail) - sigLen; over > 0 {
+		tf.tail = append(tf.tail[:0], tf.tail[over:]...)
+	}
+	tf.sig = sig{n: len(tf.tail), sum: sum(tf.tail)}
 	if lines > 0 {
 		t.avgLine = max(16, (t.avgLine+consumed/lines)/2)
 	}
@@ -772,7 +793,7 @@ func (t *tailer) savePositions() {
 	fps := make([]fingerprint, 0, len(t.files))
 	for _, tf := range t.files {
 		entries = append(entries, position{Inode: tf.key.ino, Pos: tf.pos, File: tf.path})
-		fps = append(fps, fingerprint{Dev: tf.key.dev, Inode: tf.key.ino, Pos: tf.pos, File: tf.path, Sig: tf.sig})
+		fps = append(fps, fingerprint{Dev: tf.key.dev, Inode: tf.key.ino, Pos: tf.pos, File: tf.path, SigLen: tf.sig.n, SigSum: tf.sig.sum})
 	}
 	slices.SortFunc(entries, func(a, b position) int { return cmpString(a.File, b.File) })
 	slices.SortFunc(fps, func(a, b fingerprint) int { return cmpString(a.File, b.File) })
