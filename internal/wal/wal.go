@@ -32,6 +32,10 @@ type Options struct {
 	// the file exists). It exists so tests, here and in the layers above,
 	// can inject write and sync failures; nil means OpenSegmentFile.
 	OpenSegment func(path string) (SegmentFile, error)
+
+	// noWriteback turns off starting writeback after each write pass
+	// (for measuring what it brings).
+	noWriteback bool
 }
 
 // DefaultSegmentSize is the segment size when Options.SegmentSize is 0.
@@ -50,6 +54,12 @@ type SegmentFile interface {
 type osFile struct{ *os.File }
 
 func (f osFile) Datasync() error { return datasync(f.File) }
+
+// StartWriteback starts writing [off, off+n) to disk without waiting.
+func (f osFile) StartWriteback(off, n int64) { startWriteback(f.File, off, n) }
+
+// writebacker is a SegmentFile that can start writeback early.
+type writebacker interface{ StartWriteback(off, n int64) }
 
 // OpenSegmentFile is the default Options.OpenSegment: a new file opened
 // with O_EXCL, synced with fdatasync(2).
@@ -91,6 +101,7 @@ type chunk struct {
 type pending struct {
 	seq    uint64
 	buf    *[]byte
+	pooled bool // buf came from bufPool and goes back to it
 	chunks []chunk
 	one    [1]chunk // backing array for the common single-chunk case
 	end    Position // position after its last record
@@ -112,6 +123,7 @@ type Log struct {
 	writtenSeq uint64   // highest ticket written (not yet necessarily synced)
 	written    Position // end of the written data
 	durableSeq uint64   // highest ticket made durable; frozen once err is set
+	doneSeq    uint64   // highest ticket the writer is done with (written or skipped)
 	durable    Position // end of the durable data
 	tail       Position // where the next record goes
 	err        error    // sticky write/sync error
@@ -129,6 +141,7 @@ type Log struct {
 	// cur and curSeg are written only by the writer, under fileMu.
 	cur    SegmentFile
 	curSeg uint64
+	curOff int64 // writer only: bytes written to cur
 
 	rmu     sync.Mutex
 	readers map[uint64]*os.File // read-only handles by segment
@@ -318,7 +331,7 @@ func (l *Log) createSegment(n uint64) error {
 	l.st.bytes.Add(SegmentHeaderSize)
 	l.st.syncs.Add(1)
 	l.st.created.Add(1)
-	l.cur, l.curSeg = f, n
+	l.cur, l.curSeg, l.curOff = f, n, SegmentHeaderSize
 	return nil
 }
 
@@ -370,21 +383,48 @@ func (l *Log) append(pos []Position, recs [][]byte) error {
 		buf = appendFrame(buf, r)
 	}
 	*bp = buf
+	return l.enqueue(&pending{buf: bp, pooled: true}, pos, len(recs), func(i int) int64 { return FrameSize(len(recs[i])) })
+}
 
-	p := &pending{buf: bp}
+// AppendBatch appends the records of b, as Append does, and reports each
+// record's position in pos (nil, or b.Len() long). The log writes b's
+// buffer itself: b must not change until AppendBatch returns.
+func (l *Log) AppendBatch(b *Batch, pos []Position) error {
+	n := b.Len()
+	if pos != nil && len(pos) != n {
+		return fmt.Errorf("wal: AppendBatch got %d positions for %d records", len(pos), n)
+	}
+	if n == 0 {
+		return nil
+	}
+	capacity := l.opts.SegmentSize - SegmentHeaderSize
+	for i := range n {
+		if FrameSize(b.PayloadLen(i)) > capacity {
+			return fmt.Errorf("%w: %d bytes (segment size %d)", ErrRecordTooLarge, b.PayloadLen(i), l.opts.SegmentSize)
+		}
+	}
+	return l.enqueue(&pending{buf: &b.buf}, pos, n, func(i int) int64 { return FrameSize(b.PayloadLen(i)) })
+}
+
+// enqueue queues p's n framed records (frame(i) is the size of record i)
+// and waits until they are durable, or the log failed and the writer is
+// done with p's buffer.
+func (l *Log) enqueue(p *pending, pos []Position, n int, frame func(int) int64) error {
+	total := int64(len(*p.buf))
+	capacity := l.opts.SegmentSize - SegmentHeaderSize
 	l.mu.Lock()
-	if l.err != nil {
+	if l.err != nil || l.closing {
 		err := l.err
+		if err == nil {
+			err = ErrClosed
+		}
 		l.mu.Unlock()
-		putBuf(bp)
+		if p.pooled {
+			putBuf(p.buf)
+		}
 		return err
 	}
-	if l.closing {
-		l.mu.Unlock()
-		putBuf(bp)
-		return ErrClosed
-	}
-	l.place(p, recs, pos, int64(total), capacity)
+	l.place(p, n, frame, pos, total, capacity)
 	p.end = l.tail
 	l.nextSeq++
 	p.seq = l.nextSeq
@@ -396,7 +436,7 @@ func (l *Log) append(pos []Position, recs [][]byte) error {
 	}
 
 	l.mu.Lock()
-	for l.durableSeq < p.seq && l.err == nil {
+	for l.doneSeq < p.seq || (l.durableSeq < p.seq && l.err == nil) {
 		l.cond.Wait()
 	}
 	var err error
@@ -408,13 +448,13 @@ func (l *Log) append(pos []Position, recs [][]byte) error {
 		return err
 	}
 	l.st.appends.Add(1)
-	l.st.records.Add(uint64(len(recs)))
+	l.st.records.Add(uint64(n))
 	return nil
 }
 
 // place assigns the records of p their positions, rotating segments as
 // needed. Lock mu.
-func (l *Log) place(p *pending, recs [][]byte, pos []Position, total, capacity int64) {
+func (l *Log) place(p *pending, nrec int, frame func(int) int64, pos []Position, total, capacity int64) {
 	end := l.opts.SegmentSize
 	if l.tail.Offset+total > end && total <= capacity {
 		// Start a new segment so the whole batch stays in one.
@@ -424,11 +464,11 @@ func (l *Log) place(p *pending, recs [][]byte, pos []Position, total, capacity i
 		p.one[0] = chunk{seg: l.tail.Segment, start: 0, end: int(total)}
 		p.chunks = p.one[:]
 		o := l.tail.Offset
-		for i, r := range recs {
+		for i := range nrec {
 			if i < len(pos) {
 				pos[i] = Position{Segment: l.tail.Segment, Offset: o}
 			}
-			o += FrameSize(len(r))
+			o += frame(i)
 		}
 		l.tail.Offset = o
 		return
@@ -436,8 +476,8 @@ func (l *Log) place(p *pending, recs [][]byte, pos []Position, total, capacity i
 	// Larger than a segment: split at record boundaries.
 	bufOff := 0
 	c := chunk{seg: l.tail.Segment}
-	for i, r := range recs {
-		n := FrameSize(len(r))
+	for i := range nrec {
+		n := frame(i)
 		if l.tail.Offset+n > end {
 			if c.end > c.start {
 				p.chunks = append(p.chunks, c)
@@ -489,14 +529,20 @@ func (l *Log) runWriter() {
 			err = l.writeBatch(batch)
 		}
 		l.mu.Lock()
+		last := batch[len(batch)-1]
 		if err != nil {
 			l.failLocked(err)
 		} else if !failed {
-			last := batch[len(batch)-1]
 			l.writtenSeq, l.written = last.seq, last.end
 		}
+		l.doneSeq = last.seq
+		if l.err != nil {
+			l.cond.Broadcast() // failed Appends wait for doneSeq
+		}
 		for i := range batch {
-			putBuf(batch[i].buf)
+			if batch[i].pooled {
+				putBuf(batch[i].buf)
+			}
 			batch[i] = nil
 		}
 		l.spare = batch[:0]
@@ -561,6 +607,7 @@ func (l *Log) failLocked(err error) {
 // writeBatch writes the batch's chunks, rotating segments as they say.
 // Only the writer calls it.
 func (l *Log) writeBatch(batch []*pending) error {
+	passStart := l.curOff
 	for _, p := range batch {
 		buf := *p.buf
 		for _, c := range p.chunks {
@@ -568,13 +615,20 @@ func (l *Log) writeBatch(batch []*pending) error {
 				if err := l.rotate(c.seg); err != nil {
 					return err
 				}
+				passStart = l.curOff
 			}
 			n, err := l.cur.Write(buf[c.start:c.end])
 			l.st.bytes.Add(uint64(n))
+			l.curOff += int64(n)
 			if err != nil {
 				return fmt.Errorf("wal: write segment %d: %w", l.curSeg, err)
 			}
 		}
+	}
+	// Start the disk on this pass now: the syncer's fdatasync, which may
+	// still be busy with the previous pass, then finds it mostly written.
+	if wb, ok := l.cur.(writebacker); ok && !l.opts.noWriteback && l.curOff > passStart {
+		wb.StartWriteback(passStart, l.curOff-passStart)
 	}
 	return nil
 }

@@ -58,6 +58,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -801,6 +802,28 @@ func (t *tx) Commit() error {
 	return nil
 }
 
+// commitBuf is a put commit's encoding buffer, pooled.
+type commitBuf struct {
+	batch wal.Batch
+	pos   []wal.Position
+}
+
+var commitPool = sync.Pool{New: func() any { return new(commitBuf) }}
+
+func (cb *commitBuf) release() {
+	if cb.batch.Size() <= 16<<20 {
+		commitPool.Put(cb)
+	}
+}
+
+// unreserve gives back capacity reserved by a commit that failed.
+func (c *Channel) unreserve(n int) {
+	c.mu.Lock()
+	c.reserved -= n
+	c.wakeCommitters()
+	c.mu.Unlock()
+}
+
 func (t *tx) commitPuts() error {
 	c := t.c
 	n := len(t.puts)
@@ -826,23 +849,25 @@ func (t *tx) commitPuts() error {
 	txid := c.nextTx
 	c.mu.Unlock()
 
+	// Encode straight into the log's frames (one copy of each body), in a
+	// pooled buffer.
 	now := event.Now()
-	size := 13
-	for i := range t.puts {
-		size += putSize(&t.puts[i])
-	}
-	buf := make([]byte, 0, size)
-	recs := make([][]byte, n+1)
+	cb := commitPool.Get().(*commitBuf)
+	defer cb.release()
+	b := &cb.batch
+	b.Reset()
 	for i := range t.puts {
 		t.puts[i].CommittedAt = now
-		s := len(buf)
-		buf = appendPut(buf, txid, now, &t.puts[i])
-		recs[i] = buf[s:]
+		buf := b.Begin()
+		if err := b.End(appendPut(buf, txid, now, &t.puts[i])); err != nil {
+			c.unreserve(n)
+			c.putErrors.Add(1)
+			return fmt.Errorf("file channel %s: commit: event %d: %w", c.name, i, err)
+		}
 	}
-	s := len(buf)
-	buf = appendCommit(buf, txid, n)
-	recs[n] = buf[s:]
-	pos := make([]wal.Position, n+1)
+	b.End(appendCommit(b.Begin(), txid, n))
+	pos := slices.Grow(cb.pos[:0], n+1)[:n+1]
+	cb.pos = pos
 
 	c.ckMu.RLock()
 	c.mu.Lock()
@@ -851,23 +876,25 @@ func (t *tx) commitPuts() error {
 	if logs == nil {
 		err = flow.ErrClosed
 	} else {
-		err = logs[dir].AppendPositions(pos, recs...)
+		err = logs[dir].AppendBatch(b, pos)
 	}
-	c.mu.Lock()
 	if err != nil {
-		c.reserved -= n
-		c.wakeCommitters()
-		c.mu.Unlock()
 		c.ckMu.RUnlock()
+		c.unreserve(n)
 		c.putErrors.Add(1)
 		return fmt.Errorf("file channel %s: commit: %w", c.name, err)
 	}
+	var kept []event.Event // one allocation for the events kept in memory
+	c.mu.Lock()
 	live := c.live[dir]
 	for i := range t.puts {
-		e := entry{pos: pos[i], size: int32(len(recs[i])), dir: int32(dir)}
+		e := entry{pos: pos[i], size: int32(b.PayloadLen(i)), dir: int32(dir)}
 		if c.cached+int64(e.size) <= c.cacheBudget {
-			ev := t.puts[i]
-			e.ev = &ev
+			if kept == nil {
+				kept = make([]event.Event, 0, n-i)
+			}
+			kept = append(kept, t.puts[i])
+			e.ev = &kept[len(kept)-1]
 			c.cached += int64(e.size)
 		}
 		c.queue.pushBack(e)

@@ -4,13 +4,18 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/channel/memory"
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/internal/wal"
 )
@@ -105,5 +110,212 @@ func TestPerfReopenMillion(t *testing.T) {
 			t.Errorf("reopen %s took %v, want seconds", tc.name, took)
 		}
 		stop(t, c)
+	}
+}
+
+// The perf tests below measure the machine against itself and take about a
+// minute, so they run only when asked:
+//
+//	SLUICE_PERF=1 go test -run='Perf(Throughput|Latency|MemoryVsFile)' -v ./internal/channel/file/
+//
+// SLUICE_PERF_BATCH sets the events per put transaction (default 1000).
+func perfOnly(t *testing.T) {
+	if os.Getenv("SLUICE_PERF") == "" {
+		t.Skip("set SLUICE_PERF=1 to run")
+	}
+}
+
+func perfBatch() int {
+	if n, err := strconv.Atoi(os.Getenv("SLUICE_PERF_BATCH")); err == nil && n > 0 {
+		return n
+	}
+	return 1000
+}
+
+// rawWriteSync writes total bytes to a new file in dir, step bytes per
+// write(2) each followed by fdatasync(2), and returns the bandwidth in
+// MB/s: what the disk gives a sequential writer that syncs.
+func rawWriteSync(tb testing.TB, dir string, total int64, step int) float64 {
+	f, err := os.CreateTemp(dir, "raw")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, step)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	t0 := time.Now()
+	for done := int64(0); done < total; done += int64(step) {
+		if _, err := f.Write(buf[:min(int64(step), total-done)]); err != nil {
+			tb.Fatal(err)
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return float64(total) / time.Since(t0).Seconds() / 1e6
+}
+
+// putLoad has producers commit n 1 KiB events, batch per transaction, and
+// returns events/s. A consumer, when take is set, takes and commits
+// batches of 1000 at the same time.
+func putLoad(tb testing.TB, c flow.Channel, producers, batch, n int, take bool) float64 {
+	body := make([]byte, 1024)
+	var left atomic.Int64
+	left.Store(int64(n))
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			evs := make([]event.Event, batch)
+			for left.Add(-int64(batch)) > -int64(batch) {
+				for i := range evs {
+					evs[i] = event.Event{Body: body}
+				}
+				if err := testutil.PutCommit(c, evs); err != nil {
+					tb.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	if take {
+		got := 0
+		for got < n && !tb.Failed() {
+			evs, err := testutil.TakeCommit(c, 1000, 2*time.Second)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if len(evs) == 0 {
+				break
+			}
+			got += len(evs)
+		}
+	}
+	wg.Wait()
+	return float64(n) / time.Since(t0).Seconds()
+}
+
+func perfChannel(tb testing.TB, extra map[string]string) *Channel {
+	m := map[string]string{"capacity": "100000000", "transactionCapacity": "10000",
+		"maxFileSize": strconv.Itoa(wal.DefaultSegmentSize), "minimumRequiredSpace": "0"}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return start(tb, newDirs(tb), m)
+}
+
+// TestPerfThroughput: 1 KiB events, 4 producers, every put transaction
+// durable (fdatasync'ed) before its commit returns. In the same round, on
+// the same disk, raw sequential write+fdatasync of the same number of
+// bytes, three ways: 1 MiB per sync, as many bytes per sync as the channel
+// synced (the channel's own overhead), and 8 MiB per sync (near the disk's
+// best). The ratio is to the best of the three. 3 rounds. Target: >=
+// 300,000 events/s and >= 75% of raw.
+func TestPerfThroughput(t *testing.T) {
+	perfOnly(t)
+	const producers, n = 4, 600000
+	batch := perfBatch()
+	var eps, ratios []float64
+	for round := range 3 {
+		dir := t.TempDir()
+		raw1 := rawWriteSync(t, dir, n*1024, 1<<20)
+		c := perfChannel(t, nil)
+		e := putLoad(t, c, producers, batch, n, false)
+		st := c.walStats()
+		stop(t, c)
+		perSync := int(st.BytesWritten / max(st.Syncs, 1))
+		same := rawWriteSync(t, dir, n*1024, perSync)
+		raw8 := rawWriteSync(t, dir, n*1024, 8<<20)
+		best := max(raw1, same, raw8)
+		mb := e * 1024 / 1e6
+		eps, ratios = append(eps, e), append(ratios, mb/best)
+		t.Logf("round %d: file channel %.0f events/s = %.0f MB/s of events (%.0f MB/s on disk, %.1f commits and %.2f MB per fdatasync); raw write+fdatasync MB/s: 1 MiB %.0f, %.2f MB %.0f, 8 MiB %.0f; channel/best raw %.2f",
+			round+1, e, mb, float64(st.BytesWritten)/float64(n*1024)*mb, float64(st.Appends)/float64(max(st.Syncs, 1)),
+			float64(perSync)/1e6, raw1, float64(perSync)/1e6, same, raw8, mb/best)
+	}
+	slices.Sort(eps)
+	slices.Sort(ratios)
+	t.Logf("%d producers, %d events per transaction: %.0f-%.0f events/s (median %.0f), channel/best raw %.2f-%.2f (median %.2f)",
+		producers, batch, eps[0], eps[2], eps[1], ratios[0], ratios[2], ratios[1])
+	if eps[1] < 300000 || ratios[1] < 0.75 {
+		t.Errorf("median below target: %.0f events/s (want >= 300000), %.2f of raw (want >= 0.75)", eps[1], ratios[1])
+	}
+}
+
+// TestPerfLatency: one producer commits one 1 KiB event every 10 ms and,
+// 5 ms after each, the same goroutine times a raw 1 KiB write+fdatasync
+// on a file in the same dir: 200 operations a second in all, half of them
+// channel commits. A commit's P99 must be at most twice the raw P99.
+func TestPerfLatency(t *testing.T) {
+	perfOnly(t)
+	c := perfChannel(t, nil)
+	defer stop(t, c)
+	f, err := os.CreateTemp(c.dataDirs[0], "raw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 1024)
+	var raw, lat []time.Duration
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for i := range 3000 {
+		<-tick.C
+		t0 := time.Now()
+		if i%2 == 0 {
+			f.Write(buf)
+			if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+				t.Fatal(err)
+			}
+			raw = append(raw, time.Since(t0))
+			continue
+		}
+		if err := testutil.PutCommit(c, []event.Event{{Body: buf}}); err != nil {
+			t.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+		if i%200 == 1 {
+			testutil.TakeAll(t, c, 100, 100, time.Second) // a sink keeps it short
+		}
+	}
+	slices.Sort(raw)
+	slices.Sort(lat)
+	q := func(d []time.Duration, p float64) time.Duration { return d[int(float64(len(d)-1)*p)] }
+	t.Logf("raw 1 KiB write+fdatasync: p50 %v p99 %v; file channel commit of 1 event at 100/s (+100 raw/s): p50 %v p99 %v; p99 ratio %.2f",
+		q(raw, .5), q(raw, .99), q(lat, .5), q(lat, .99), float64(q(lat, .99))/float64(q(raw, .99)))
+	if q(lat, .99) > 2*q(raw, .99) {
+		t.Errorf("commit p99 %v > 2 x fdatasync p99 %v", q(lat, .99), q(raw, .99))
+	}
+}
+
+// TestPerfMemoryVsFile: the same workload through the memory channel and
+// the file channel: 4 producers commit 1 KiB events in transactions of
+// 100, one consumer takes and commits batches of 1000 at the same time.
+func TestPerfMemoryVsFile(t *testing.T) {
+	perfOnly(t)
+	const n = 400000
+	for _, batch := range []int{100, perfBatch()} {
+		for round := range 2 {
+			p := config.FromMap("a1.channels.m.", map[string]string{"capacity": "1000000", "transactionCapacity": "10000"})
+			mc, err := memory.New(flow.Env{Name: "m", Type: "memory", Logger: quiet}, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := mc.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			mem := putLoad(t, mc, 4, batch, n, true)
+			mc.Stop(context.Background())
+			fc := perfChannel(t, nil)
+			file := putLoad(t, fc, 4, batch, n, true)
+			stop(t, fc)
+			t.Logf("| %d | %d | %.0f | %.0f | %.2f |", batch, round+1, mem, file, file/mem)
+		}
 	}
 }

@@ -32,15 +32,6 @@ const (
 
 const putFixed = 1 + 8 + 8 + 8
 
-// putSize is the encoded size of a put record of e.
-func putSize(e *event.Event) int {
-	n := putFixed + uvarintLen(uint64(len(e.Headers))) + len(e.Body)
-	for k, v := range e.Headers {
-		n += uvarintLen(uint64(len(k))) + len(k) + uvarintLen(uint64(len(v))) + len(v)
-	}
-	return n
-}
-
 func appendPut(b []byte, txid uint64, committedAt int64, e *event.Event) []byte {
 	b = append(b, kindPut)
 	b = binary.LittleEndian.AppendUint64(b, txid)
