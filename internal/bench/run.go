@@ -327,7 +327,8 @@ func progress(w io.Writer, tty bool, label string, g *Generator, r *Receiver, st
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var buf []int64
-	prev, prevAt := 0, time.Now()
+	began := time.Now()
+	prev, prevAt := 0, began
 	if label != "" {
 		label += ": "
 	}
@@ -349,7 +350,7 @@ func progress(w io.Writer, tty bool, label string, g *Generator, r *Receiver, st
 		slices.Sort(buf)
 		rep.fill(buf)
 		fmt.Fprintf(w, "%s%s%5.0fs  sent %d  delivered %d  dup %d  %.0f ev/s  latest ms: p50 %s p99 %s max %s%s",
-			start, label, now.Sub(g.start).Seconds(), g.Sent(), distinct, dups, rate, fmtMs(rep.P50), fmtMs(rep.P99), fmtMs(rep.Max), end)
+			start, label, now.Sub(began).Seconds(), g.Sent(), distinct, dups, rate, fmtMs(rep.P50), fmtMs(rep.P99), fmtMs(rep.Max), end)
 	}
 }
 

@@ -49,6 +49,10 @@ type Load struct {
 	// Batch is the number of events per call (avro, http) or per write
 	// (lines). Default: 1 when paced, 100 when flooding.
 	Batch int
+	// Phase delays a paced schedule, so two generators at the same rate in
+	// one process (a pipeline and its floor) do not wake at the same
+	// instants and compete for the CPU.
+	Phase time.Duration
 }
 
 func (l *Load) normalise() error {
@@ -123,7 +127,7 @@ func (g *Generator) Load() Load { return g.load }
 func (g *Generator) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	g.start = time.Now()
+	g.start = time.Now().Add(g.load.Phase)
 	var deadline time.Time
 	if g.load.Duration > 0 {
 		deadline = g.start.Add(g.load.Duration)
