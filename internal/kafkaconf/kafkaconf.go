@@ -298,6 +298,8 @@ type Producer struct {
 // default the component overrides.
 type ProducerDefaults struct {
 	Acks string // Flume's sink and channel use "1" and "all"
+	// DeliveryTimeout replaces Kafka's 120 s default of delivery.timeout.ms.
+	DeliveryTimeout time.Duration
 }
 
 // ReadProducer reads the settings under prefix (such as "kafka.producer.")
@@ -376,7 +378,10 @@ func ReadProducer(p *config.Props, prefix string, d ProducerDefaults) *Producer 
 	// Not kgo's RecordDeliveryTimeout, which counts from the record's
 	// timestamp (and so fails at once a record stamped from an old
 	// timestampHeader): the components bound each batch with a context.
-	pr.DeliveryTimeout = s.ms("delivery.timeout.ms", 120000, 1000)
+	if d.DeliveryTimeout <= 0 {
+		d.DeliveryTimeout = 120 * time.Second
+	}
+	pr.DeliveryTimeout = s.ms("delivery.timeout.ms", int(d.DeliveryTimeout/time.Millisecond), 1000)
 	opts = append(opts, kgo.ProduceRequestTimeout(s.ms("request.timeout.ms", 30000, 100)))
 	s.oneOf("key.serializer", "org.apache.kafka.common.serialization.StringSerializer",
 		"sluice writes the key header's UTF-8 bytes, as StringSerializer does",
@@ -397,7 +402,9 @@ func (pr *Producer) Options(brokers []string) ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, pr.opts...)
+	// Java's producer asks the broker to create a missing topic (the broker's
+	// auto.create.topics.enable decides); so does sluice's.
+	opts := append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.AllowAutoTopicCreation()}, pr.opts...)
 	return append(opts, sec...), nil
 }
 

@@ -1,0 +1,711 @@
+// Package kafkachannel is Flume's Kafka channel
+// (org.apache.flume.channel.kafka.KafkaChannel) on franz-go: the events live
+// in a Kafka topic, so an agent holds no state of its own and a replacement
+// agent (same consumer group) takes over the backlog.
+//
+// Transactions:
+//   - Put stages events; Commit produces them (with the configured acks) and
+//     returns only when Kafka acknowledged every one, or fails with an error
+//     wrapping flow.ErrChannelFull (Kafka unreachable within
+//     delivery.timeout.ms), so sources push back. Rollback drops them.
+//   - Take hands out records the channel's consumer fetched, up to the
+//     transaction's capacity, waiting (for ctx) only when none is there.
+//     Commit commits the consumer group's offsets up to the oldest record
+//     still out in an open transaction; Rollback puts the taken records back
+//     at the head, so they are taken again in order (rewinding to the
+//     uncommitted offsets without a round trip to Kafka).
+//
+// Several sinks may take concurrently; a partition's offset advances only
+// over records whose take committed. When the group rebalances, the channel
+// waits (bounded) for open transactions on the partitions it loses, commits
+// their offsets and forgets their buffered records, so the next owner
+// starts exactly there: nothing is lost, and at most a transaction that
+// outlived the wait is delivered twice.
+//
+// Order is Kafka's: FIFO within a partition (use a one-partition topic for
+// a strict FIFO channel). Len is -1 (the channel cannot count a topic
+// cheaply); ChannelSize reports the consumer group's lag.
+package kafkachannel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/kafkaconf"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// Defaults.
+const (
+	DefaultTopic       = "flume-channel"
+	DefaultGroup       = "flume"
+	DefaultPollTimeout = 500 * time.Millisecond
+	// DefaultTransactionCapacity bounds one transaction (sluice's own
+	// property; Flume's Kafka channel has none).
+	DefaultTransactionCapacity = 10000
+	// receivedHeader carries Event.ReceivedAt (Unix ns) in a Kafka record
+	// header, next to the value Flume reads.
+	receivedHeader = "sluice.received"
+	revokeWait     = 10 * time.Second
+	commitTimeout  = 10 * time.Second
+)
+
+// Channel is the Kafka channel. Build it with New.
+type Channel struct {
+	env         flow.Env
+	brokers     []string
+	topic       string
+	parse       bool
+	txCap       int
+	pollTimeout time.Duration
+	producer    *kafkaconf.Producer
+	consumer    *kafkaconf.Consumer
+	log         *slog.Logger
+
+	counters                                    *metrics.ChannelCounters
+	sendTimer, getTimer, commitTimer, rollbacks *atomic.Int64
+	lag                                         *kafkaconf.Lag
+
+	prod, cons *kgo.Client
+	pollCancel context.CancelFunc
+	pollDone   chan struct{}
+	commitMu   sync.Mutex // serialises offset commits, so offsets never go back
+	// pollMu is held by the poller from a poll until its records are
+	// buffered, and by a revocation, so an in-flight poll cannot buffer
+	// records of a partition after the partition was revoked.
+	pollMu sync.Mutex
+
+	mu       sync.Mutex
+	buf      []*rec // fetched and not taken, in order
+	notEmpty chan struct{}
+	space    chan struct{}
+	parts    map[tp]*partState
+	stopped  bool
+}
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// partState tracks one owned partition: the records fetched and not yet
+// durably taken, in offset order.
+type partState struct {
+	tp      tp
+	open    []*rec
+	next    int64 // offset after the last record fetched
+	done    int64 // offset after the last record whose take committed (-1: none)
+	taken   int   // records out in open transactions
+	revoked bool
+	dirty   bool // done advanced since the last successful offset commit
+}
+
+type rec struct {
+	r     *kgo.Record
+	ps    *partState
+	taken bool
+	done  bool
+}
+
+// New builds a Kafka channel from its properties: kafka.bootstrap.servers
+// (required), kafka.topic (flume-channel), kafka.consumer.group.id (flume),
+// parseAsFlumeEvent (true), pollTimeout (500 ms), sluice's
+// transactionCapacity (10000), and kafka.producer.* / kafka.consumer.*
+// (see kafkaconf; acks default all, delivery.timeout.ms 10000 and
+// auto.offset.reset earliest here: a channel must not skip the events put
+// before its consumer group first joined, which Kafka's latest does).
+func New(env flow.Env, p *config.Props) (flow.Channel, error) {
+	c := &Channel{env: env, log: env.Log(), parts: map[tp]*partState{}}
+	c.brokers = kafkaconf.Brokers(p, "")
+	c.topic = strings.TrimSpace(p.String("kafka.topic", DefaultTopic))
+	if c.topic == "" {
+		p.Errorf("kafka.topic", "the topic must not be empty")
+	}
+	c.parse = p.Bool("parseAsFlumeEvent", true)
+	c.txCap = p.IntRange("transactionCapacity", DefaultTransactionCapacity, 1, math.MaxInt32)
+	c.pollTimeout = time.Duration(p.IntRange("pollTimeout", int(DefaultPollTimeout/time.Millisecond), 1, math.MaxInt32)) * time.Millisecond
+	c.producer = kafkaconf.ReadProducer(p, "kafka.producer.", kafkaconf.ProducerDefaults{Acks: "all", DeliveryTimeout: 10 * time.Second})
+	c.consumer = kafkaconf.ReadConsumer(p, "kafka.consumer.", kafkaconf.ConsumerDefaults{Group: DefaultGroup, Reset: "earliest"})
+	// Flume 1.6's names, accepted so old configs load.
+	p.String("topic", "")
+	p.String("groupId", "")
+	p.String("readSmallestOffset", "")
+
+	c.counters = metrics.NewChannelCounters(env.Name, env.Type)
+	c.sendTimer = c.counters.Counter("KafkaEventSendTimer")
+	c.getTimer = c.counters.Counter("KafkaEventGetTimer")
+	c.commitTimer = c.counters.Counter("KafkaCommitTimer")
+	c.rollbacks = c.counters.Counter("RollbackCount")
+	c.lag = kafkaconf.NewLag(env.Registry(), env.Name)
+	c.counters.SetSize(c.size, func() int64 { return 0 })
+	env.Registry().Add(c.counters.Set)
+	return c, nil
+}
+
+// TransactionCapacity is the most events one transaction may put or take.
+func (c *Channel) TransactionCapacity() int { return c.txCap }
+
+// Len is -1: the events are in Kafka.
+func (c *Channel) Len() int { return -1 }
+
+// size is the consumer group's lag: records in the topic not yet taken for
+// good (as far as this member's fetches know).
+func (c *Channel) size() int64 {
+	c.mu.Lock()
+	n := int64(0)
+	for _, ps := range c.parts {
+		for _, r := range ps.open {
+			if !r.done {
+				n++
+			}
+		}
+	}
+	c.mu.Unlock()
+	return n + c.lag.Total()
+}
+
+// Start builds the producer and the consumer (which joins the group) and
+// starts fetching. It does not wait for Kafka.
+func (c *Channel) Start(context.Context) error {
+	popts, err := c.producer.Options(c.brokers)
+	if err != nil {
+		return fmt.Errorf("kafka channel %s: %w", c.env.Name, err)
+	}
+	popts = append(popts, kgo.DefaultProduceTopic(c.topic), kgo.WithLogger(kafkaconf.Logger(c.log)))
+	prod, err := kgo.NewClient(popts...)
+	if err != nil {
+		return fmt.Errorf("kafka channel %s: %w", c.env.Name, err)
+	}
+	c.ensureTopic(prod)
+	copts, err := c.consumer.Options(c.brokers)
+	if err != nil {
+		prod.Close()
+		return fmt.Errorf("kafka channel %s: %w", c.env.Name, err)
+	}
+	copts = append(copts,
+		kgo.ConsumeTopics(c.topic),
+		kgo.WithLogger(kafkaconf.Logger(c.log)),
+		kgo.OnPartitionsAssigned(c.assigned),
+		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { c.revoked(ctx, cl, m, true) }),
+		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { c.revoked(ctx, cl, m, false) }),
+	)
+	cons, err := kgo.NewClient(copts...)
+	if err != nil {
+		prod.Close()
+		return fmt.Errorf("kafka channel %s: %w", c.env.Name, err)
+	}
+	c.prod, c.cons = prod, cons
+	c.counters.Started()
+	c.lag.Register()
+	ctx, cancel := context.WithCancel(context.Background())
+	c.pollCancel, c.pollDone = cancel, make(chan struct{})
+	go c.poll(ctx)
+	return nil
+}
+
+// ensureTopic asks the brokers for the topic's metadata, allowing them to
+// create it (as a Java producer's first send would), so the consumer finds
+// it when it joins. Best effort: Kafka may be down, and the producer asks
+// again on the first put.
+func (c *Channel) ensureTopic(cl *kgo.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = true
+	t := kmsg.NewMetadataRequestTopic()
+	t.Topic = kmsg.StringPtr(c.topic)
+	req.Topics = append(req.Topics, t)
+	if _, err := req.RequestWith(ctx, cl); err != nil {
+		c.log.Debug("kafka channel: topic metadata at start", "channel", c.env.Name, "err", err)
+	}
+}
+
+// Stop stops fetching, commits the offsets of what was taken, leaves the
+// group and closes the clients. Events not taken stay in Kafka.
+func (c *Channel) Stop(context.Context) error {
+	if c.cons == nil {
+		return nil
+	}
+	c.pollCancel()
+	<-c.pollDone
+	c.mu.Lock()
+	c.stopped = true
+	c.wake()
+	c.mu.Unlock()
+	c.commitOffsets(nil)
+	c.cons.Close()
+	c.prod.Close()
+	c.lag.Unregister()
+	c.counters.Stopped()
+	return nil
+}
+
+// wake tells waiting takers that records arrived (or the channel stopped).
+// Caller holds mu.
+func (c *Channel) wake() {
+	if c.notEmpty != nil {
+		close(c.notEmpty)
+		c.notEmpty = nil
+	}
+}
+
+// maxBuffered bounds the records fetched ahead of the takers.
+func (c *Channel) maxBuffered() int { return max(2*min(c.txCap, 10000), 1000) }
+
+// poll fetches records into buf while it has room.
+func (c *Channel) poll(ctx context.Context) {
+	defer close(c.pollDone)
+	for ctx.Err() == nil {
+		c.mu.Lock()
+		room := c.maxBuffered() - len(c.buf)
+		if room <= 0 {
+			if c.space == nil {
+				c.space = make(chan struct{})
+			}
+			wait := c.space
+			c.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-wait:
+			}
+			continue
+		}
+		c.mu.Unlock()
+
+		c.pollMu.Lock()
+		t0 := time.Now()
+		pctx, cancel := context.WithTimeout(ctx, c.pollTimeout)
+		fs := c.cons.PollRecords(pctx, room)
+		cancel()
+		c.getTimer.Add(time.Since(t0).Milliseconds())
+		if fs.IsClientClosed() {
+			c.pollMu.Unlock()
+			return
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				c.log.Warn("kafka channel: fetch failed", "channel", c.env.Name, "topic", t, "partition", p, "err", err)
+			}
+		})
+		c.lag.Observe(fs)
+		c.mu.Lock()
+		added := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			ps := c.parts[tp{r.Topic, r.Partition}]
+			if ps == nil || ps.revoked || r.Offset < ps.next {
+				return
+			}
+			ps.next = r.Offset + 1
+			x := &rec{r: r, ps: ps}
+			ps.open = append(ps.open, x)
+			c.buf = append(c.buf, x)
+			added++
+		})
+		if added > 0 {
+			c.wake()
+		}
+		c.mu.Unlock()
+		c.pollMu.Unlock()
+	}
+}
+
+func (c *Channel) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t, ps := range m {
+		for _, p := range ps {
+			k := tp{t, p}
+			c.parts[k] = &partState{tp: k, next: -1, done: -1}
+		}
+	}
+}
+
+// revoked lets open transactions on the partitions finish (up to
+// revokeWait), commits their offsets (unless lost: the group no longer
+// accepts them) and forgets the partitions.
+func (c *Channel) revoked(ctx context.Context, _ *kgo.Client, m map[string][]int32, commit bool) {
+	c.pollMu.Lock() // an in-flight poll buffers first; its records are dropped below
+	defer c.pollMu.Unlock()
+	c.mu.Lock()
+	var states []*partState
+	for t, ps := range m {
+		for _, p := range ps {
+			if s := c.parts[tp{t, p}]; s != nil {
+				states = append(states, s)
+			}
+		}
+	}
+	// Buffered records of these partitions go: the next owner reads them.
+	kept := c.buf[:0]
+	for _, x := range c.buf {
+		if !contains(states, x.ps) {
+			kept = append(kept, x)
+		}
+	}
+	clear(c.buf[len(kept):])
+	c.buf = kept
+	deadline := time.Now().Add(revokeWait)
+	// On Stop, open transactions are abandoned: their events come again.
+	for busy(states) && !c.stopped && time.Now().Before(deadline) && ctx.Err() == nil {
+		c.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		c.mu.Lock()
+	}
+	if busy(states) && !c.stopped {
+		c.log.Warn("kafka channel: partitions revoked while transactions still hold their events; the next owner will deliver those again",
+			"channel", c.env.Name)
+	}
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	for _, s := range states {
+		if commit {
+			if o, ok := s.commitOffset(); ok {
+				if offsets[s.tp.topic] == nil {
+					offsets[s.tp.topic] = map[int32]kgo.EpochOffset{}
+				}
+				offsets[s.tp.topic][s.tp.partition] = kgo.EpochOffset{Epoch: -1, Offset: o}
+			}
+		}
+		s.revoked = true
+		delete(c.parts, s.tp)
+	}
+	c.mu.Unlock()
+	c.lag.Forget(m)
+	if len(offsets) > 0 {
+		c.commitOffsets(offsets)
+	}
+}
+
+func contains(states []*partState, ps *partState) bool {
+	for _, s := range states {
+		if s == ps {
+			return true
+		}
+	}
+	return false
+}
+
+func busy(states []*partState) bool {
+	for _, s := range states {
+		if s.taken > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// commitOffset drops the leading done records and returns the offset to
+// commit when it advanced. Caller holds mu.
+func (s *partState) commitOffset() (int64, bool) {
+	i := 0
+	for i < len(s.open) && s.open[i].done {
+		s.done = s.open[i].r.Offset + 1
+		i++
+	}
+	if i > 0 {
+		clear(s.open[:i])
+		s.open = s.open[i:]
+		s.dirty = true
+	}
+	if !s.dirty || s.done < 0 {
+		return 0, false
+	}
+	return s.done, true
+}
+
+// commitOffsets commits offsets, or (nil) every owned partition's
+// committable offset. Commits are serialised so an older offset never
+// overwrites a newer one.
+func (c *Channel) commitOffsets(offsets map[string]map[int32]kgo.EpochOffset) {
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
+	var states []*partState
+	if offsets == nil {
+		offsets = map[string]map[int32]kgo.EpochOffset{}
+		c.mu.Lock()
+		for _, s := range c.parts {
+			if o, ok := s.commitOffset(); ok {
+				if offsets[s.tp.topic] == nil {
+					offsets[s.tp.topic] = map[int32]kgo.EpochOffset{}
+				}
+				offsets[s.tp.topic][s.tp.partition] = kgo.EpochOffset{Epoch: -1, Offset: o}
+				states = append(states, s)
+			}
+		}
+		c.mu.Unlock()
+	}
+	if len(offsets) == 0 {
+		return
+	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	var cerr error
+	c.cons.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		cerr = commitError(resp, err)
+	})
+	c.commitTimer.Add(time.Since(t0).Milliseconds())
+	if cerr != nil {
+		c.log.Warn("kafka channel: offset commit failed; it is retried with the next commit, and a restart before then delivers those events again",
+			"channel", c.env.Name, "err", cerr)
+		return
+	}
+	c.mu.Lock()
+	for _, s := range states {
+		if o := offsets[s.tp.topic][s.tp.partition].Offset; o == s.done {
+			s.dirty = false
+		}
+	}
+	c.mu.Unlock()
+}
+
+func commitError(resp *kmsg.OffsetCommitResponse, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Begin opens a transaction.
+func (c *Channel) Begin() flow.Transaction { return &tx{c: c} }
+
+type tx struct {
+	c     *Channel
+	puts  []event.Event
+	takes []*rec
+	ended bool
+}
+
+func (t *tx) Put(events []event.Event) error {
+	t.c.counters.EventPutAttempt.Add(int64(len(events)))
+	if len(t.puts)+len(events) > t.c.txCap {
+		return flow.FullErrorf("channel %s: a transaction of more than %d events (transactionCapacity)", t.c.env.Name, t.c.txCap)
+	}
+	t.puts = append(t.puts, events...)
+	return nil
+}
+
+func (t *tx) Take(ctx context.Context, dst []event.Event, max int) ([]event.Event, error) {
+	c := t.c
+	max = min(max, c.txCap-len(t.takes))
+	if max <= 0 {
+		return dst, nil
+	}
+	c.mu.Lock()
+	for len(c.buf) == 0 {
+		if c.stopped {
+			c.mu.Unlock()
+			return dst, flow.ErrClosed
+		}
+		if ctx.Err() != nil {
+			c.mu.Unlock()
+			c.counters.EventTakeAttempt.Add(1)
+			return dst, nil
+		}
+		if c.notEmpty == nil {
+			c.notEmpty = make(chan struct{})
+		}
+		wait := c.notEmpty
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-wait:
+		}
+		c.mu.Lock()
+	}
+	k := min(max, len(c.buf))
+	got := c.buf[:k]
+	for _, x := range got {
+		x.taken = true
+		x.ps.taken++
+	}
+	t.takes = append(t.takes, got...)
+	clear(c.buf[:k])
+	c.buf = c.buf[k:]
+	if len(c.buf) == 0 {
+		c.buf = nil
+	}
+	if c.space != nil && len(c.buf) < c.maxBuffered()/2 {
+		close(c.space)
+		c.space = nil
+	}
+	c.mu.Unlock()
+
+	attempts := int64(k)
+	if k < max {
+		attempts++
+	}
+	c.counters.EventTakeAttempt.Add(attempts)
+	for _, x := range t.takes[len(t.takes)-k:] {
+		dst = append(dst, c.toEvent(x.r))
+	}
+	return dst, nil
+}
+
+// toEvent turns a record into the event it holds.
+func (c *Channel) toEvent(r *kgo.Record) event.Event {
+	var e event.Event
+	if c.parse {
+		fe, err := kafkaconf.DecodeFlumeEvent(r.Value)
+		if err == nil {
+			e = fe
+		} else {
+			c.log.Warn("kafka channel: record is not a Flume event (parseAsFlumeEvent = true); taking its value as the body",
+				"channel", c.env.Name, "partition", r.Partition, "offset", r.Offset, "err", err)
+			e.Body = r.Value
+		}
+	} else {
+		e.Body = r.Value
+	}
+	for _, h := range r.Headers {
+		if h.Key == receivedHeader {
+			e.ReceivedAt, _ = strconv.ParseInt(string(h.Value), 10, 64)
+		}
+	}
+	e.CommittedAt = max(r.Timestamp.UnixNano(), e.ReceivedAt)
+	return e
+}
+
+func (t *tx) Commit() error {
+	if t.ended {
+		return errors.New("kafka channel: transaction already ended")
+	}
+	c := t.c
+	if len(t.puts) > 0 {
+		if err := t.produce(); err != nil {
+			return err
+		}
+		c.counters.EventPutSuccess.Add(int64(len(t.puts)))
+		clear(t.puts)
+		t.puts = nil
+	}
+	if len(t.takes) > 0 {
+		c.mu.Lock()
+		for _, x := range t.takes {
+			x.done = true
+			x.ps.taken--
+		}
+		c.mu.Unlock()
+		c.counters.EventTakeSuccess.Add(int64(len(t.takes)))
+		t.takes = nil
+		c.commitOffsets(nil)
+	}
+	t.ended = true
+	return nil
+}
+
+// produce sends the puts and waits for every acknowledgement.
+func (t *tx) produce() error {
+	c := t.c
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), c.producer.DeliveryTimeout)
+	defer cancel()
+	bctx, bcancel := context.WithTimeout(ctx, max(c.producer.MaxBlock, time.Millisecond))
+	defer bcancel()
+	recs := make([]kgo.Record, len(t.puts))
+	var values []byte
+	var offs []int
+	if c.parse {
+		offs = make([]int, len(t.puts)+1)
+		for i := range t.puts {
+			values = kafkaconf.AppendFlumeEvent(values, &t.puts[i])
+			offs[i+1] = len(values)
+		}
+	}
+	now := time.Now()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			mu.Lock()
+			if firstErr == nil {
+				firstErr = err
+			}
+			mu.Unlock()
+		}
+		wg.Done()
+	}
+	for i := range t.puts {
+		e := &t.puts[i]
+		r := &recs[i]
+		r.Context, r.Timestamp = ctx, now
+		if c.parse {
+			r.Value = values[offs[i]:offs[i+1]:offs[i+1]]
+		} else {
+			r.Value = e.Body
+		}
+		if e.ReceivedAt != 0 {
+			r.Headers = []kgo.RecordHeader{{Key: receivedHeader, Value: strconv.AppendInt(nil, e.ReceivedAt, 10)}}
+		}
+		wg.Add(1)
+		c.prod.Produce(bctx, r, promise)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		<-done // the context fails what was not sent; in-flight requests finish
+	}
+	c.sendTimer.Add(time.Since(t0).Milliseconds())
+	if firstErr != nil {
+		return flow.FullErrorf("channel %s: Kafka did not acknowledge a put of %d events within %v: %v",
+			c.env.Name, len(t.puts), c.producer.DeliveryTimeout, firstErr)
+	}
+	return nil
+}
+
+func (t *tx) Rollback() error {
+	if t.ended {
+		return nil
+	}
+	t.ended = true
+	c := t.c
+	clear(t.puts)
+	t.puts = nil
+	if len(t.takes) == 0 {
+		return nil
+	}
+	c.rollbacks.Add(1)
+	c.mu.Lock()
+	back := make([]*rec, 0, len(t.takes)+len(c.buf))
+	for _, x := range t.takes {
+		x.taken = false
+		x.ps.taken--
+		if !x.ps.revoked {
+			back = append(back, x)
+		}
+	}
+	c.buf = append(back, c.buf...)
+	if len(back) > 0 {
+		c.wake()
+	}
+	c.mu.Unlock()
+	t.takes = nil
+	return nil
+}
