@@ -5,18 +5,21 @@ import (
 	"strings"
 
 	filechannel "github.com/sluicehq/sluice/internal/channel/file"
+	kafkachannel "github.com/sluicehq/sluice/internal/channel/kafka"
 	"github.com/sluicehq/sluice/internal/channel/memory"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/interceptor"
 	avrosink "github.com/sluicehq/sluice/internal/sink/avro"
 	essink "github.com/sluicehq/sluice/internal/sink/elasticsearch"
 	"github.com/sluicehq/sluice/internal/sink/fileroll"
+	kafkasink "github.com/sluicehq/sluice/internal/sink/kafka"
 	loggersink "github.com/sluicehq/sluice/internal/sink/logger"
 	nullsink "github.com/sluicehq/sluice/internal/sink/null"
 	tcpsink "github.com/sluicehq/sluice/internal/sink/tcp"
 	avrosource "github.com/sluicehq/sluice/internal/source/avro"
 	"github.com/sluicehq/sluice/internal/source/exec"
 	httpsource "github.com/sluicehq/sluice/internal/source/http"
+	kafkasource "github.com/sluicehq/sluice/internal/source/kafka"
 	"github.com/sluicehq/sluice/internal/source/netcat"
 	"github.com/sluicehq/sluice/internal/source/seq"
 	"github.com/sluicehq/sluice/internal/source/spooldir"
@@ -37,6 +40,7 @@ var sourceTypes = map[string]flow.SourceFactory{
 	"http":      httpsource.New,
 	"exec":      exec.New,
 	"avro":      avrosource.New,
+	"kafka":     kafkasource.New,
 
 	"syslogtcp":           syslogsource.NewTCP,
 	"syslogudp":           syslogsource.NewUDP,
@@ -46,6 +50,7 @@ var sourceTypes = map[string]flow.SourceFactory{
 var channelTypes = map[string]flow.ChannelFactory{
 	"memory": memory.New,
 	"file":   filechannel.New,
+	"kafka":  kafkachannel.New,
 }
 
 var sinkTypes = map[string]flow.SinkFactory{
@@ -55,6 +60,7 @@ var sinkTypes = map[string]flow.SinkFactory{
 	"tcp":           tcpsink.New,
 	"avro":          avrosink.New,
 	"elasticsearch": essink.New,
+	"kafka":         kafkasink.New,
 }
 
 // classNames maps Flume's Java class names (lower-cased) to sluice type
@@ -102,10 +108,10 @@ var classNames = map[string]string{
 // flumeOnly are Flume types sluice does not provide (yet), so a Flume
 // config that uses one gets a clear message rather than "unknown type".
 var flumeOnly = map[string]bool{
-	"source:thrift": true, "source:jms": true, "source:kafka": true,
-	"channel:jdbc": true, "channel:spillablememory": true, "channel:kafka": true,
+	"source:thrift": true, "source:jms": true,
+	"channel:jdbc": true, "channel:spillablememory": true,
 	"sink:thrift": true, "sink:hdfs": true, "sink:irc": true,
-	"sink:hbase": true, "sink:asynchbase": true, "sink:hbase2": true, "sink:hive": true, "sink:http": true, "sink:kafka": true,
+	"sink:hbase": true, "sink:asynchbase": true, "sink:hbase2": true, "sink:hive": true, "sink:http": true,
 }
 
 // canonicalType maps what a user wrote as a component's type to sluice's
