@@ -5,6 +5,7 @@ package kafkatest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -39,6 +40,12 @@ func New(tb testing.TB, brokers int, partitions int32, topics ...string) *Cluste
 func NewSASL(tb testing.TB, mechanism, user, pass string, topics ...string) *Cluster {
 	tb.Helper()
 	return newCluster(tb, 1, 1, topics, []kfake.Opt{kfake.EnableSASL(), kfake.Superuser(mechanism, user, pass)})
+}
+
+// NewTLS starts a one-broker cluster that speaks TLS with cfg.
+func NewTLS(tb testing.TB, cfg *tls.Config, topics ...string) *Cluster {
+	tb.Helper()
+	return newCluster(tb, 1, 1, topics, []kfake.Opt{kfake.TLS(cfg)})
 }
 
 func newCluster(tb testing.TB, brokers int, partitions int32, topics []string, extra []kfake.Opt) *Cluster {

@@ -2,10 +2,20 @@ package kafkasink
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
+	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -488,7 +498,6 @@ func TestSinkBrokerOutage(t *testing.T) {
 	before := counter(f.reg, "EventDrainSuccessCount")
 	kc.Up(t)
 	upAt := time.Now()
-	quiet.Info("BROKER UP")
 	if !sourcetest.Eventually(func() bool { return counter(f.reg, "EventDrainSuccessCount") > before }, 10*time.Second) {
 		t.Fatal("delivery did not resume after the broker came back")
 	}
@@ -521,5 +530,48 @@ func waitSent(t *testing.T, f *flowTest, n int64) {
 	t.Helper()
 	if !sourcetest.Eventually(func() bool { return f.sent.Load() >= n }, 30*time.Second) {
 		t.Fatalf("only %d events sent, waiting for %d", f.sent.Load(), n)
+	}
+}
+
+// TLS: the sink trusts the broker through a PEM truststore, and checks the
+// host name unless ssl.endpoint.identification.algorithm is empty.
+func TestSinkTLS(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kafka-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kc := kafkatest.NewTLS(t, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, "secure")
+	for _, hostCheck := range []string{"https", ""} {
+		t.Run("algorithm="+hostCheck, func(t *testing.T) {
+			pl := sourcetest.NewPipeline(t, 100, 100, 100*time.Millisecond)
+			s, reg := newSink(t, kc, pl, map[string]string{
+				"kafka.topic":                                          "secure",
+				"kafka.producer.security.protocol":                     "SSL",
+				"kafka.producer.ssl.truststore.location":               ca,
+				"kafka.producer.ssl.truststore.type":                   "PEM",
+				"kafka.producer.ssl.endpoint.identification.algorithm": hostCheck,
+			})
+			if err := pl.Processor.Process(context.Background(), []event.Event{{Body: []byte("tls")}}); err != nil {
+				t.Fatal(err)
+			}
+			drain(t, s, pl)
+			if n := counter(reg, "EventDrainSuccessCount"); n != 1 {
+				t.Fatalf("EventDrainSuccessCount = %d", n)
+			}
+		})
 	}
 }
