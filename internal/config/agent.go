@@ -250,12 +250,13 @@ func (l *loader) load(entries []Entry) *Agent {
 		l.errorf(0, l.name, "%s", msg)
 		return a
 	}
-	for _, part := range []string{partSources, partChannels, partSinks} {
+	missing := func(part string) {
 		if _, ok := l.lists[part]; !ok {
 			l.errorf(0, l.prefix+part, "the agent has no %s; list them, as in %s%s = %s1",
 				part, l.prefix, part, map[string]string{partSources: "r", partChannels: "c", partSinks: "k"}[part])
 		}
 	}
+	missing(partChannels)
 
 	l.channelSet = map[string]bool{}
 	l.usedChan = map[string]bool{}
@@ -266,6 +267,13 @@ func (l *loader) load(entries []Entry) *Agent {
 		if c := l.component(KindChannel, partChannels, n); c != nil {
 			a.Channels = append(a.Channels, c)
 		}
+	}
+	// Events may enter or leave through a Kafka channel shared with other
+	// agents, so with Kafka channels only an agent may lack sources or sinks
+	// (Flume documents both set-ups); any other agent needs both.
+	if !kafkaChannelsOnly(a.Channels) {
+		missing(partSources)
+		missing(partSinks)
 	}
 	for _, n := range l.listed(partSources) {
 		if c := l.component(KindSource, partSources, n); c != nil {
@@ -632,4 +640,16 @@ func javaFields(s string) []string {
 		}
 		return false
 	})
+}
+
+// kafkaChannelsOnly reports whether the agent has channels and every one is
+// Flume's Kafka channel (by alias or class name).
+func kafkaChannelsOnly(chans []*Component) bool {
+	for _, c := range chans {
+		t := strings.ToLower(c.Type)
+		if t != "kafka" && t != "org.apache.flume.channel.kafka.kafkachannel" {
+			return false
+		}
+	}
+	return len(chans) > 0
 }
