@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine too: installs the real peers some
+# tests talk to (when missing), then runs every test with the race detector.
+# Extra arguments go to `go test` (e.g. scripts/test.sh -run Syslog).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOFLAGS=${GOFLAGS:--buildvcs=false}
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_updated=
+apt_install() {
+  [ -n "$apt_updated" ] || { as_root apt-get update -qq; apt_updated=1; }
+  as_root apt-get install -y -qq "$@"
+}
+
+# VictoriaLogs serves a real Elasticsearch _bulk API for the elasticsearch
+# sink's tests, which find it in $(go env GOPATH)/bin.
+if [ ! -x "$(go env GOPATH)/bin/victoria-logs" ]; then
+  echo "== installing victoria-logs (test peer of the elasticsearch sink)"
+  go install github.com/VictoriaMetrics/VictoriaLogs/app/victoria-logs@v1.52.1
+fi
+# logrotate rotates the files the taildir source's tests tail.
+if ! command -v logrotate >/dev/null && [ ! -x /usr/sbin/logrotate ]; then
+  echo "== installing logrotate (test peer of the taildir source)"
+  apt_install logrotate
+fi
+# util-linux's logger sends RFC 3164/5424 to the syslog sources' tests
+# (bsdutils is Essential in Debian; installed in case the image trimmed it).
+if ! command -v logger >/dev/null; then
+  echo "== installing bsdutils (logger, test peer of the syslog sources)"
+  apt_install bsdutils
+fi
+
+go test -race -shuffle=on -timeout 20m "$@" ./...
