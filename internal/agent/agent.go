@@ -129,7 +129,6 @@ func (a *Agent) Start(ctx context.Context) error {
 			return fmt.Errorf("monitoring endpoint: %w", err)
 		}
 		a.http = srv
-		a.log.Info("serving metrics", "addr", srv.Addr())
 	}
 	a.state = "starting"
 	if err := a.startGraph(ctx, a.g, nil); err != nil {
