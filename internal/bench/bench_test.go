@@ -9,10 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -472,4 +475,27 @@ func FuzzFindPayload(f *testing.F) {
 			t.Fatalf("findPayload(%q) = %d %d %v", in, s, ts, err)
 		}
 	})
+}
+
+// TestRefusedForeverEndsTheRun checks that a source that refuses every
+// call (a full channel whose sink never delivers) ends the run with an
+// error, after retries, instead of hanging.
+func TestRefusedForeverEndsTheRun(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		http.Error(w, "channel full", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	res, err := Run(context.Background(), Options{
+		Load:    Load{Transport: SendHTTP, Addr: strings.TrimPrefix(srv.URL, "http://"), Count: 10, Size: 50},
+		Receive: Receive{Kind: ReceiveNone},
+		Drain:   300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "refused a batch") || res.Retries < 2 || calls.Load() < 3 {
+		t.Fatalf("err %v, retries %d, calls %d", res.Err, res.Retries, calls.Load())
+	}
 }

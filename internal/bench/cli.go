@@ -36,7 +36,8 @@ receiver:
                   file_roll directory), kafka (a topic) or none     (default tcp)
   --listen ADDR   where tcp and avro listen (default 127.0.0.1:${bench.out.port}, a free port)
   --dir DIR       the directory dir reads
-  --kafka-brokers LIST  --kafka-topic T   the cluster and topic kafka consumes
+  --kafka-brokers LIST  --kafka-topic T   the cluster and topic kafka consumes; the brokers
+                  "kfake" start an in-process fake Kafka (franz-go's kfake) for the run
   --drain D       how long to wait for stragglers after the last send (default 10s)
 agent in this process:
   -f FILE -n NAME  start the agent NAME of FILE first; the file may read

@@ -87,6 +87,7 @@ type Receiver struct {
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup
+	onClose   func() // after the goroutines end (an in-process Kafka)
 }
 
 // NewReceiver returns a receiver that records what Record is given.
@@ -211,6 +212,10 @@ func (r *Receiver) Close() error {
 		r.mu.Unlock()
 	})
 	r.wg.Wait()
+	if r.onClose != nil {
+		r.onClose()
+		r.onClose = nil
+	}
 	return err
 }
 

@@ -173,6 +173,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	gen.refuseLimit = opt.Drain
 	res.Load = gen.Load()
 
 	progressDone := make(chan struct{})
@@ -256,6 +257,20 @@ func openReceiver(ctx context.Context, rc *Receive, tmp string, sys map[string]s
 	case ReceiveKafka:
 		if rc.Topic == "" {
 			rc.Topic = "sluice-bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		}
+		if rc.Brokers == InProcessKafka {
+			addrs, stop, err := startFakeKafka(rc.Topic)
+			if err != nil {
+				return nil, err
+			}
+			rc.Brokers = addrs
+			defer func() {
+				if r != nil {
+					r.onClose = stop
+				} else {
+					stop()
+				}
+			}()
 		}
 		sys["bench.kafka.brokers"], sys["bench.kafka.topic"] = rc.Brokers, rc.Topic
 		r, err = ConsumeKafka(ctx, rc.Brokers, rc.Topic)

@@ -98,6 +98,9 @@ type Generator struct {
 	sent  atomic.Int64 // events written (lines) or acknowledged (avro, http)
 	retry atomic.Int64 // calls answered FAILED or 503 and sent again
 	lag   atomic.Int64 // the most a paced event went out after it was due, ns
+	// refuseLimit ends the run when the source refuses one batch this long
+	// (a sink that never delivers keeps the channel full); 0: never.
+	refuseLimit time.Duration
 
 	mu     sync.Mutex
 	unsent []seqRange
@@ -249,6 +252,9 @@ func (g *Generator) sendBatch(ctx context.Context, cl client, first uint64, n in
 		ok, err := cl.send(ctx, first, n, now)
 		if err != nil || ok {
 			return err
+		}
+		if g.refuseLimit > 0 && time.Since(now) > g.refuseLimit {
+			return fmt.Errorf("bench: the source has refused a batch for %v (its channel stays full: is the sink delivering?)", time.Since(now).Round(time.Second))
 		}
 		g.retry.Add(1)
 		t := time.NewTimer(pause)
