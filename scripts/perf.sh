@@ -8,7 +8,7 @@
 #
 # Environment:
 #   PERF_OUT=DIR          where the JSON reports and SVG charts go (default /tmp/sluice-perf)
-#   KAFKA_BROKERS=H:P     a Kafka cluster for the avro-kafka preset (skipped when unset)
+#   KAFKA_BROKERS=H:P     a Kafka cluster for the avro-kafka preset (default: kfake, in process)
 #   PERF_PACKAGES="..."   only these packages' perf tests (default: every package that has one)
 # Run it on a quiet machine; note the machine and its load beside the figures.
 set -uo pipefail
@@ -37,11 +37,8 @@ preset() {
 if $quick; then preset latency-200-short; else preset latency-200; fi
 preset latency-200-avro-short
 preset memory-vs-file
-if [ -n "${KAFKA_BROKERS:-}" ]; then
-  preset avro-kafka --kafka-brokers "$KAFKA_BROKERS"
-else
-  echo; echo "== sluice bench avro-kafka: skipped (set KAFKA_BROKERS=host:port)"
-fi
+# A real cluster when given, else the in-process fake broker.
+preset avro-kafka --kafka-brokers "${KAFKA_BROKERS:-kfake}"
 
 # Every package with opt-in performance tests, found by their switch, so a
 # new one is run without editing this script.
