@@ -197,6 +197,18 @@ func (s *channelSuite) checkLen(t *testing.T, ch flow.Channel, want int) {
 
 const quick = 50 * time.Millisecond
 
+// expectWait bounds a take that expects committed events, so a channel that
+// never delivers them fails the test with a message instead of hanging it.
+const expectWait = 30 * time.Second
+
+// expectCtx is a context for a take that expects events: it ends after
+// expectWait (or with the test).
+func expectCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), expectWait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func (s *channelSuite) testFIFO(t *testing.T) {
 	ch := s.start(t, 100, 10)
 	before := event.Now()
@@ -236,11 +248,11 @@ func (s *channelSuite) testRollbackTakes(t *testing.T) {
 	ch := s.start(t, 100, 10)
 	mustPut(t, ch, Events("r", 10))
 	tx := ch.Begin()
-	got, err := tx.Take(context.Background(), nil, 4)
+	got, err := tx.Take(expectCtx(t), nil, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err = tx.Take(context.Background(), got, 3)
+	got, err = tx.Take(expectCtx(t), got, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,14 +334,14 @@ func (s *channelSuite) testTxCapacity(t *testing.T) {
 	mustPut(t, ch, Events("a", 5))
 	mustPut(t, ch, Events("b", 5))
 	tx = ch.Begin()
-	got, err := tx.Take(context.Background(), nil, 10)
+	got, err := tx.Take(expectCtx(t), nil, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) > 5 {
 		t.Fatalf("one transaction took %d events with transactionCapacity 5", len(got))
 	}
-	if more, err := tx.Take(context.Background(), nil, 10); len(got)+len(more) > 5 {
+	if more, err := tx.Take(expectCtx(t), nil, 10); len(got)+len(more) > 5 {
 		t.Fatalf("one transaction took %d events with transactionCapacity 5 (err %v)", len(got)+len(more), err)
 	}
 	if err := tx.Rollback(); err != nil {
@@ -406,7 +418,7 @@ func (s *channelSuite) testLen(t *testing.T) {
 	mustPut(t, ch, Events("l", 7))
 	s.checkLen(t, ch, 7)
 	tx := ch.Begin()
-	if _, err := tx.Take(context.Background(), nil, 3); err != nil {
+	if _, err := tx.Take(expectCtx(t), nil, 3); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(); err != nil {
@@ -424,7 +436,7 @@ func (s *channelSuite) testTakeAppends(t *testing.T) {
 	mustPut(t, ch, Events("n", 2))
 	dst := Events("old", 1)
 	tx := ch.Begin()
-	got, err := tx.Take(context.Background(), dst, 10)
+	got, err := tx.Take(expectCtx(t), dst, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
