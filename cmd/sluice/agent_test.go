@@ -75,7 +75,9 @@ func TestAgentCommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var stderr syncBuffer
 	code := make(chan int, 1)
-	go func() { code <- run(ctx, []string{"agent", "-f", file, "-n", "a1", "--log-format", "json"}, nil, io.Discard, &stderr) }()
+	go func() {
+		code <- run(ctx, []string{"agent", "-f", file, "-n", "a1", "--log-format", "json"}, nil, io.Discard, &stderr)
+	}()
 	sendOne(t, port, "hello")
 	cancel()
 	select {
