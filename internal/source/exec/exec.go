@@ -18,7 +18,6 @@ import (
 	"math"
 	osexec "os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -51,9 +50,7 @@ type Source struct {
 	batchTimeout    time.Duration
 	counters        *metrics.SourceCounters
 
-	mu     sync.Mutex // guards cancel and done
-	cancel context.CancelFunc
-	done   chan struct{}
+	worker flow.Worker // the reading goroutine
 }
 
 // New builds an exec source from Flume's properties command, shell, restart
@@ -101,42 +98,28 @@ func (s *Source) BatchSize() int { return s.batchSize }
 
 // Start runs the command in a goroutine that Stop ends.
 func (s *Source) Start(_ context.Context, p flow.Processor) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
+	if s.worker.Running() {
 		return fmt.Errorf("exec %s: already started", s.env.Name)
 	}
 	if len(s.args) == 0 {
 		return fmt.Errorf("exec %s: empty command", s.env.Name)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
 	s.counters.Started()
-	go func(done chan struct{}) {
-		defer close(done)
-		s.loop(ctx, p)
-	}(s.done)
+	s.worker.Go(func(ctx context.Context) { s.loop(ctx, p) })
 	return nil
 }
 
 // Stop terminates the command's process group (SIGTERM, then SIGKILL after
 // a grace period) and waits for the source's goroutines.
 func (s *Source) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel, s.done = nil, nil
-	s.mu.Unlock()
-	if done == nil {
+	if !s.worker.Running() {
 		return nil
 	}
-	cancel()
 	defer s.counters.Stopped()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("exec %s: stop: %w", s.env.Name, ctx.Err())
+	if err := s.worker.Stop(ctx); err != nil {
+		return fmt.Errorf("exec %s: stop: %w", s.env.Name, err)
 	}
+	return nil
 }
 
 func (s *Source) loop(ctx context.Context, p flow.Processor) {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -27,9 +26,7 @@ type Source struct {
 	backoffMax  time.Duration // Flume's maxBackoffSleep
 	counters    *metrics.SourceCounters
 
-	mu     sync.Mutex // guards cancel and done
-	cancel context.CancelFunc
-	done   chan struct{}
+	worker flow.Worker // the reading goroutine
 }
 
 // New builds a seq source from its properties: batchSize (1), totalEvents
@@ -64,18 +61,11 @@ func (s *Source) BatchSize() int { return s.batchSize }
 
 // Start begins generating events in a goroutine that Stop ends.
 func (s *Source) Start(_ context.Context, p flow.Processor) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
+	if s.worker.Running() {
 		return fmt.Errorf("seq %s: already started", s.env.Name)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
 	s.counters.Started()
-	go func(done chan struct{}) {
-		defer close(done)
-		s.run(ctx, p)
-	}(s.done)
+	s.worker.Go(func(ctx context.Context) { s.run(ctx, p) })
 	return nil
 }
 
@@ -83,21 +73,14 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 // Process call is under way when Stop is called is either committed or not;
 // the next start begins again from 0, as Flume's does.
 func (s *Source) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel, s.done = nil, nil
-	s.mu.Unlock()
-	if done == nil {
+	if !s.worker.Running() {
 		return nil
 	}
-	cancel()
 	defer s.counters.Stopped()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("seq %s: stop: %w", s.env.Name, ctx.Err())
+	if err := s.worker.Stop(ctx); err != nil {
+		return fmt.Errorf("seq %s: stop: %w", s.env.Name, err)
 	}
+	return nil
 }
 
 func (s *Source) run(ctx context.Context, p flow.Processor) {

@@ -22,7 +22,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -51,9 +50,7 @@ type Source struct {
 	decodePolicy      string
 	counters          *metrics.SourceCounters
 
-	mu     sync.Mutex // guards cancel and done
-	cancel context.CancelFunc
-	done   chan struct{}
+	worker flow.Worker // the reading goroutine
 }
 
 // New builds a spooldir source from Flume's properties spoolDir, fileSuffix
@@ -130,41 +127,27 @@ func (s *Source) BatchSize() int { return s.batchSize }
 // Start checks the directories and starts reading in a goroutine that Stop
 // ends.
 func (s *Source) Start(_ context.Context, p flow.Processor) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
+	if s.worker.Running() {
 		return fmt.Errorf("spooldir %s: already started", s.env.Name)
 	}
 	r, err := newReader(s, p)
 	if err != nil {
 		return fmt.Errorf("spooldir %s: %w", s.env.Name, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
 	s.counters.Started()
-	go func(done chan struct{}) {
-		defer close(done)
-		r.run(ctx)
-	}(s.done)
+	s.worker.Go(func(ctx context.Context) { r.run(ctx) })
 	return nil
 }
 
 // Stop stops reading, waits for the batch in flight and saves the progress
 // in the current file.
 func (s *Source) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel, s.done = nil, nil
-	s.mu.Unlock()
-	if done == nil {
+	if !s.worker.Running() {
 		return nil
 	}
-	cancel()
 	defer s.counters.Stopped()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("spooldir %s: stop: %w", s.env.Name, ctx.Err())
+	if err := s.worker.Stop(ctx); err != nil {
+		return fmt.Errorf("spooldir %s: stop: %w", s.env.Name, err)
 	}
+	return nil
 }

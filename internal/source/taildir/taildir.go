@@ -40,7 +40,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -76,9 +75,7 @@ type Source struct {
 	watch            bool
 	counters         *metrics.SourceCounters
 
-	mu     sync.Mutex // guards cancel and done
-	cancel context.CancelFunc
-	done   chan struct{}
+	worker flow.Worker // the reading goroutine
 }
 
 // New builds a taildir source from Flume's properties filegroups,
@@ -205,9 +202,7 @@ func (s *Source) BatchSize() int { return s.batchSize }
 // in a goroutine that Stop ends. A file group's directory must exist, as in
 // Flume.
 func (s *Source) Start(_ context.Context, p flow.Processor) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
+	if s.worker.Running() {
 		return fmt.Errorf("taildir %s: already started", s.env.Name)
 	}
 	for _, g := range s.groups {
@@ -234,32 +229,20 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 		t.close()
 		return fmt.Errorf("taildir %s: %w", s.env.Name, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
 	s.counters.Started()
-	go func(done chan struct{}) {
-		defer close(done)
-		t.run(ctx)
-	}(s.done)
+	s.worker.Go(func(ctx context.Context) { t.run(ctx) })
 	return nil
 }
 
 // Stop stops reading, waits for the batch in flight, writes the position
 // file and closes the files.
 func (s *Source) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel, s.done = nil, nil
-	s.mu.Unlock()
-	if done == nil {
+	if !s.worker.Running() {
 		return nil
 	}
-	cancel()
 	defer s.counters.Stopped()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("taildir %s: stop: %w", s.env.Name, ctx.Err())
+	if err := s.worker.Stop(ctx); err != nil {
+		return fmt.Errorf("taildir %s: stop: %w", s.env.Name, err)
 	}
+	return nil
 }
