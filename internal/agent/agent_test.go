@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,7 @@ a1.sources.r1.channels = c1
 a1.channels.c1.type = memory
 a1.channels.c1.capacity = %d
 a1.channels.c1.transactionCapacity = 100
+a1.channels.c1.keep-alive = 1
 a1.sinks.k1.type = tcp
 a1.sinks.k1.hostname = 127.0.0.1
 a1.sinks.k1.port = %d
@@ -206,8 +208,13 @@ func TestBackpressureLosesNothing(t *testing.T) {
 		defer close(sent)
 		sendLines(t, fmt.Sprintf("127.0.0.1:%d", ncPort), 0, n)
 	}()
-	// The channel fills to capacity and stays there: the source is pushed back.
-	waitFor(t, func() bool { return flumeMetrics(t, base)["CHANNEL.c1"]["ChannelSize"] == "200" })
+	// The channel fills until a batch no longer fits (commits are all or
+	// nothing, so it may stop short of 200) and the source is refused: pushed back.
+	waitFor(t, func() bool {
+		m := flumeMetrics(t, base)
+		size, _ := strconv.Atoi(m["CHANNEL.c1"]["ChannelSize"])
+		return size > 100 && m["SOURCE.r1"]["ChannelWriteFail"] != "0"
+	})
 	select {
 	case <-sent:
 		t.Fatal("every line was acknowledged although the channel is full and the sink down")

@@ -55,7 +55,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -183,20 +182,9 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	} else if p.Has("backupCheckpointDir") {
 		p.String("backupCheckpointDir", "")
 	}
-	c.capacity = p.Int("capacity", DefaultCapacity)
-	if c.capacity < 1 {
-		p.Errorf("capacity", "%d is not a positive number of events; the default is %d", c.capacity, DefaultCapacity)
-		c.capacity = DefaultCapacity
-	}
-	c.txCap = p.Int("transactionCapacity", DefaultTransactionCapacity)
-	switch {
-	case c.txCap < 1:
-		p.Errorf("transactionCapacity", "%d is not a positive number of events; the default is %d", c.txCap, DefaultTransactionCapacity)
-		c.txCap = min(DefaultTransactionCapacity, c.capacity)
-	case c.txCap > c.capacity:
-		p.Errorf("transactionCapacity", "%d is larger than capacity %d; a transaction must fit in the channel: raise capacity or lower transactionCapacity", c.txCap, c.capacity)
-		c.txCap = c.capacity
-	}
+	lim := flow.ReadChannelLimits(p, flow.ChannelLimits{
+		Capacity: DefaultCapacity, TransactionCapacity: DefaultTransactionCapacity, KeepAlive: DefaultKeepAlive})
+	c.capacity, c.txCap, c.keepAlive = lim.Capacity, lim.TransactionCapacity, lim.KeepAlive
 	ms := p.Int64("checkpointInterval", DefaultCheckpointInterval.Milliseconds())
 	if ms < 100 {
 		p.Errorf("checkpointInterval", "%d ms is too short; use at least 100 (the default is %d)", ms, DefaultCheckpointInterval.Milliseconds())
@@ -213,12 +201,6 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 		p.Errorf("minimumRequiredSpace", "%d is negative; give a number of bytes", c.minFree)
 		c.minFree = DefaultMinimumRequiredSpace
 	}
-	ka := p.Float("keep-alive", DefaultKeepAlive.Seconds())
-	if ka < 0 || ka > 24*3600 || math.IsNaN(ka) {
-		p.Errorf("keep-alive", "%v is not a number of seconds from 0 to 86400", ka)
-		ka = DefaultKeepAlive.Seconds()
-	}
-	c.keepAlive = time.Duration(ka * float64(time.Second))
 	c.ckOnClose = p.Bool("checkpointOnClose", true)
 	c.cacheBudget = p.Int64("cacheBytes", DefaultCacheBytes)
 	if c.cacheBudget < 0 {

@@ -84,26 +84,9 @@ var (
 // New builds a memory channel from its properties.
 func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	c := &Channel{name: env.Name}
-	c.capacity = p.Int("capacity", DefaultCapacity)
-	if c.capacity < 1 {
-		p.Errorf("capacity", "%d is not a positive number of events; the default is %d", c.capacity, DefaultCapacity)
-		c.capacity = DefaultCapacity
-	}
-	c.txCap = p.Int("transactionCapacity", DefaultTransactionCapacity)
-	switch {
-	case c.txCap < 1:
-		p.Errorf("transactionCapacity", "%d is not a positive number of events; the default is %d", c.txCap, DefaultTransactionCapacity)
-		c.txCap = min(DefaultTransactionCapacity, c.capacity)
-	case c.txCap > c.capacity:
-		p.Errorf("transactionCapacity", "%d is larger than capacity %d; a transaction must fit in the channel: raise capacity or lower transactionCapacity", c.txCap, c.capacity)
-		c.txCap = c.capacity
-	}
-	ka := p.Float("keep-alive", DefaultKeepAlive.Seconds())
-	if ka < 0 || ka > 24*3600 || math.IsNaN(ka) {
-		p.Errorf("keep-alive", "%v is not a number of seconds from 0 to 86400", ka)
-		ka = DefaultKeepAlive.Seconds()
-	}
-	c.keepAlive = time.Duration(ka * float64(time.Second))
+	lim := flow.ReadChannelLimits(p, flow.ChannelLimits{
+		Capacity: DefaultCapacity, TransactionCapacity: DefaultTransactionCapacity, KeepAlive: DefaultKeepAlive})
+	c.capacity, c.txCap, c.keepAlive = lim.Capacity, lim.TransactionCapacity, lim.KeepAlive
 	byteCap := p.Int64("byteCapacity", DefaultByteCapacity())
 	pct := p.Int("byteCapacityBufferPercentage", DefaultBufferPercentage)
 	if pct < 0 || pct > 99 {
