@@ -126,6 +126,8 @@ func TestPerfLatency200(t *testing.T) {
 	}
 	_ = viaAgent.Close()
 	_ = direct.Close()
+	logSlow(t, "floor", floorRecv)
+	logSlow(t, "agent", recv)
 	floor, got := floorRecv.Report(count), recv.Report(count)
 	t.Logf("direct (floor):          %v", floor)
 	t.Logf("netcat->memory->tcp:     %v", got)
