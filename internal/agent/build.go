@@ -263,7 +263,7 @@ func (b *builder) buildRunners(g *graph) {
 		if len(members) != len(grp.Sinks) {
 			continue // a member failed to build; its problem is reported
 		}
-		proc, err := flow.NewSinkProcessor(grp.Processor, grp.Sinks, members)
+		proc, err := flow.NewSinkProcessor(grp.Processor, grp.Sinks, members, b.log)
 		grp.Processor.Unused()
 		if err != nil {
 			b.probs.Add(b.cfg.File, grp.Line, b.cfg.Name+".sinkgroups."+grp.Name, "cannot build sink group: %v", err)

@@ -53,7 +53,9 @@ const failurePenalty = time.Second
 //     at the next sink in selector order; an error moves on to the next sink
 //     in the same call; Backoff is returned as is; if all fail, the errors
 //     are returned together.
-func NewSinkProcessor(p *config.Props, sinks []string, byName map[string]Sink) (Sink, error) {
+//
+// log receives the group's warnings (nil: slog.Default()).
+func NewSinkProcessor(p *config.Props, sinks []string, byName map[string]Sink, log *slog.Logger) (Sink, error) {
 	if p == nil {
 		p = config.FromMap("processor.", nil)
 	}
@@ -68,7 +70,10 @@ func NewSinkProcessor(p *config.Props, sinks []string, byName map[string]Sink) (
 	if len(members) == 0 {
 		return nil, fmt.Errorf("sink group has no sinks")
 	}
-	log := slog.Default().With("sinkgroup", groupName(p))
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("sinkgroup", groupName(p))
 	typ := strings.TrimSpace(p.String("type", ProcessorDefault))
 	canon, ok := processorAliases[strings.ToLower(typ)]
 	if !ok {

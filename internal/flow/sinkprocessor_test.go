@@ -41,7 +41,7 @@ func group(t *testing.T, props map[string]string, names ...string) (flow.Sink, m
 		sinks[n], byName[n] = s, s
 	}
 	p := config.FromMap("a1.sinkgroups.g1.processor.", props)
-	proc, err := flow.NewSinkProcessor(p, names, byName)
+	proc, err := flow.NewSinkProcessor(p, names, byName, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestSinkProcessorConfig(t *testing.T) {
 				byName[n] = &scripted{name: n, log: calls}
 			}
 			p := config.FromMap("a1.sinkgroups.g1.processor.", tc.props)
-			if _, err := flow.NewSinkProcessor(p, tc.sinks, byName); err != nil {
+			if _, err := flow.NewSinkProcessor(p, tc.sinks, byName, nil); err != nil {
 				t.Fatal(err)
 			}
 			p.Unused()
@@ -242,7 +242,7 @@ func TestSinkProcessorConfig(t *testing.T) {
 			}
 		})
 	}
-	if _, err := flow.NewSinkProcessor(nil, []string{"k1"}, map[string]flow.Sink{}); err == nil {
+	if _, err := flow.NewSinkProcessor(nil, []string{"k1"}, map[string]flow.Sink{}, nil); err == nil {
 		t.Fatal("an undefined member sink was accepted")
 	}
 }
