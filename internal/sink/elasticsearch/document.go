@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/internal/event"
 )
@@ -117,35 +118,10 @@ func trimSpace(b []byte) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendJSONString appends s as a JSON string.
+// appendJSONString appends s as a JSON string. It reads s through a byte
+// view of its memory (no copy) and never writes to it.
 func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			dst = append(dst, s[start:i]...)
-			dst = appendEscape(dst, c)
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return appendJSONBytes(dst, unsafe.Slice(unsafe.StringData(s), len(s)))
 }
 
 // appendJSONBytes is appendJSONString for a byte slice, without copying it
