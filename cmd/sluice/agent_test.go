@@ -15,17 +15,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+	"github.com/sluicehq/sluice/internal/testutil"
+)
 
 func netcatToNull(port int) string {
 	return fmt.Sprintf(`a1.sources = r1
@@ -67,7 +59,7 @@ func sendOne(t *testing.T, port int, line string) {
 // TestAgentCommand runs `sluice agent` in process until its context ends,
 // as SIGTERM ends it, and expects exit code 0.
 func TestAgentCommand(t *testing.T) {
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	file := filepath.Join(t.TempDir(), "a.properties")
 	if err := os.WriteFile(file, []byte(netcatToNull(port)), 0o644); err != nil {
 		t.Fatal(err)
@@ -124,7 +116,7 @@ func TestBinarySignals(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	p1, p2 := freePort(t), freePort(t)
+	p1, p2 := testutil.FreePort(t), testutil.FreePort(t)
 	file := filepath.Join(t.TempDir(), "a.properties")
 	if err := os.WriteFile(file, []byte(netcatToNull(p1)), 0o644); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/bench"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -27,16 +28,6 @@ func writeConf(t *testing.T, file, conf string) {
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func startAgent(t *testing.T, opts agent.Options) *agent.Agent {
@@ -127,7 +118,7 @@ func sendLines(t *testing.T, addr string, first, n int) {
 // TestFlumeUserGuideExample runs the first example of Flume's user guide,
 // unchanged but for the port, and checks the netcat reply and the counters.
 func TestFlumeUserGuideExample(t *testing.T) {
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	conf, err := os.ReadFile("testdata/good/flume-user-guide.properties")
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +187,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // is down: netcat stops reading (the sender blocks), and once the
 // downstream appears every line sent arrives exactly once.
 func TestBackpressureLosesNothing(t *testing.T) {
-	ncPort, sinkPort := freePort(t), freePort(t)
+	ncPort, sinkPort := testutil.FreePort(t), testutil.FreePort(t)
 	file := filepath.Join(t.TempDir(), "a.properties")
 	writeConf(t, file, netcatPipeline(ncPort, sinkPort, 200))
 	a := startAgent(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0"})
@@ -245,7 +236,7 @@ func TestBackpressureLosesNothing(t *testing.T) {
 // the source keep running, and the events the channel held are delivered by
 // the new sink.
 func TestReloadKeepsChannelEvents(t *testing.T) {
-	ncPort, deadPort := freePort(t), freePort(t)
+	ncPort, deadPort := testutil.FreePort(t), testutil.FreePort(t)
 	file := filepath.Join(t.TempDir(), "a.properties")
 	writeConf(t, file, netcatPipeline(ncPort, deadPort, 1000))
 	a := startAgent(t, agent.Options{File: file})
@@ -287,7 +278,7 @@ func TestReloadKeepsChannelEvents(t *testing.T) {
 
 // TestReloadRefusesBadConfig keeps the running graph when the new file has problems.
 func TestReloadRefusesBadConfig(t *testing.T) {
-	ncPort := freePort(t)
+	ncPort := testutil.FreePort(t)
 	file := filepath.Join(t.TempDir(), "a.properties")
 	recv, err := bench.Listen("127.0.0.1:0")
 	if err != nil {
@@ -315,7 +306,7 @@ func TestReloadRefusesBadConfig(t *testing.T) {
 // TestStopDrainsChannel: events committed before a stop are delivered by
 // the sinks before the agent exits.
 func TestStopDrainsChannel(t *testing.T) {
-	ncPort := freePort(t)
+	ncPort := testutil.FreePort(t)
 	recv, err := bench.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

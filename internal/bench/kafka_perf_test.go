@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // The Kafka measurements (opt-in, like the others):
@@ -46,15 +47,15 @@ func stage(reg *metrics.Registry, st metrics.Stage) metrics.StageLatency {
 // 10 and reports the latency from the sender to the consumer, and the
 // sink's own stage (take to Kafka's acknowledgement).
 func TestPerfKafkaLatency200(t *testing.T) {
-	perfEnabled(t)
-	seconds := envInt("SLUICE_PERF_SECONDS", 20)
+	testutil.RequirePerf(t)
+	seconds := testutil.EnvInt("SLUICE_PERF_SECONDS", 20)
 	const rate, size = 200, 1024
 	count := rate * seconds
 	for _, linger := range []int{0, 10} {
 		t.Run(fmt.Sprintf("linger.ms=%d", linger), func(t *testing.T) {
 			topic := fmt.Sprintf("lat%d", linger)
 			brokers := kafkaCluster(t, topic)
-			ncPort := freePort(t)
+			ncPort := testutil.FreePort(t)
 			a := startAgent(t, pipelineConfig(ncPort, kafkaSinkConfig(brokers, topic,
 				fmt.Sprintf("a1.sinks.k1.kafka.producer.linger.ms = %d\n", linger))))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds+60)*time.Second)
@@ -91,14 +92,14 @@ func TestPerfKafkaLatency200(t *testing.T) {
 // Kafka sink and reports events/s from the first send to the last record
 // read back, for flumeBatchSize 100 (Flume's default) and 1000.
 func TestPerfKafkaThroughput(t *testing.T) {
-	perfEnabled(t)
-	total := envInt("SLUICE_PERF_EVENTS", 200_000)
+	testutil.RequirePerf(t)
+	total := testutil.EnvInt("SLUICE_PERF_EVENTS", 200_000)
 	const size = 1024
 	for _, batch := range []int{100, 1000} {
 		t.Run(fmt.Sprintf("flumeBatchSize=%d", batch), func(t *testing.T) {
 			topic := fmt.Sprintf("tp%d", batch)
 			brokers := kafkaCluster(t, topic)
-			ncPort := freePort(t)
+			ncPort := testutil.FreePort(t)
 			startAgent(t, pipelineConfig(ncPort, kafkaSinkConfig(brokers, topic,
 				fmt.Sprintf("a1.sinks.k1.flumeBatchSize = %d\n", batch))))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

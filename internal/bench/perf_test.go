@@ -13,33 +13,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/agent"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // The performance runs are opt-in (they take tens of seconds and want a
 // quiet machine): SLUICE_PERF=1 go test -run Perf -v ./internal/bench/
-
-func perfEnabled(t *testing.T) {
-	if os.Getenv("SLUICE_PERF") == "" {
-		t.Skip("set SLUICE_PERF=1 to run performance measurements")
-	}
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // pipelineConfig is the one config both measurements use: netcat in,
 // memory channel, and the sink given (no retuning between them).
@@ -81,8 +59,8 @@ func startAgent(t *testing.T, conf string) *agent.Agent {
 // -> tcp and, beside it in the same run, straight from a sender to a
 // receiver (the floor the machine allows), and reports both.
 func TestPerfLatency200(t *testing.T) {
-	perfEnabled(t)
-	seconds := envInt("SLUICE_PERF_SECONDS", 20)
+	testutil.RequirePerf(t)
+	seconds := testutil.EnvInt("SLUICE_PERF_SECONDS", 20)
 	const rate, size = 200, 1024
 	count := rate * seconds
 
@@ -97,7 +75,7 @@ func TestPerfLatency200(t *testing.T) {
 	}
 	defer recv.Close()
 	host, port, _ := net.SplitHostPort(recv.Addr())
-	ncPort := freePort(t)
+	ncPort := testutil.FreePort(t)
 	startAgent(t, pipelineConfig(ncPort, fmt.Sprintf("a1.sinks.k1.type = tcp\na1.sinks.k1.hostname = %s\na1.sinks.k1.port = %s\n", host, port)))
 
 	viaAgent, err := Dial(fmt.Sprintf("127.0.0.1:%d", ncPort))
@@ -141,11 +119,11 @@ func TestPerfLatency200(t *testing.T) {
 // netcat -> memory -> file_roll and reports lines/s and CPU per line (the
 // process's CPU, senders included, so the figure is an upper bound).
 func TestPerfNetcatToFileRoll(t *testing.T) {
-	perfEnabled(t)
+	testutil.RequirePerf(t)
 	const conns, size = 4, 256
-	perConn := envInt("SLUICE_PERF_LINES", 2_000_000) / conns
+	perConn := testutil.EnvInt("SLUICE_PERF_LINES", 2_000_000) / conns
 	dir := t.TempDir()
-	ncPort := freePort(t)
+	ncPort := testutil.FreePort(t)
 	startAgent(t, pipelineConfig(ncPort, fmt.Sprintf("a1.sinks.k1.type = file_roll\na1.sinks.k1.sink.directory = %s\na1.sinks.k1.sink.rollInterval = 0\n", dir)))
 
 	total := conns * perConn
@@ -209,8 +187,8 @@ func dirBytes(t *testing.T, dir string) int64 {
 // events/s: the agent's own overhead with no I/O (Flume's memory channel:
 // ~123k events/s in the articles).
 func TestPerfSeqToNull(t *testing.T) {
-	perfEnabled(t)
-	total := envInt("SLUICE_PERF_EVENTS", 10_000_000)
+	testutil.RequirePerf(t)
+	total := testutil.EnvInt("SLUICE_PERF_EVENTS", 10_000_000)
 	conf := fmt.Sprintf(`a1.sources = r1
 a1.channels = c1
 a1.sinks = k1

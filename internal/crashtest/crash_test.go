@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bench"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // plan is one run of the crash test.
@@ -73,7 +74,7 @@ func runCrash(t *testing.T, p plan) {
 		t.Fatal(err)
 	}
 	defer rcv.close()
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	conf := filepath.Join(base, "agent.properties")
 	if err := os.WriteFile(conf, []byte(agentConfig(base, port, rcv.port(), p.sinkBatch)), 0o644); err != nil {
 		t.Fatal(err)
@@ -217,16 +218,6 @@ a1.sinks.k1.port = %d
 a1.sinks.k1.batchSize = %d
 a1.sinks.k1.channel = c1
 `, port, filepath.Join(base, "ck"), filepath.Join(base, "data1"), filepath.Join(base, "data2"), sinkPort, sinkBatch)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func waitAccepting(addr string, limit time.Duration) error {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -14,25 +12,13 @@ import (
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/bench"
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // Opt-in measurements of the Avro hop (they take tens of seconds and want a
 // quiet machine); docs/PERFORMANCE.md records them:
 //
 //	SLUICE_PERF=1 go test -run PerfAvro -v -count=1 ./internal/topology/
-
-func perfEnabled(t *testing.T) {
-	if os.Getenv("SLUICE_PERF") == "" {
-		t.Skip("set SLUICE_PERF=1 to run performance measurements")
-	}
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
 
 // hopConfigs are the two agents of every measurement, untuned: a1 = avro
 // source → memory → avro sink (Flume's defaults: batch-size 100) to a2 =
@@ -78,10 +64,10 @@ func quietAgent(t *testing.T, name, conf string) *agent.Agent {
 // null sink, and the CPU per event (the whole process: senders and both
 // agents).
 func TestPerfAvroHopThroughput(t *testing.T) {
-	perfEnabled(t)
+	testutil.RequirePerf(t)
 	const conns, batch, size = 4, 100, 1024
-	total := envInt("SLUICE_PERF_EVENTS", 1_000_000) / (conns * batch) * (conns * batch)
-	p1, p2 := freePort(t), freePort(t)
+	total := testutil.EnvInt("SLUICE_PERF_EVENTS", 1_000_000) / (conns * batch) * (conns * batch)
+	p1, p2 := testutil.FreePort(t), testutil.FreePort(t)
 	c1, c2 := hopConfigs(p1, p2, "a2.sinks.k1.type = null\n")
 	a2 := quietAgent(t, "a2", c2)
 	quietAgent(t, "a1", c1)
@@ -148,8 +134,8 @@ func TestPerfAvroHopThroughput(t *testing.T) {
 // allows). Latency is from the send time in the body to the receiver's
 // read, so it covers both hops.
 func TestPerfAvroHopLatency200(t *testing.T) {
-	perfEnabled(t)
-	seconds := envInt("SLUICE_PERF_SECONDS", 20)
+	testutil.RequirePerf(t)
+	seconds := testutil.EnvInt("SLUICE_PERF_SECONDS", 20)
 	const rate, size = 200, 1024
 	count := rate * seconds
 
@@ -163,7 +149,7 @@ func TestPerfAvroHopLatency200(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer recv.Close()
-	p1, p2 := freePort(t), freePort(t)
+	p1, p2 := testutil.FreePort(t), testutil.FreePort(t)
 	c1, c2 := hopConfigs(p1, p2, "a2.sinks.k1.type = tcp\na2.sinks.k1.hostname = 127.0.0.1\na2.sinks.k1.port = "+portOf(recv.Addr())+"\n")
 	quietAgent(t, "a2", c2)
 	quietAgent(t, "a1", c1)

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // Three agents on loopback, as a Flume tier: a sender (Flume's RPC client
@@ -69,7 +70,7 @@ func TestKillCollectorMidStream(t *testing.T) {
 			if !tc.crash {
 				r1.start(t)
 			} // else c1's downstream is down until after the crash, so all c1 acknowledged is in its channel then
-			p1, p2, pe := freePort(t), freePort(t), freePort(t)
+			p1, p2, pe := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
 			ch1, ch2 := memoryChannel, memoryChannel
 			kill := agent.Options{StopTimeout: time.Millisecond} // stopping c1 is the kill
 			if tc.crash {
@@ -276,16 +277,6 @@ func sinkCounters(a *agent.Agent, name string) map[string]string {
 	return out
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // waitUntil polls cond until it holds, or fails the test after d.
 func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -399,7 +390,7 @@ type receiver struct {
 
 // newReceiver returns a receiver on a free port; it listens from start on.
 func newReceiver(t *testing.T) *receiver {
-	return &receiver{addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), seen: map[uint64]int{}, conns: map[net.Conn]bool{}}
+	return &receiver{addr: fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t)), seen: map[uint64]int{}, conns: map[net.Conn]bool{}}
 }
 
 func (r *receiver) start(t *testing.T) {

@@ -16,23 +16,14 @@ import (
 
 	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // startAgent runs an agent with a syslog source of type typ on a free port,
 // a memory channel and a null sink, and returns it with the port.
 func startAgent(t *testing.T, typ string, batch int) (*agent.Agent, int) {
 	t.Helper()
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	portKey := "port"
 	if strings.Contains(strings.ToLower(typ), "multiport") {
 		portKey = "ports"

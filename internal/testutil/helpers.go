@@ -1,0 +1,36 @@
+package testutil
+
+import (
+	"net"
+	"os"
+	"strconv"
+	"testing"
+)
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for
+// a component that must be configured with a port before it listens.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// RequirePerf skips a performance measurement unless SLUICE_PERF is set:
+// they take tens of seconds and want a quiet machine.
+func RequirePerf(t testing.TB) {
+	if os.Getenv("SLUICE_PERF") == "" {
+		t.Skip("set SLUICE_PERF=1 to run performance measurements")
+	}
+}
+
+// EnvInt returns the positive integer in the environment variable name, or def.
+func EnvInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
