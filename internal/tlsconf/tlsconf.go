@@ -53,16 +53,28 @@ const jksHint = "JKS stores are not supported (JKS is Flume's default type); con
 	"`keytool -importkeystore -srckeystore store.jks -destkeystore store.p12 -deststoretype PKCS12` " +
 	"and set %s = PKCS12, or use a PEM file and %s = PEM"
 
+// ServerKeys names the server properties whose spelling varies: Flume's
+// HTTP source also reads enableSSL, keystorePassword and excludeProtocols.
+type ServerKeys struct {
+	SSL, KeystorePassword, ExcludeProtocols string
+}
+
+// FlumeServerKeys are the names every Flume server component reads.
+var FlumeServerKeys = ServerKeys{SSL: "ssl", KeystorePassword: "keystore-password", ExcludeProtocols: "exclude-protocols"}
+
 // ReadServer reads the SSL properties of a server (a source): ssl,
 // keystore, keystore-password, keystore-type (PKCS12 or PEM; a PEM keystore
 // holds the certificate chain and the private key), and the protocol and
 // cipher suite lists.
-func ReadServer(p *config.Props) Settings {
-	s := Settings{Enabled: p.Bool("ssl", false)}
+func ReadServer(p *config.Props) Settings { return ReadServerKeys(p, FlumeServerKeys) }
+
+// ReadServerKeys is ReadServer with the varying property names given.
+func ReadServerKeys(p *config.Props, k ServerKeys) Settings {
+	s := Settings{Enabled: p.Bool(k.SSL, false)}
 	s.Keystore = p.String("keystore", "")
-	s.KeystorePassword = p.String("keystore-password", "")
+	s.KeystorePassword = p.String(k.KeystorePassword, "")
 	s.KeystoreType = p.Enum("keystore-type", "jks", "JKS", "PKCS12", "PEM")
-	s.readVersions(p)
+	s.readVersions(p, k.ExcludeProtocols)
 	if !s.Enabled {
 		return s
 	}
@@ -86,17 +98,17 @@ func ReadClient(p *config.Props) Settings {
 	s.Truststore = p.String("truststore", "")
 	s.TruststorePassword = p.String("truststore-password", "")
 	s.TruststoreType = p.Enum("truststore-type", "jks", "JKS", "PKCS12", "PEM")
-	s.readVersions(p)
+	s.readVersions(p, "exclude-protocols")
 	if s.Enabled && s.Truststore != "" && s.TruststoreType == "jks" {
 		p.Errorf("truststore-type", jksHint, "truststore-type", "truststore-type")
 	}
 	return s
 }
 
-func (s *Settings) readVersions(p *config.Props) {
+func (s *Settings) readVersions(p *config.Props, excludeKey string) {
 	include := p.Fields("include-protocols")
-	exclude := p.Fields("exclude-protocols")
-	if !p.Has("exclude-protocols") {
+	exclude := p.Fields(excludeKey)
+	if !p.Has(excludeKey) {
 		exclude = []string{"SSLv3"}
 	}
 	allowed := []string{"TLSv1.2", "TLSv1.3"}
@@ -112,7 +124,7 @@ func (s *Settings) readVersions(p *config.Props) {
 	}
 	for _, v := range exclude {
 		if _, ok := versions[v]; !ok && v != "SSLv3" && v != "SSLv2Hello" {
-			p.Errorf("exclude-protocols", "protocol %q is not known; use names such as TLSv1.1", v)
+			p.Errorf(excludeKey, "protocol %q is not known; use names such as TLSv1.1", v)
 		}
 		allowed = slices.DeleteFunc(allowed, func(a string) bool { return a == v })
 	}
@@ -125,6 +137,9 @@ func (s *Settings) readVersions(p *config.Props) {
 	}
 	if len(allowed) == 0 {
 		p.Errorf("include-protocols", "the protocol settings leave no TLS version enabled")
+	} else if len(allowed) != int(s.maxVersion-s.minVersion)+1 {
+		// Go takes a version range: a gap would quietly enable what was excluded.
+		p.Errorf(excludeKey, "the enabled TLS versions %s must form a contiguous range", strings.Join(allowed, ", "))
 	}
 
 	inc, exc := p.Fields("include-cipher-suites"), p.Fields("exclude-cipher-suites")
@@ -138,6 +153,11 @@ func (s *Settings) readVersions(p *config.Props) {
 	if len(inc) == 0 {
 		for _, cs := range tls.CipherSuites() {
 			inc = append(inc, cs.Name)
+		}
+	}
+	for _, n := range exc {
+		if _, ok := byName[n]; !ok {
+			p.Errorf("exclude-cipher-suites", "cipher suite %q is not known to sluice", n)
 		}
 	}
 	for _, n := range inc {

@@ -180,3 +180,26 @@ func TestProtocols(t *testing.T) {
 		t.Fatal("SSLv3 accepted")
 	}
 }
+
+// Settings Go cannot express, or names it does not know, are problems, and
+// Flume's HTTP source spellings are read where the caller names them.
+func TestServerSettingProblems(t *testing.T) {
+	for _, tc := range []struct {
+		props map[string]string
+		want  string
+	}{
+		{map[string]string{"include-protocols": "TLSv1.1 TLSv1.2 TLSv1.3", "exclude-protocols": "TLSv1.2"}, "contiguous range"},
+		{map[string]string{"exclude-cipher-suites": "TLS_NO_SUCH_SUITE"}, "not known to sluice"},
+	} {
+		p := config.FromMap("s.", tc.props)
+		ReadServer(p)
+		if err := p.Err(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.props, err, tc.want)
+		}
+	}
+	p := config.FromMap("s.", map[string]string{"enableSSL": "true", "keystorePassword": "pw", "excludeProtocols": "TLSv1.3", "keystore": "k.p12", "keystore-type": "PKCS12"})
+	s := ReadServerKeys(p, ServerKeys{SSL: "enableSSL", KeystorePassword: "keystorePassword", ExcludeProtocols: "excludeProtocols"})
+	if p.Err() != nil || !s.Enabled || s.KeystorePassword != "pw" || s.maxVersion != tls.VersionTLS12 {
+		t.Fatalf("older spellings: %v %+v", p.Err(), s)
+	}
+}

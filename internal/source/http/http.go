@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
 // DefaultHandler is Flume's default (and sluice's only) request handler.
@@ -36,7 +37,7 @@ type Source struct {
 	bind     string
 	port     int
 	maxBody  int64
-	tls      tlsSettings
+	tls      tlsconf.Settings
 	counters *metrics.SourceCounters
 
 	mu   sync.Mutex // guards the fields below
@@ -78,7 +79,18 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 			p.Errorf(k, "is a Jetty setting, which sluice's HTTP source does not have; remove it")
 		}
 	}
-	s.tls = readTLS(p)
+	// Flume's HTTP source also reads three older spellings.
+	pick := func(key, old string) string {
+		if p.Has(key) || !p.Has(old) {
+			return key
+		}
+		return old
+	}
+	s.tls = tlsconf.ReadServerKeys(p, tlsconf.ServerKeys{
+		SSL:              pick("ssl", "enableSSL"),
+		KeystorePassword: pick("keystore-password", "keystorePassword"),
+		ExcludeProtocols: pick("exclude-protocols", "excludeProtocols"),
+	})
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	env.Registry().Add(s.counters.Set)
 	return s, nil
@@ -99,12 +111,9 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	if s.Addr() != nil {
 		return fmt.Errorf("http %s: already started", s.env.Name)
 	}
-	var tlsConf *tls.Config
-	if s.tls.enabled {
-		var err error
-		if tlsConf, err = s.tls.config(); err != nil {
-			return fmt.Errorf("http %s: %w", s.env.Name, err)
-		}
+	tlsConf, err := s.tls.ServerConfig()
+	if err != nil {
+		return fmt.Errorf("http %s: %w", s.env.Name, err)
 	}
 	addr := net.JoinHostPort(s.bind, strconv.Itoa(s.port))
 	ln, err := net.Listen("tcp", addr)

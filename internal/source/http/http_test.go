@@ -313,7 +313,7 @@ func TestBadProperties(t *testing.T) {
 		{map[string]string{}, "a1.sources.r1.port: missing required property"},
 		{map[string]string{"port": "1", "handler": "org.apache.flume.source.http.BLOBHandler"}, "is not supported; sluice's HTTP source has only org.apache.flume.source.http.JSONHandler"},
 		{map[string]string{"port": "1", "QueuedThreadPool.MaxThreads": "10"}, "QueuedThreadPool.MaxThreads: is a Jetty setting"},
-		{map[string]string{"port": "1", "ssl": "true", "keystore": "/x.jks"}, "JKS keystores are not supported"},
+		{map[string]string{"port": "1", "ssl": "true", "keystore": "/x.jks"}, "JKS stores are not supported"},
 		{map[string]string{"port": "1", "ssl": "true", "keystore-type": "PEM"}, "ssl is true but no keystore is set"},
 		{map[string]string{"port": "1", "ssl": "true", "keystore": "/x", "keystore-type": "PEM", "include-protocols": "SSLv3"}, `protocol "SSLv3" is not supported`},
 		{map[string]string{"port": "1", "ssl": "true", "keystore": "/x", "keystore-type": "PEM", "include-cipher-suites": "TLS_NOPE"}, `cipher suite "TLS_NOPE" is not supported`},
