@@ -362,18 +362,62 @@ func (l *Log) AppendPositions(pos []Position, recs ...[]byte) error {
 }
 
 func (l *Log) append(pos []Position, recs [][]byte) error {
-	if len(recs) == 0 {
+	p, err := l.frame(recs)
+	if err != nil || p == nil {
+		return err
+	}
+	return l.enqueueWait(p, pos, len(recs), func(i int) int64 { return FrameSize(len(recs[i])) })
+}
+
+// Ticket names an AppendAsync for WaitDurable.
+type Ticket uint64
+
+// AppendAsync queues recs as Append does but returns at once, without
+// waiting for them to be written or synced. They become durable with the
+// log's next fdatasync, which follows by itself within about one sync
+// time (no later Append is needed); a crash before it loses them.
+// WaitDurable waits for them. It suits records whose loss only repeats
+// work, such as the file channel's take records. It fails only when the
+// log has already failed or is closed; a later write or sync error sticks
+// as usual.
+func (l *Log) AppendAsync(recs ...[]byte) (Ticket, error) {
+	p, err := l.frame(recs)
+	if err != nil || p == nil {
+		return 0, err
+	}
+	seq, err := l.enqueue(p, nil, len(recs), func(i int) int64 { return FrameSize(len(recs[i])) })
+	if err != nil {
+		return 0, err
+	}
+	l.st.appends.Add(1)
+	l.st.records.Add(uint64(len(recs)))
+	return Ticket(seq), nil
+}
+
+// WaitDurable blocks until the records of the AppendAsync that returned t
+// are durable, and returns the log's sticky error if they never will be.
+// The zero Ticket is durable at once.
+func (l *Log) WaitDurable(t Ticket) error {
+	if t == 0 {
 		return nil
+	}
+	return l.wait(uint64(t))
+}
+
+// frame checks recs and frames them into a pooled buffer (nil for no
+// records). It runs outside the lock, so callers checksum in parallel.
+func (l *Log) frame(recs [][]byte) (*pending, error) {
+	if len(recs) == 0 {
+		return nil, nil
 	}
 	capacity := l.opts.SegmentSize - SegmentHeaderSize
 	total := 0
 	for _, r := range recs {
 		if len(r) > MaxRecordSize || FrameSize(len(r)) > capacity {
-			return fmt.Errorf("%w: %d bytes (segment size %d)", ErrRecordTooLarge, len(r), l.opts.SegmentSize)
+			return nil, fmt.Errorf("%w: %d bytes (segment size %d)", ErrRecordTooLarge, len(r), l.opts.SegmentSize)
 		}
 		total += FrameHeaderSize + len(r)
 	}
-	// Frame outside the lock, so callers checksum in parallel.
 	bp := bufPool.Get().(*[]byte)
 	buf := (*bp)[:0]
 	if cap(buf) < total {
@@ -383,7 +427,7 @@ func (l *Log) append(pos []Position, recs [][]byte) error {
 		buf = appendFrame(buf, r)
 	}
 	*bp = buf
-	return l.enqueue(&pending{buf: bp, pooled: true}, pos, len(recs), func(i int) int64 { return FrameSize(len(recs[i])) })
+	return &pending{buf: bp, pooled: true}, nil
 }
 
 // AppendBatch appends the records of b, as Append does, and reports each
@@ -403,13 +447,13 @@ func (l *Log) AppendBatch(b *Batch, pos []Position) error {
 			return fmt.Errorf("%w: %d bytes (segment size %d)", ErrRecordTooLarge, b.PayloadLen(i), l.opts.SegmentSize)
 		}
 	}
-	return l.enqueue(&pending{buf: &b.buf}, pos, n, func(i int) int64 { return FrameSize(b.PayloadLen(i)) })
+	return l.enqueueWait(&pending{buf: &b.buf}, pos, n, func(i int) int64 { return FrameSize(b.PayloadLen(i)) })
 }
 
 // enqueue queues p's n framed records (frame(i) is the size of record i)
-// and waits until they are durable, or the log failed and the writer is
-// done with p's buffer.
-func (l *Log) enqueue(p *pending, pos []Position, n int, frame func(int) int64) error {
+// and returns its ticket without waiting. p's buffer belongs to the writer
+// until wait(ticket) returns; a pooled one it releases itself.
+func (l *Log) enqueue(p *pending, pos []Position, n int, frame func(int) int64) (uint64, error) {
 	total := int64(len(*p.buf))
 	capacity := l.opts.SegmentSize - SegmentHeaderSize
 	l.mu.Lock()
@@ -422,7 +466,7 @@ func (l *Log) enqueue(p *pending, pos []Position, n int, frame func(int) int64) 
 		if p.pooled {
 			putBuf(p.buf)
 		}
-		return err
+		return 0, err
 	}
 	l.place(p, n, frame, pos, total, capacity)
 	p.end = l.tail
@@ -434,16 +478,29 @@ func (l *Log) enqueue(p *pending, pos []Position, n int, frame func(int) int64) 
 	case l.wake <- struct{}{}:
 	default:
 	}
+	return p.seq, nil
+}
 
+// wait blocks until the Append with ticket seq is durable, or the log
+// failed and the writer is done with that Append's buffer.
+func (l *Log) wait(seq uint64) error {
 	l.mu.Lock()
-	for l.doneSeq < p.seq || (l.durableSeq < p.seq && l.err == nil) {
+	defer l.mu.Unlock()
+	for l.doneSeq < seq || (l.durableSeq < seq && l.err == nil) {
 		l.cond.Wait()
 	}
-	var err error
-	if l.durableSeq < p.seq {
-		err = l.err
+	if l.durableSeq < seq {
+		return l.err
 	}
-	l.mu.Unlock()
+	return nil
+}
+
+// enqueueWait is enqueue then wait, counting the Append once durable.
+func (l *Log) enqueueWait(p *pending, pos []Position, n int, frame func(int) int64) error {
+	seq, err := l.enqueue(p, pos, n, frame)
+	if err == nil {
+		err = l.wait(seq)
+	}
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 func quietOpts(segSize int64) Options {
@@ -376,6 +377,9 @@ func TestStickyErrors(t *testing.T) {
 				if _, err := l.Append([]byte("after")); !errors.Is(err, boom) {
 					t.Fatalf("Append after failure = %v, want the sticky error", err)
 				}
+				if _, err := l.AppendAsync([]byte("after")); !errors.Is(err, boom) {
+					t.Fatalf("AppendAsync after failure = %v, want the sticky error", err)
+				}
 			}
 			h.mu.Lock()
 			if h.writes != writes {
@@ -396,6 +400,67 @@ func TestStickyErrors(t *testing.T) {
 				t.Fatalf("Append after reopen: %v", err)
 			}
 		})
+	}
+}
+
+// AppendAsync returns before its records are durable; they become durable
+// by themselves (no later Append is needed) and WaitDurable waits for that.
+func TestAppendAsyncSyncsByItself(t *testing.T) {
+	h := &fileHooks{}
+	dir := t.TempDir()
+	l := mustOpen(t, dir, hookedOpts(h))
+	first, err := l.Append([]byte("durable"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Hold the next sync: AppendAsync must not wait for it.
+	hold, held := make(chan struct{}), make(chan struct{})
+	h.mu.Lock()
+	h.hold, h.held = hold, held
+	h.mu.Unlock()
+	tk, err := l.AppendAsync([]byte("take-1"), []byte("take-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-held // its sync started on its own
+	if got := l.End(); got != (Position{first.Segment, first.Offset + FrameSize(len("durable"))}) {
+		t.Fatalf("End = %v while the sync is held: reported durable too early", got)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- l.WaitDurable(tk) }()
+	select {
+	case err := <-waited:
+		t.Fatalf("WaitDurable returned %v while the sync is held", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(hold)
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	want := Position{first.Segment, first.Offset + FrameSize(len("durable")) + FrameSize(len("take-1")) + FrameSize(len("take-2"))}
+	deadline := time.Now().Add(10 * time.Second)
+	for l.End() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("End = %v after WaitDurable, want %v", l.End(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st := l.Stats(); st.Appends != 2 || st.Records != 3 {
+		t.Fatalf("stats %+v, want 2 appends of 3 records", st)
+	}
+	l.Close()
+	if _, err := l.AppendAsync([]byte("late")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("AppendAsync after Close = %v, want ErrClosed", err)
+	}
+
+	l = mustOpen(t, dir, quietOpts(0))
+	defer l.Close()
+	var got []string
+	for _, r := range readAll(t, l, first) {
+		got = append(got, string(r.b))
+	}
+	if fmt.Sprint(got) != "[durable take-1 take-2]" {
+		t.Fatalf("after reopen: %q", got)
 	}
 }
 
