@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/internal/wal"
@@ -179,4 +180,79 @@ func mkFileDir(path string) error {
 		return err
 	}
 	return nil
+}
+
+// gatedFile holds every Datasync while its gate is armed.
+type gatedFile struct {
+	wal.SegmentFile
+	gate *atomic.Pointer[chan struct{}]
+}
+
+func (f gatedFile) Datasync() error {
+	if g := f.gate.Load(); g != nil {
+		<-*g
+	}
+	return f.SegmentFile.Datasync()
+}
+
+// A take commit waits for the previous take record's fdatasync, not its
+// own: the first commit returns while its record's sync is held, the
+// second waits until that sync completes.
+func TestTakeCommitWaitsForThePreviousTakeRecord(t *testing.T) {
+	d := newDirs(t)
+	c, _ := build(t, d, nil)
+	var gate atomic.Pointer[chan struct{}]
+	c.walOpts = func(_ int, o *wal.Options) {
+		o.OpenSegment = func(path string) (wal.SegmentFile, error) {
+			f, err := wal.OpenSegmentFile(path)
+			if err != nil {
+				return nil, err
+			}
+			return gatedFile{f, &gate}, nil
+		}
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, c)
+	for i := range 2 {
+		if err := testutil.PutCommit(c, []event.Event{{Body: []byte{byte('a' + i)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := make(chan struct{})
+	gate.Store(&held)
+	firstDone := make(chan error, 1)
+	go func() {
+		evs, err := testutil.TakeCommit(c, 1, time.Second)
+		if err == nil && len(evs) != 1 {
+			err = errors.New("took no event")
+		}
+		firstDone <- err
+	}()
+	select {
+	case err := <-firstDone:
+		if err != nil {
+			t.Fatalf("first take commit: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		gate.Store(nil)
+		close(held)
+		t.Fatal("first take commit waited for its own record's fdatasync")
+	}
+	second := make(chan error, 1)
+	go func() {
+		_, err := testutil.TakeCommit(c, 1, time.Second)
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		t.Fatalf("second take commit returned (%v) before the first one's record was durable", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	gate.Store(nil)
+	close(held)
+	if err := <-second; err != nil {
+		t.Fatalf("second take commit: %v", err)
+	}
 }
