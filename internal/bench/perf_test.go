@@ -64,6 +64,7 @@ func TestPerfLatency200(t *testing.T) {
 	const rate, size = 200, 1024
 	count := rate * seconds
 
+	stalls := startStallMonitors(t)
 	floorRecv, err := Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +77,7 @@ func TestPerfLatency200(t *testing.T) {
 	defer recv.Close()
 	host, port, _ := net.SplitHostPort(recv.Addr())
 	ncPort := testutil.FreePort(t)
-	startAgent(t, pipelineConfig(ncPort, fmt.Sprintf("a1.sinks.k1.type = tcp\na1.sinks.k1.hostname = %s\na1.sinks.k1.port = %s\n", host, port)))
+	a := startAgent(t, pipelineConfig(ncPort, fmt.Sprintf("a1.sinks.k1.type = tcp\na1.sinks.k1.hostname = %s\na1.sinks.k1.port = %s\n", host, port)))
 
 	viaAgent, err := Dial(fmt.Sprintf("127.0.0.1:%d", ncPort))
 	if err != nil {
@@ -104,12 +105,18 @@ func TestPerfLatency200(t *testing.T) {
 	}
 	_ = viaAgent.Close()
 	_ = direct.Close()
-	logSlow(t, "floor", floorRecv)
-	logSlow(t, "agent", recv)
+	_, floorUnexplained := logSlow(t, "floor", floorRecv, stalls)
+	worst, unexplained := logSlow(t, "agent", recv, stalls)
 	floor, got := floorRecv.Report(count), recv.Report(count)
 	t.Logf("direct (floor):          %v", floor)
 	t.Logf("netcat->memory->tcp:     %v", got)
 	t.Logf("sluice minus floor: p50 %+.3f ms, p99 %+.3f ms", float64(got.P50-floor.P50)/1e6, float64(got.P99-floor.P99)/1e6)
+	// The agent's own stage histograms say which hop an outlier came from.
+	for _, s := range a.Metrics().LatencySnapshot() {
+		t.Logf("stage %-10s %-3s p99 %v max %v", s.Stage, s.Component, s.P99, s.Max)
+	}
+	t.Logf("CPU stalls over 1 ms seen by the monitors: %d; agent max %.2f ms, largest arrival no stall overlapped: agent %.2f ms, floor %.2f ms",
+		stalls.count(), float64(worst)/1e6, float64(unexplained)/1e6, float64(floorUnexplained)/1e6)
 	if got.Lost != 0 || got.Duplicated != 0 {
 		t.Fatalf("lost %d, duplicated %d", got.Lost, got.Duplicated)
 	}
