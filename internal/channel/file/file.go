@@ -947,18 +947,19 @@ func (t *tx) commitTakes() error {
 		err = flow.ErrClosed
 	} else {
 		var list []error
+		prev := make(map[int32]wal.Ticket, len(byDir))
+		c.takeMu.Lock()
 		for d, pos := range byDir {
-			c.takeMu.Lock()
 			tk, err := logs[d].AppendAsync(appendTake(nil, pos))
-			prev := c.lastTake[d]
-			if err == nil {
-				c.lastTake[d] = tk
+			if err != nil {
+				list = append(list, err)
+				continue
 			}
-			c.takeMu.Unlock()
-			if err == nil {
-				err = logs[d].WaitDurable(prev)
-			}
-			list = append(list, err)
+			prev[d], c.lastTake[d] = c.lastTake[d], tk
+		}
+		c.takeMu.Unlock()
+		for d, tk := range prev {
+			list = append(list, logs[d].WaitDurable(tk))
 		}
 		err = errors.Join(list...)
 	}
