@@ -7,32 +7,27 @@ import (
 )
 
 // logSlow logs every arrival slower than 2 ms with its time, and the
-// longest CPU stall the monitors saw while it was on its way (stalls may be
-// nil), so a perf run shows whether an outlier was the machine's or the
-// pipeline's. It returns the slowest arrival and the slowest that no stall
-// overlapped.
-func logSlow(t *testing.T, name string, r *Receiver, stalls *stallMonitors) (worst, unexplained time.Duration) {
+// longest CPU stall the monitors saw while it was on its way, so a perf
+// run shows whether an outlier was the machine's or the
+// pipeline's. It returns the slowest arrival that no stall overlapped.
+func logSlow(t *testing.T, name string, r *Receiver, stalls *stallMonitors) (unexplained time.Duration) {
 	r.rec.mu.Lock()
 	samples := append([]sample(nil), r.rec.samples...)
 	first := r.rec.first
 	r.rec.mu.Unlock()
 	for i, s := range samples {
 		lat := time.Duration(s.lat)
-		worst = max(worst, lat)
 		if lat <= 2*time.Millisecond {
 			continue
 		}
-		seen := "no monitor"
-		if stalls != nil {
-			seen = "no CPU stall seen"
-			if d, cpu := stalls.worstOverlap(s.at-s.lat, s.at); d > 0 {
-				seen = fmt.Sprintf("overlaps a %v stall of CPU %d", d.Round(10*time.Microsecond), cpu)
-			} else {
-				unexplained = max(unexplained, lat)
-			}
+		seen := "no CPU stall seen"
+		if d, cpu := stalls.worstOverlap(s.at-s.lat, s.at); d > 0 {
+			seen = fmt.Sprintf("overlaps a %v stall of CPU %d", d.Round(10*time.Microsecond), cpu)
+		} else {
+			unexplained = max(unexplained, lat)
 		}
 		t.Logf("%s: arrival #%d at +%.3f s (%s) took %.2f ms; %s", name, i, float64(s.at-first)/1e9,
 			time.Unix(0, s.at).UTC().Format("15:04:05.000"), float64(s.lat)/1e6, seen)
 	}
-	return worst, unexplained
+	return unexplained
 }

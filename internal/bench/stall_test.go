@@ -46,6 +46,10 @@ func runStallMonitor(cpuArg string) {
 	const nap = time.Millisecond // short naps would keep the CPU from idling and hide stalls
 	ts := unix.NsecToTimespec(int64(nap))
 	out := bufio.NewWriter(os.Stdout)
+	fmt.Fprintln(out, "ready")
+	if out.Flush() != nil {
+		return
+	}
 	for {
 		t0 := time.Now()
 		_ = unix.Nanosleep(&ts, nil)
@@ -91,10 +95,19 @@ func startStallMonitors(t *testing.T) *stallMonitors {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		// Wait until it runs, so its own start-up does not fall into the
+		// measurement unseen.
+		sc := bufio.NewScanner(stdout)
+		if !sc.Scan() || sc.Text() != "ready" {
+			t.Fatalf("stall monitor for CPU %d did not start: %v", cpu, sc.Err())
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sc := bufio.NewScanner(stdout)
 			for sc.Scan() {
 				var at, late int64
 				if _, err := fmt.Sscan(sc.Text(), &at, &late); err == nil {
@@ -104,10 +117,6 @@ func startStallMonitors(t *testing.T) *stallMonitors {
 				}
 			}
 		}()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
 	}
 	return s
 }
