@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -46,7 +47,7 @@ type ChannelProcessor struct {
 	latency      metrics.Histogram
 	optFailed    prometheus.Counter
 	noChannel    prometheus.Counter
-	optThrottle  *throttle
+	optThrottle  *logthrottle.Throttle
 	groups       sync.Pool // *groupScratch
 }
 
@@ -77,7 +78,7 @@ func NewChannelProcessor(cfg ProcessorConfig) *ChannelProcessor {
 		latency:      reg.Latency(metrics.StageSource, cfg.Source),
 		optFailed:    reg.Dropped(cfg.Source, "optional_channel_failed"),
 		noChannel:    reg.Dropped(cfg.Source, "no_channel"),
-		optThrottle:  newThrottle(10 * time.Second),
+		optThrottle:  logthrottle.New(10*time.Second, 1),
 	}
 	p.txCaps = make([]int, len(p.chans))
 	for i, c := range p.chans {
@@ -210,7 +211,7 @@ func (p *ChannelProcessor) put(c int, events []event.Event) (int, error) {
 func (p *ChannelProcessor) putOptional(c int, events []event.Event) {
 	if done, err := p.put(c, events); err != nil {
 		p.optFailed.Add(float64(len(events) - done))
-		p.optThrottle.log(p.log, slog.LevelWarn, "put into optional channel failed; events dropped from it",
+		p.optThrottle.Log(p.log, slog.LevelWarn, "put into optional channel failed; events dropped from it", "put into optional channel failed; events dropped from it",
 			"source", p.source, "channel", p.chans[c].Name, "events", len(events), "err", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/logthrottle"
 )
 
 // Backoff after a failed Process: the runner sleeps ErrorBackoffMin after
@@ -36,7 +38,7 @@ type SinkRunner struct {
 	done     chan struct{} // closed when the loop exits
 	drain    chan []Channel
 	drained  chan struct{}
-	throttle *throttle
+	throttle *logthrottle.Throttle
 }
 
 // NewSinkRunner returns a runner for sink s (a sink or a sink processor)
@@ -45,7 +47,7 @@ func NewSinkRunner(name string, s Sink, log *slog.Logger) *SinkRunner {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &SinkRunner{name: name, sink: s, log: log, throttle: newThrottle(10 * time.Second)}
+	return &SinkRunner{name: name, sink: s, log: log, throttle: logthrottle.New(10*time.Second, 1)}
 }
 
 // Start starts the loop. Calling it on a running runner does nothing.
@@ -88,7 +90,7 @@ func (r *SinkRunner) loop(ctx context.Context, done chan struct{}, drain <-chan 
 			}
 			failures++
 			wait := backoff(failures)
-			r.throttle.log(r.log, slog.LevelWarn, "sink failed; events stay in the channel and are retried",
+			r.throttle.Log(r.log, slog.LevelWarn, "sink failed; events stay in the channel and are retried", "sink failed; events stay in the channel and are retried",
 				"sink", r.name, "consecutive_failures", failures, "retry_in", wait, "err", err)
 			t := time.NewTimer(wait)
 			select {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 )
 
 // Sink processor types, with Flume's class names as aliases.
@@ -127,7 +128,7 @@ func (m *member) recover() { m.fails, m.failedUntil = 0, time.Time{} }
 type group struct {
 	members  []member
 	log      *slog.Logger
-	throttle *throttle
+	throttle *logthrottle.Throttle
 	now      func() time.Time
 }
 
@@ -153,7 +154,7 @@ type failover struct {
 }
 
 func newFailover(p *config.Props, members []member, log *slog.Logger) *failover {
-	f := &failover{group: group{members: members, log: log, throttle: newThrottle(10 * time.Second), now: time.Now}}
+	f := &failover{group: group{members: members, log: log, throttle: logthrottle.New(10*time.Second, 1), now: time.Now}}
 	f.maxPenalty = time.Duration(p.Int64("maxpenalty", 30000)) * time.Millisecond
 	if f.maxPenalty < 0 {
 		p.Errorf("maxpenalty", "%d is negative; use milliseconds, such as 30000", f.maxPenalty.Milliseconds())
@@ -201,7 +202,7 @@ func (f *failover) Process(ctx context.Context) (Status, error) {
 			return Ready, err
 		}
 		d := m.penalize(now, f.maxPenalty)
-		f.throttle.log(f.log, slog.LevelWarn, "sink failed; failing over to the next sink",
+		f.throttle.Log(f.log, slog.LevelWarn, "sink failed; failing over to the next sink", "sink failed; failing over to the next sink",
 			"sink", m.name, "sits_out", d, "err", err)
 		errs = append(errs, fmt.Errorf("sink %s: %w", m.name, err))
 	}
@@ -222,7 +223,7 @@ type loadBalance struct {
 }
 
 func newLoadBalance(p *config.Props, members []member, log *slog.Logger) *loadBalance {
-	lb := &loadBalance{group: group{members: members, log: log, throttle: newThrottle(10 * time.Second), now: time.Now}}
+	lb := &loadBalance{group: group{members: members, log: log, throttle: logthrottle.New(10*time.Second, 1), now: time.Now}}
 	lb.backoff = p.Bool("backoff", false)
 	sel := strings.TrimSpace(p.String("selector", "round_robin"))
 	switch strings.ToLower(sel) {
@@ -279,7 +280,7 @@ func (lb *loadBalance) Process(ctx context.Context) (Status, error) {
 		if lb.backoff {
 			m.penalize(now, lb.maxTimeout)
 		}
-		lb.throttle.log(lb.log, slog.LevelWarn, "sink failed; trying the next sink of the group", "sink", m.name, "err", err)
+		lb.throttle.Log(lb.log, slog.LevelWarn, "sink failed; trying the next sink of the group", "sink failed; trying the next sink of the group", "sink", m.name, "err", err)
 		errs = append(errs, fmt.Errorf("sink %s: %w", m.name, err))
 	}
 	if tried == 0 {
