@@ -367,10 +367,12 @@ func (a *Agent) Health() error {
 	if a.state != "running" {
 		return fmt.Errorf("agent is %s", a.state)
 	}
+	var errs []error
 	for _, err := range a.failed {
-		return err
+		errs = append(errs, err)
 	}
-	return nil
+	errs = append(errs, a.g.health()...)
+	return errors.Join(errs...)
 }
 
 // Run starts the agent and runs it until ctx is done, reloading when

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -346,6 +347,39 @@ func (b *builder) buildSources(g *graph) {
 		})
 		g.sources[c.Name] = &sourceNode{spec: c, src: src, proc: proc, fp: fp}
 	}
+}
+
+// health asks every component of g that reports its health, in a stable
+// order (sources, channels, sinks, each by name), and returns the reasons of
+// those that cannot work, each prefixed with the component's kind and name.
+func (g *graph) health() []error {
+	var errs []error
+	check := func(kind, name string, c any) {
+		if h, ok := c.(flow.HealthReporter); ok {
+			if err := h.Health(); err != nil {
+				errs = append(errs, fmt.Errorf("%s %s: %w", kind, name, err))
+			}
+		}
+	}
+	for _, name := range sortedKeys(g.sources) {
+		check("source", name, g.sources[name].src)
+	}
+	for _, name := range sortedKeys(g.channels) {
+		check("channel", name, g.channels[name].ch)
+	}
+	for _, name := range sortedKeys(g.sinks) {
+		check("sink", name, g.sinks[name].sink)
+	}
+	return errs
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // hasKey reports whether p sets k, without marking it read.

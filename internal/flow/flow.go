@@ -140,6 +140,20 @@ type Interceptor interface {
 	Intercept(events []event.Event) []event.Event
 }
 
+// HealthReporter is implemented by components that can be running yet
+// unable to do their work: a file channel refusing puts for lack of disk, a
+// sink that has not reached its downstream for longer than a grace period, a
+// client that cannot reach its brokers. The agent asks every component that
+// implements it when /healthz is read. Health returns nil when the component
+// can work, else the reason it cannot, as a sentence an operator can act on
+// ("no space left on /data: puts refused until space returns"). It must be
+// cheap, must not block, and is called concurrently with everything else.
+// Once the cause is gone it must return nil again: health is the state now,
+// never a latched past error.
+type HealthReporter interface {
+	Health() error
+}
+
 // BatchSizer is implemented by sources and sinks that move events in
 // batches, so the agent can check batch size against each channel's
 // transactionCapacity, as Flume does.
