@@ -31,4 +31,13 @@ if ! command -v logger >/dev/null; then
   apt_install bsdutils
 fi
 
+# avsc (npm), an Avro RPC implementation independent of Java's, serves the
+# avro sink's tests; it goes into a cache directory, not the repository.
+npm_peers="$(go env GOPATH)/sluice-test-peers/npm"
+if [ ! -f "$npm_peers/node_modules/avsc/package.json" ]; then
+  echo "== installing avsc (test peer of the avro sink)"
+  mkdir -p "$npm_peers"
+  npm install --prefix "$npm_peers" --no-audit --no-fund --silent avsc@5.7.9
+fi
+
 go test -race -shuffle=on -timeout 20m "$@" ./...

@@ -225,10 +225,11 @@ func (c *Client) handshakeReply(d *decoder) (again bool, err error) {
 	}
 	switch r.match {
 	case MatchNone:
+		// Whatever follows a NONE (avsc's server sends an error response
+		// there, Java's sends nothing) answers a call the server could not
+		// read; Java's Requestor ignores it and resends with its protocol
+		// text, and so does this client.
 		c.sendProtocol = true
-		if d.remaining() != 0 {
-			return false, malformed("%d bytes after a NONE handshake response", d.remaining())
-		}
 		return true, nil
 	case MatchClient:
 		if r.serverProtocol == nil || r.serverHash == nil {

@@ -210,8 +210,24 @@ func stringsReplace(s, old, new string) string {
 }
 
 // TestClientAfterNone checks the client resends with its protocol text
-// when a server does not know its hash, as Java's Requester does.
+// when a server does not know its hash, as Java's Requester does: whether
+// the server's NONE reply holds only the handshake (Java's Responder) or is
+// followed by an error response (avsc's server), the client ignores what
+// follows the handshake and resends.
 func TestClientAfterNone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after []byte // what the NONE reply holds after the handshake response
+	}{
+		{"only the handshake", nil},
+		// Response metadata {}, error flag true, union{string} index 0, the message.
+		{"handshake then an error response", cat([]byte{0x00, 0x01, 0x00}, str("unknown protocol"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) { clientAfterNone(t, tc.after) })
+	}
+}
+
+func clientAfterNone(t *testing.T, after []byte) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +236,9 @@ func TestClientAfterNone(t *testing.T) {
 	var otherHash MD5
 	copy(otherHash[:], bytes.Repeat([]byte{0x42}, 16))
 	otherInfo := cat([]byte{0x02}, str(ProtocolJSON), []byte{0x02}, otherHash[:])
+	served := make(chan struct{})
 	go func() {
+		defer close(served)
 		c, err := ln.Accept()
 		if err != nil {
 			return
@@ -231,7 +249,7 @@ func TestClientAfterNone(t *testing.T) {
 		if !bytes.Equal(msg, javaFirstBatch) {
 			t.Errorf("first request %x", msg)
 		}
-		_, _ = c.Write(framed(serial, cat([]byte{0x04}, otherInfo, []byte{0}), 8192))
+		_, _ = c.Write(framed(serial, cat([]byte{0x04}, otherInfo, []byte{0}, after), 8192))
 		serial, msg = readRawPack(t, br)
 		want := cat(md5Flume, []byte{2}, str(ProtocolJSON), otherHash[:], []byte{2, 0}, javaLaterBatch)
 		if !bytes.Equal(msg, want) {
@@ -244,6 +262,7 @@ func TestClientAfterNone(t *testing.T) {
 		}
 		_, _ = c.Write(framed(serial, javaLaterReply, 8192))
 	}()
+	defer func() { <-served }()
 	cl, err := Dial(context.Background(), ln.Addr().String(), ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
