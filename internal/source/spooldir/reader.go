@@ -3,7 +3,6 @@ package spooldir
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,34 +18,45 @@ import (
 
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 )
 
 const (
-	progressName  = ".sluice-spool-progress.json"
-	progressEvery = time.Second
-	minBackoff    = 250 * time.Millisecond
-	readBuffer    = 64 << 10
+	minBackoff = 250 * time.Millisecond
+	readBuffer = 64 << 10
 )
-
-// progress is how far the source got in one file: every line before Pos
-// was committed. It applies only to the same file, unchanged.
-type progress struct {
-	File  string `json:"file"`
-	Pos   int64  `json:"pos"`
-	Size  int64  `json:"size"`
-	MTime int64  `json:"mtime"`
-}
 
 // errChanged marks a file that changed while it was read.
 var errChanged = errors.New("changed while being read")
 
+// leftFile is a file the source stops reading and leaves where it is for
+// the operator: it changed while it was read, or it is no longer the file
+// the saved progress was for. What was delivered of it stays delivered.
+type leftFile struct {
+	msg   string // what the source does, for the log message
+	why   string // what happened to the file
+	todo  string // what the operator does next
+	pos   int64  // bytes delivered
+	lines int64  // lines delivered
+}
+
+func (l *leftFile) Error() string { return l.why }
+
+const (
+	todoChanged = "stop whatever writes to the file; then restart the source (restart the agent, or reload a changed " +
+		"config of this source) and it continues after the last delivered line, or move the file out of spoolDir to drop the rest"
+	todoCannotContinue = "move the file out of spoolDir; or, to have it read from its start as a new file, " +
+		"give it a new name (lines delivered before may then come again)"
+)
+
 type reader struct {
-	s      *Source
-	p      flow.Processor
-	log    *slog.Logger
-	failed map[string]bool // files left alone until a restart
-	saved  progress
-	events []event.Event
+	s        *Source
+	p        flow.Processor
+	log      *slog.Logger
+	throttle *logthrottle.Throttle
+	failed   map[string]bool // files left alone until a restart
+	prog     *progress
+	events   []event.Event
 }
 
 func newReader(s *Source, p flow.Processor) (*reader, error) {
@@ -60,17 +70,40 @@ func newReader(s *Source, p flow.Processor) (*reader, error) {
 	if err := os.MkdirAll(s.trackerDir, 0o755); err != nil {
 		return nil, fmt.Errorf("tracker directory: %w", err)
 	}
-	r := &reader{s: s, p: p, log: s.env.Log().With("source", s.env.Name), failed: map[string]bool{}}
-	if data, err := os.ReadFile(r.progressPath()); err == nil {
-		if err := json.Unmarshal(data, &r.saved); err != nil {
-			r.log.Warn("spooldir source ignores an unreadable progress file; an unfinished file is read from its start", "file", r.progressPath(), "err", err)
-			r.saved = progress{}
+	r := &reader{s: s, p: p, log: s.env.Log().With("source", s.env.Name), failed: map[string]bool{},
+		throttle: logthrottle.New(30*time.Second, 1)}
+	path := filepath.Join(s.trackerDir, progressName)
+	r.prog, err = loadProgress(path)
+	if err != nil {
+		// Going on without it would read the files begun again from
+		// their start: the operator decides.
+		return nil, fmt.Errorf("cannot read the progress file %s (%w); it records how far the source got in the files "+
+			"it had begun: repair it, or remove it to have those files read again from their start (their delivered lines then come twice)",
+			path, err)
+	}
+	if r.prune() {
+		if err := r.prog.save(); err != nil {
+			return nil, fmt.Errorf("save progress in %s: %w", path, err)
 		}
 	}
 	return r, nil
 }
 
-func (r *reader) progressPath() string { return filepath.Join(r.s.trackerDir, progressName) }
+// prune forgets the progress of files no longer in the directory (moved
+// away by the operator, or marked done just before a crash).
+func (r *reader) prune() bool {
+	return r.prog.prune(func(e *entry) bool {
+		if _, err := os.Lstat(e.File); err != nil {
+			return !errors.Is(err, fs.ErrNotExist)
+		}
+		if r.s.trackerMarks {
+			if _, err := os.Stat(r.markPath(e.File)); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+}
 
 func (r *reader) run(ctx context.Context) {
 	for ctx.Err() == nil {
@@ -85,8 +118,14 @@ func (r *reader) run(ctx context.Context) {
 			continue
 		}
 		err := r.consume(ctx, path)
+		var left *leftFile
 		switch {
 		case err == nil, ctx.Err() != nil:
+		case errors.As(err, &left):
+			r.failed[path] = true
+			r.s.counters.GenericProcessingFail.Add(1)
+			r.log.Warn(left.msg, "file", path, "change", left.why, "delivered_lines", left.lines,
+				"delivered_bytes", left.pos, "next", left.todo)
 		default:
 			r.failed[path] = true
 			r.s.counters.GenericProcessingFail.Add(1)
@@ -100,7 +139,7 @@ func (r *reader) run(ctx context.Context) {
 func (r *reader) next() (string, bool) {
 	ents, err := os.ReadDir(r.s.dir)
 	if err != nil {
-		r.log.Warn("spooldir source cannot list its directory", "dir", r.s.dir, "err", err)
+		r.throttle.Log(r.log, slog.LevelWarn, "list", "spooldir source cannot list its directory", "dir", r.s.dir, "err", err)
 		return "", false
 	}
 	type cand struct {
@@ -132,9 +171,9 @@ func (r *reader) next() (string, bool) {
 	if len(cands) == 0 {
 		return "", false
 	}
-	// A file started before a restart is finished first.
+	// A file begun before a restart is finished first.
 	for _, c := range cands {
-		if c.path == r.saved.File {
+		if r.prog.get(c.path) != nil {
 			return c.path, true
 		}
 	}
@@ -164,7 +203,8 @@ func (r *reader) markPath(path string) string {
 }
 
 // consume reads path from its saved progress (or its start) to its end,
-// putting its lines, then marks it done.
+// putting its lines and recording the progress after every committed
+// batch, then marks it done.
 func (r *reader) consume(ctx context.Context, path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -175,45 +215,49 @@ func (r *reader) consume(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	cur := progress{File: path, Size: st.Size(), MTime: st.ModTime().UnixNano()}
-	if r.saved.File == path {
-		if r.saved.Size == cur.Size && r.saved.MTime == cur.MTime {
-			cur.Pos = r.saved.Pos
-			r.log.Info("spooldir source continues a file after its last committed line", "file", path, "pos", cur.Pos)
+	key := keyOf(st)
+	cur := entry{File: path, Dev: key.dev, Ino: key.ino, Size: st.Size(), MTime: st.ModTime().UnixNano()}
+	if e := r.prog.get(path); e != nil {
+		switch {
+		case !e.sameFile(key):
+			return &leftFile{msg: "spooldir source leaves a file it cannot continue", pos: e.Pos, lines: e.Lines, todo: todoCannotContinue,
+				why: "another file now has this name (another inode) than the one sluice had begun to read"}
+		case e.Pos > cur.Size:
+			return &leftFile{msg: "spooldir source leaves a file it cannot continue", pos: e.Pos, lines: e.Lines, todo: todoCannotContinue,
+				why: fmt.Sprintf("it is %d bytes long, shorter than the %d bytes already delivered", cur.Size, e.Pos)}
+		}
+		cur.Pos, cur.Lines = e.Pos, e.Lines
+		if e.Changed != "" {
+			r.log.Info("spooldir source continues a file that changed while it was read, after its last delivered line",
+				"file", path, "pos", cur.Pos, "lines", cur.Lines, "size", cur.Size, "change", e.Changed)
 		} else {
-			r.log.Warn("spooldir source reads a file from its start: it changed since the last run", "file", path)
+			r.log.Info("spooldir source continues a file after its last committed line", "file", path, "pos", cur.Pos, "lines", cur.Lines)
 		}
 	}
 	if _, err := f.Seek(cur.Pos, io.SeekStart); err != nil {
 		return err
 	}
 	lr := &lineReader{r: bufio.NewReaderSize(f, readBuffer), off: cur.Pos, start: cur.Pos, max: r.s.maxLineLength, policy: r.s.decodePolicy}
-	lastSave := time.Now()
-	defer func() {
-		// Whatever happens, keep what was committed (a done file clears it).
-		if cur.File != "" && cur != r.saved {
-			r.save(cur)
-		}
-	}()
 	for ctx.Err() == nil {
-		bodies, ends, err := r.readBatch(lr, cur.Size)
+		bodies, end, err := r.readBatch(lr, f, cur.Size)
 		if len(bodies) > 0 {
 			if !r.put(ctx, path, bodies) {
 				return ctx.Err()
 			}
-			cur.Pos = ends
-			if time.Since(lastSave) >= progressEvery {
-				r.save(cur)
-				lastSave = time.Now()
+			cur.Pos = end
+			cur.Lines += int64(len(bodies))
+			r.prog.set(cur)
+			if !r.saveProgress(ctx) {
+				return ctx.Err()
 			}
 		}
 		if errors.Is(err, io.EOF) {
 			break
 		}
+		if errors.Is(err, errChanged) {
+			return r.changed(ctx, cur, fmt.Sprintf("it grew past the %d bytes it had when reading began", cur.Size))
+		}
 		if err != nil {
-			if errors.Is(err, errChanged) {
-				return fmt.Errorf("file %s %w: it grew past its size of %d bytes when reading started", path, errChanged, cur.Size)
-			}
 			r.s.counters.EventReadFail.Add(1)
 			return fmt.Errorf("read %s: %w", path, err)
 		}
@@ -222,27 +266,68 @@ func (r *reader) consume(ctx context.Context, path string) error {
 		return ctx.Err()
 	}
 	now, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("file %s %w: %v", path, errChanged, err)
-	}
-	if now.Size() != cur.Size || now.ModTime().UnixNano() != cur.MTime {
-		return fmt.Errorf("file %s %w: its size went from %d to %d bytes, its modification time from %s to %s",
-			path, errChanged, cur.Size, now.Size(), time.Unix(0, cur.MTime).Format(time.RFC3339Nano), now.ModTime().Format(time.RFC3339Nano))
+	switch {
+	case err != nil:
+		return r.changed(ctx, cur, fmt.Sprintf("it was removed or renamed (%v)", err))
+	case keyOf(now) != key:
+		return r.changed(ctx, cur, "another file (another inode) took its name")
+	case now.Size() != cur.Size:
+		return r.changed(ctx, cur, fmt.Sprintf("its size went from %d to %d bytes", cur.Size, now.Size()))
+	case now.ModTime().UnixNano() != cur.MTime:
+		return r.changed(ctx, cur, fmt.Sprintf("its modification time moved from %s to %s",
+			time.Unix(0, cur.MTime).Format(time.RFC3339Nano), now.ModTime().Format(time.RFC3339Nano)))
 	}
 	if err := r.done(path); err != nil {
 		return err
 	}
-	r.saved = progress{}
-	cur = progress{}
-	if err := writeAtomic(r.progressPath(), []byte("{}")); err != nil {
-		r.log.Warn("spooldir source cannot clear its progress file", "file", r.progressPath(), "err", err)
-	}
+	r.prog.remove(path)
+	r.prune()
+	r.saveProgress(ctx)
 	return nil
 }
 
+// changed records that the file of cur changed while it was read (its
+// progress stays) and returns the leftFile error that reports it.
+func (r *reader) changed(ctx context.Context, cur entry, why string) error {
+	cur.Changed = why
+	r.prog.set(cur)
+	r.saveProgress(ctx)
+	return &leftFile{msg: "spooldir source stopped reading a file that changed while it was read; what it delivered stays delivered, " +
+		"and the file is left in place, not marked done, until the source restarts",
+		why: why, todo: todoChanged, pos: cur.Pos, lines: cur.Lines}
+}
+
+// saveProgress writes the progress file, retrying while it cannot (reading
+// waits meanwhile, so a crash never repeats more than the batch in flight),
+// and reports false only when the source is stopping.
+func (r *reader) saveProgress(ctx context.Context) bool {
+	backoff := minBackoff
+	for {
+		err := r.prog.save()
+		if err == nil {
+			if r.s.progressErr.Swap(nil) != nil {
+				r.log.Info("spooldir source saves its progress again", "file", r.prog.path)
+			}
+			return true
+		}
+		r.s.progressErr.Store(&err)
+		r.throttle.Log(r.log, slog.LevelError, "save", "spooldir source cannot save its progress; reading waits until it can",
+			"file", r.prog.path, "retry_in", backoff, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+		backoff = min(2*backoff, r.s.maxBackoff)
+	}
+}
+
 // readBatch reads up to batchSize lines and returns their bodies and the
-// offset after the last. Reading past size means the file grew.
-func (r *reader) readBatch(lr *lineReader, size int64) ([][]byte, int64, error) {
+// offset after the last. Reading past size means the file grew; so does a
+// last line without a newline when the file is longer by now.
+func (r *reader) readBatch(lr *lineReader, f *os.File, size int64) ([][]byte, int64, error) {
 	var bodies [][]byte
 	for len(bodies) < r.s.batchSize {
 		body, err := lr.next()
@@ -251,6 +336,11 @@ func (r *reader) readBatch(lr *lineReader, size int64) ([][]byte, int64, error) 
 		}
 		if err != nil {
 			return bodies, lr.start, err
+		}
+		if lr.atEOF {
+			if st, err := f.Stat(); err != nil || st.Size() != size {
+				return bodies, lr.start, errChanged
+			}
 		}
 		bodies = append(bodies, body)
 		lr.start = lr.off
@@ -341,15 +431,6 @@ func (r *reader) done(path string) error {
 	return nil
 }
 
-func (r *reader) save(p progress) {
-	data, _ := json.Marshal(p)
-	if err := writeAtomic(r.progressPath(), data); err != nil {
-		r.log.Warn("spooldir source cannot save its progress", "file", r.progressPath(), "err", err)
-		return
-	}
-	r.saved = p
-}
-
 // lineReader is Flume's LINE deserializer: a line ends at '\n' (a '\r'
 // before it stays in the body, as in Flume); a line longer than max
 // characters (UTF-16 units, as Java counts them) is cut into pieces of max
@@ -360,16 +441,19 @@ type lineReader struct {
 	start  int64 // file offset after the last line returned
 	max    int
 	policy string // fail, replace or ignore (bytes that are not UTF-8)
+	atEOF  bool   // the last line returned ended at the end of the file, not at a newline
 }
 
 func (lr *lineReader) next() ([]byte, error) {
 	var out []byte
 	chars := 0
 	got := false
+	lr.atEOF = false
 	for {
 		c, err := lr.r.ReadByte()
 		if err != nil {
 			if errors.Is(err, io.EOF) && got {
+				lr.atEOF = true
 				return out, nil
 			}
 			return nil, err
@@ -417,42 +501,4 @@ func (lr *lineReader) next() ([]byte, error) {
 			return out, nil
 		}
 	}
-}
-
-// writeAtomic replaces path with data: temporary file, fsync, rename, fsync
-// of the directory.
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

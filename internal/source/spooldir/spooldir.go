@@ -4,15 +4,25 @@
 // it in trackerDir, or deletes it) once every line of it was committed to
 // the channels.
 //
-// Files must not change once they are in the directory. A file that does
-// (it grows, shrinks or is touched while it is read) is an error that names
-// it; it is left as it is, not marked done, and skipped until the source is
-// restarted (Flume stops the whole source instead).
+// Progress: after every batch committed to the channels, the source records
+// how far it got in the file (trackerDir/.sluice-spool-progress.json,
+// written atomically: temporary file, fsync, rename, fsync of the
+// directory), and reads the next batch only once that is on disk. So a
+// stop, a restart or a crash continues the file after its last committed
+// line: a clean stop repeats nothing, a crash (SIGKILL, power loss) repeats
+// at most the one batch committed but not yet recorded. A file is never
+// read again from its start once some of it was delivered.
 //
-// Progress within the file being read is saved (atomically, at most every
-// second, at stop and when a file is done) in trackerDir, so a restart
-// continues after the last committed line: a graceful stop neither loses nor
-// repeats a line, and a crash repeats at most one second of lines.
+// Files must not change once they are in the directory. A file that does
+// (it grows, shrinks, is touched or replaced while it is read) is reported
+// once, at WARN, naming it: what was delivered of it stays delivered, its
+// progress is kept, and it is left in place, not marked done and not read
+// further until the source restarts (Flume stops the whole source instead;
+// sluice goes on with the other files). A restarted source continues it
+// after its last delivered line, as Flume does after a restart, so lines
+// appended to it are delivered once and nothing is repeated; a file that
+// became shorter than what was delivered, or another file under its name,
+// cannot be continued and is left for the operator for good.
 package spooldir
 
 import (
@@ -22,6 +32,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -50,7 +61,8 @@ type Source struct {
 	decodePolicy      string
 	counters          *metrics.SourceCounters
 
-	worker flow.Worker // the reading goroutine
+	worker      flow.Worker           // the reading goroutine
+	progressErr atomic.Pointer[error] // why the progress file cannot be written now, or nil
 }
 
 // New builds a spooldir source from Flume's properties spoolDir, fileSuffix
@@ -124,6 +136,15 @@ func pattern(p *config.Props, key, def string) *regexp.Regexp {
 // channels' transactionCapacity.
 func (s *Source) BatchSize() int { return s.batchSize }
 
+// Health reports a progress file that cannot be written: reading waits
+// until it can.
+func (s *Source) Health() error {
+	if err := s.progressErr.Load(); err != nil {
+		return fmt.Errorf("cannot save its progress in %s (reading waits until it can): %w", s.trackerDir, *err)
+	}
+	return nil
+}
+
 // Start checks the directories and starts reading in a goroutine that Stop
 // ends.
 func (s *Source) Start(_ context.Context, p flow.Processor) error {
@@ -139,8 +160,8 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	return nil
 }
 
-// Stop stops reading, waits for the batch in flight and saves the progress
-// in the current file.
+// Stop stops reading and waits for the batch in flight (its progress is
+// recorded once it is committed).
 func (s *Source) Stop(ctx context.Context) error {
 	if !s.worker.Running() {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -297,35 +298,243 @@ func TestRestartResumes(t *testing.T) {
 	}
 }
 
-// TestChangedWhileRead: a file that grows while it is read is an error that
-// names it, and it is not marked done.
+// TestChangedWhileRead: a file that grows while it is read is reported
+// once, at WARN, naming it; what was committed stays committed, the file is
+// left in place and skipped while other files are read; a restarted source
+// continues it after its last committed line, so the appended line comes
+// once and nothing twice, and then the file is done.
 func TestChangedWhileRead(t *testing.T) {
 	fx := newFixture(t, map[string]string{"batchSize": "10"})
 	fx.pl = sourcetest.NewPipeline(t, 10, 10, 20*time.Millisecond)
-	text, _ := lines("l", 30)
-	path := fx.write("growing.log", text, time.Time{})
+	text, want := lines("l", 30)
+	path := fx.write("growing.log", text, time.Now().Add(-time.Minute))
 	fx.start()
-	fx.pl.Take(t, 10, 5*time.Second) // the source is now blocked in the file
+	got := sourcetest.Bodies(fx.pl.Take(t, 10, 5*time.Second)) // the source is now blocked in the file
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.WriteString("appended\n")
 	f.Close()
-	for i := 0; i < 10; i++ {
-		fx.pl.Take(t, 10, 200*time.Millisecond)
+	other := fx.write("other.log", "other\n", time.Time{})
+	got = append(got, sourcetest.Bodies(fx.pl.Drain(t, 21, 5*time.Second))...)
+	if !slices.Equal(got, append(want, "other")) {
+		t.Fatalf("got %q, want the file's first 30 lines, then the other file", got)
 	}
-	if !sourcetest.Eventually(func() bool {
-		l := fx.logs.String()
-		return strings.Contains(l, "growing.log changed while being read")
-	}, 5*time.Second) {
-		t.Fatalf("no error naming the file: %s", fx.logs.String())
+	if !sourcetest.Eventually(func() bool { return exists(other + ".COMPLETED") }, 5*time.Second) {
+		t.Fatal("the other file was not read while the changed one is left")
+	}
+	var reports []string
+	for _, l := range strings.Split(fx.logs.String(), "\n") {
+		if strings.Contains(l, "growing.log") {
+			reports = append(reports, l)
+		}
+	}
+	if len(reports) != 1 || !strings.Contains(reports[0], "level=WARN") || !strings.Contains(reports[0], "changed while it was read") ||
+		!strings.Contains(reports[0], "delivered_lines=30") {
+		t.Fatalf("want one WARN naming the file and what was delivered, got %q", reports)
 	}
 	if exists(path+".COMPLETED") || !exists(path) {
 		t.Fatal("a changed file was marked done")
 	}
 	if fx.src.counters.GenericProcessingFail.Load() != 1 {
 		t.Errorf("GenericProcessingFail = %d, want 1", fx.src.counters.GenericProcessingFail.Load())
+	}
+
+	fx.stop()
+	fx.start()
+	fx.expect("appended")
+	if !sourcetest.Eventually(func() bool { return exists(path + ".COMPLETED") }, 5*time.Second) {
+		t.Fatal("the file was not marked done once continued")
+	}
+	if l := fx.logs.String(); !strings.Contains(l, "continues a file that changed while it was read") {
+		t.Errorf("the restart does not say it continues the changed file: %s", l)
+	}
+}
+
+// TestProgressEveryBatch: the progress file holds the end of every
+// committed batch as soon as it is committed (not a second later, not only
+// at stop), so a crash at any moment repeats at most the batch in flight.
+func TestProgressEveryBatch(t *testing.T) {
+	fx := newFixture(t, map[string]string{"batchSize": "10"})
+	fx.pl = sourcetest.NewPipeline(t, 10, 10, 20*time.Millisecond)
+	text, _ := lines("line", 100)
+	path := fx.write("a", text, time.Time{})
+	fx.start()
+	progressFile := filepath.Join(fx.dir, ".flumespool", progressName)
+	for batch := 1; batch <= 5; batch++ {
+		// The channel holds one batch: batch k is committed and k+1
+		// waits, so the progress must say exactly k batches.
+		wantPos := int64(len(strings.Join(strings.SplitAfter(text, "\n")[:10*batch], "")))
+		if !sourcetest.Eventually(func() bool {
+			p, err := loadProgress(progressFile)
+			if err != nil || len(p.entries) != 1 {
+				return false
+			}
+			e := p.entries[0]
+			return e.File == path && e.Pos == wantPos && e.Lines == int64(10*batch)
+		}, 5*time.Second) {
+			data, _ := os.ReadFile(progressFile)
+			t.Fatalf("after %d committed batches the progress file is %s, want pos %d and %d lines", batch, data, wantPos, 10*batch)
+		}
+		fx.pl.Take(t, 10, 5*time.Second)
+	}
+}
+
+// TestCannotContinue: a file that became shorter than what was delivered of
+// it, or a different file under the name of one begun, is not read again
+// from its start: it is reported once and left for the operator.
+func TestCannotContinue(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, path string)
+		want   string
+	}{
+		{"shrunk", func(t *testing.T, path string) {
+			if err := os.Truncate(path, 5); err != nil {
+				t.Fatal(err)
+			}
+		}, "shorter than the"},
+		{"replaced", func(t *testing.T, path string) {
+			data, _ := os.ReadFile(path)
+			tmp := path + ".new"
+			os.WriteFile(tmp, data, 0o644)
+			// Keep the old inode alive so the new file cannot reuse it.
+			if err := os.Rename(path, filepath.Join(t.TempDir(), "old")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, path); err != nil {
+				t.Fatal(err)
+			}
+		}, "another inode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t, map[string]string{"batchSize": "10"})
+			fx.pl = sourcetest.NewPipeline(t, 10, 10, 20*time.Millisecond)
+			text, want := lines("l", 50)
+			path := fx.write("a.log", text, time.Time{})
+			fx.start()
+			got := sourcetest.Bodies(fx.pl.Drain(t, 20, 5*time.Second))
+			fx.stop()
+			got = append(got, sourcetest.Bodies(fx.pl.Drain(t, 10, time.Second))...)
+			if !slices.Equal(got, want[:len(got)]) || len(got) < 20 {
+				t.Fatalf("before the change: got %q", got)
+			}
+			tc.change(t, path)
+			fx.start()
+			fx.expect()
+			if !sourcetest.Eventually(func() bool { return strings.Contains(fx.logs.String(), tc.want) }, 5*time.Second) {
+				t.Fatalf("no report of %q: %s", tc.want, fx.logs.String())
+			}
+			if n := strings.Count(fx.logs.String(), "leaves a file it cannot continue"); n != 1 {
+				t.Errorf("reported %d times, want once: %s", n, fx.logs.String())
+			}
+			if !exists(path) || exists(path+".COMPLETED") {
+				t.Fatal("the file was not left in place")
+			}
+		})
+	}
+}
+
+// TestOlderProgressFile: the one-file progress file sluice wrote before
+// (no inode) is still read, and a file it names that changed since is
+// continued after its last committed line, not read again from its start.
+func TestOlderProgressFile(t *testing.T) {
+	fx := newFixture(t, nil)
+	text, want := lines("l", 20)
+	path := fx.write("a", text, time.Time{})
+	pos := len(strings.Join(strings.SplitAfter(text, "\n")[:12], ""))
+	os.MkdirAll(filepath.Join(fx.dir, ".flumespool"), 0o755)
+	old := fmt.Sprintf(`{"file":%q,"pos":%d,"size":%d,"mtime":1}`, path, pos, len(text)-1)
+	if err := os.WriteFile(filepath.Join(fx.dir, ".flumespool", progressName), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fx.start()
+	fx.expect(want[12:]...)
+}
+
+// TestDamagedProgressFile: a progress file that cannot be read stops the
+// source from starting, with what to do, instead of reading the files it
+// had begun again from their start.
+func TestDamagedProgressFile(t *testing.T) {
+	fx := newFixture(t, nil)
+	fx.write("a", "x\n", time.Time{})
+	os.MkdirAll(filepath.Join(fx.dir, ".flumespool"), 0o755)
+	if err := os.WriteFile(filepath.Join(fx.dir, ".flumespool", progressName), []byte(`{"files":[{"fi`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := config.FromMap("a1.sources.r1.", fx.props)
+	s, err := New(sourcetest.Env("r1", "spooldir"), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Start(context.Background(), fx.pl.Processor)
+	if err == nil {
+		s.Stop(context.Background())
+		t.Fatal("started with a damaged progress file")
+	}
+	for _, want := range []string{progressName, "remove it to have those files read again"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+// TestProgressNotWritable: while the progress file cannot be written, the
+// source reads no further (so a crash would not repeat more than the batch
+// in flight), says so once and in Health, and goes on once it can.
+func TestProgressNotWritable(t *testing.T) {
+	fx := newFixture(t, map[string]string{"batchSize": "10"})
+	text, want := lines("l", 30)
+	fx.start()
+	// A directory where the progress file goes makes every save fail,
+	// even for root.
+	blocker := filepath.Join(fx.dir, ".flumespool", progressName)
+	if err := os.MkdirAll(blocker, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fx.write("a", text, time.Time{})
+	got := sourcetest.Bodies(fx.pl.Drain(t, 30, 700*time.Millisecond))
+	if !slices.Equal(got, want[:10]) {
+		t.Fatalf("with no progress saved the source read on: got %q, want only the first batch", got)
+	}
+	if err := fx.src.Health(); err == nil || !strings.Contains(err.Error(), "cannot save its progress") {
+		t.Fatalf("Health() = %v", err)
+	}
+	if n := strings.Count(fx.logs.String(), "cannot save its progress"); n != 1 {
+		t.Errorf("%d log lines about it, want 1 (throttled): %s", n, fx.logs.String())
+	}
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, sourcetest.Bodies(fx.pl.Drain(t, 20, 10*time.Second))...)
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q", got)
+	}
+	if err := fx.src.Health(); err != nil {
+		t.Fatalf("Health() = %v once the progress is saved again", err)
+	}
+}
+
+// TestLastLineWithoutNewlineGrew: a last line with no newline is held back
+// when the file is longer than when reading began by the time it is read
+// (it is being written), instead of being sent cut.
+func TestLastLineWithoutNewlineGrew(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, []byte("x\npartial line and more\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// What the reader saw: the file as it was, 9 bytes.
+	lr := &lineReader{r: bufio.NewReader(strings.NewReader("x\npartial")), max: 100, policy: "fail"}
+	r := &reader{s: &Source{batchSize: 10}}
+	bodies, end, err := r.readBatch(lr, f, 9)
+	if !errors.Is(err, errChanged) || len(bodies) != 1 || string(bodies[0]) != "x" || end != 2 {
+		t.Fatalf("readBatch = %q, %d, %v; want [x], 2, changed", bodies, end, err)
 	}
 }
 
