@@ -31,6 +31,13 @@ if ! command -v logger >/dev/null; then
   apt_install bsdutils
 fi
 
+# Debian's thrift-compiler generates Python from internal/thriftrpc/flume.thrift
+# and Debian's python3-thrift runs it: the Thrift client and server the thrift
+# source's and sink's tests talk to (the tests use /usr/bin/python3).
+if ! command -v thrift >/dev/null || ! /usr/bin/python3 -c 'import thrift' 2>/dev/null; then
+  echo "== installing thrift-compiler and python3-thrift (test peers of the thrift source and sink)"
+  apt_install thrift-compiler python3-thrift
+fi
 # avsc (npm), an Avro RPC implementation independent of Java's, serves the
 # avro sink's tests; it goes into a cache directory, not the repository.
 npm_peers="$(go env GOPATH)/sluice-test-peers/npm"

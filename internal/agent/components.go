@@ -16,6 +16,7 @@ import (
 	loggersink "github.com/sluicehq/sluice/internal/sink/logger"
 	nullsink "github.com/sluicehq/sluice/internal/sink/null"
 	tcpsink "github.com/sluicehq/sluice/internal/sink/tcp"
+	thriftsink "github.com/sluicehq/sluice/internal/sink/thrift"
 	avrosource "github.com/sluicehq/sluice/internal/source/avro"
 	"github.com/sluicehq/sluice/internal/source/exec"
 	httpsource "github.com/sluicehq/sluice/internal/source/http"
@@ -25,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/source/spooldir"
 	syslogsource "github.com/sluicehq/sluice/internal/source/syslog"
 	"github.com/sluicehq/sluice/internal/source/taildir"
+	thriftsource "github.com/sluicehq/sluice/internal/source/thrift"
 )
 
 // This file is the one place that names every component type. A type is
@@ -40,6 +42,7 @@ var sourceTypes = map[string]flow.SourceFactory{
 	"http":      httpsource.New,
 	"exec":      exec.New,
 	"avro":      avrosource.New,
+	"thrift":    thriftsource.New,
 	"kafka":     kafkasource.New,
 
 	"syslogtcp":           syslogsource.NewTCP,
@@ -59,6 +62,7 @@ var sinkTypes = map[string]flow.SinkFactory{
 	"file_roll":     fileroll.New,
 	"tcp":           tcpsink.New,
 	"avro":          avrosink.New,
+	"thrift":        thriftsink.New,
 	"elasticsearch": essink.New,
 	"kafka":         kafkasink.New,
 }
@@ -108,9 +112,8 @@ var classNames = map[string]string{
 // flumeOnly are Flume types sluice does not provide (yet), so a Flume
 // config that uses one gets a clear message rather than "unknown type".
 var flumeOnly = map[string]bool{
-	"source:thrift": true, "source:jms": true,
-	"channel:jdbc": true, "channel:spillablememory": true,
-	"sink:thrift": true, "sink:hdfs": true, "sink:irc": true,
+	"source:jms": true, "channel:jdbc": true, "channel:spillablememory": true,
+	"sink:hdfs": true, "sink:irc": true,
 	"sink:hbase": true, "sink:asynchbase": true, "sink:hbase2": true, "sink:hive": true, "sink:http": true,
 }
 

@@ -84,3 +84,9 @@ func toEvents(in []*flume.ThriftFlumeEvent, now int64) []event.Event {
 	}
 	return out
 }
+
+// KerberosRefused is the config error for kerberos = true on the thrift
+// source or sink: Kerberos would authenticate the peers, and running without
+// the authentication a config asks for is not an option.
+const KerberosRefused = "Kerberos (SASL/GSSAPI) authentication of Thrift peers is not provided by sluice; " +
+	"set kerberos = false and protect the connection with ssl (TLS) instead, or keep a Flume agent for this hop"

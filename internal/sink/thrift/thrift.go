@@ -220,8 +220,7 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 		p.String(k, "")
 	}
 	if p.Bool("kerberos", false) {
-		p.Errorf("kerberos", "Kerberos (SASL/GSSAPI) authentication of Thrift peers is not provided by sluice; "+
-			"set kerberos = false and protect the connection with ssl (TLS) instead, or keep a Flume agent for this hop")
+		p.Errorf("kerberos", "%s", thriftrpc.KerberosRefused)
 	}
 
 	c := metrics.NewSinkCounters(env.Name, env.Type)

@@ -103,16 +103,13 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 }
 
 // readKerberos reads Flume's kerberos switch and its principal and keytab
-// properties. Kerberos would authenticate the peers; sluice cannot, so it
-// refuses the setting rather than run without the authentication the
-// config asks for.
+// properties, and refuses kerberos = true.
 func readKerberos(p *config.Props, keys ...string) {
 	for _, k := range keys {
 		p.String(k, "")
 	}
 	if p.Bool("kerberos", false) {
-		p.Errorf("kerberos", "Kerberos (SASL/GSSAPI) authentication of Thrift peers is not provided by sluice; "+
-			"set kerberos = false and protect the connection with ssl (TLS) instead, or keep a Flume agent for this hop")
+		p.Errorf("kerberos", "%s", thriftrpc.KerberosRefused)
 	}
 }
 
