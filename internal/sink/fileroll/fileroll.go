@@ -20,7 +20,6 @@ package fileroll
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -28,17 +27,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/hamba/avro/v2/ocf"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/serializer"
 )
 
 const (
@@ -50,7 +47,7 @@ const (
 	// 256-byte events (25 KiB) or 1000 of them goes out in one write.
 	bufferSize = 256 << 10
 	// DefaultAvroSyncBytes is Flume's default syncIntervalBytes.
-	DefaultAvroSyncBytes = 2048000
+	DefaultAvroSyncBytes = serializer.DefaultAvroSyncBytes
 )
 
 // Options configure a Writer.
@@ -81,41 +78,18 @@ type Options struct {
 	Fsync bool
 }
 
-// Serializer names an event format of the file_roll sink.
-type Serializer int
+// Serializer names an event format of the file_roll sink; the formats
+// live in internal/serializer, shared with the hdfs sink.
+type Serializer = serializer.Kind
 
 const (
-	// Text writes each body (Flume's TEXT, BodyTextEventSerializer).
-	Text Serializer = iota
-	// HeaderAndText writes the headers as {k=v, ...}, a space, then the
-	// body (Flume's HEADER_AND_TEXT).
-	HeaderAndText
-	// AvroEvent writes an Avro object container file of records
-	// {headers: map<string>, body: bytes} (Flume's avro_event).
-	AvroEvent
+	// Text writes each body (Flume's TEXT).
+	Text = serializer.Text
+	// HeaderAndText writes "{k=v, ...} body" (Flume's HEADER_AND_TEXT).
+	HeaderAndText = serializer.HeaderAndText
+	// AvroEvent writes an Avro container of {headers, body} records.
+	AvroEvent = serializer.AvroEvent
 )
-
-// avroEventSchema is the record schema of Flume's avro_event serializer.
-const avroEventSchema = `{"type":"record","name":"Event","fields":[{"name":"headers","type":{"type":"map","values":"string"}},{"name":"body","type":"bytes"}]}`
-
-// appendAvroEvent appends the Avro binary encoding of e as a record of
-// avroEventSchema: the headers map as one block (count, then key and value
-// strings) ended by a zero count, then the body as bytes. Every length is a
-// zigzag varint.
-func appendAvroEvent(dst []byte, e *event.Event) []byte {
-	if n := len(e.Headers); n > 0 {
-		dst = binary.AppendVarint(dst, int64(n))
-		for k, v := range e.Headers {
-			dst = binary.AppendVarint(dst, int64(len(k)))
-			dst = append(dst, k...)
-			dst = binary.AppendVarint(dst, int64(len(v)))
-			dst = append(dst, v...)
-		}
-	}
-	dst = append(dst, 0)
-	dst = binary.AppendVarint(dst, int64(len(e.Body)))
-	return append(dst, e.Body...)
-}
 
 // Writer writes event bodies to rolling files. Write and the roll timer are
 // serialised by a mutex, so a roll happens only between batches.
@@ -127,8 +101,7 @@ type Writer struct {
 	mu       sync.Mutex
 	f        *os.File
 	bw       *bufio.Writer
-	enc      *ocf.Encoder // avro_event only
-	hdr      []byte
+	ser      serializer.Serializer
 	path     string
 	series   int64  // start time of the sink in Unix ms, as Flume's DefaultPathManager
 	index    int    // number of the last file opened
@@ -210,7 +183,15 @@ func (w *Writer) Write(_ context.Context, events []event.Event) error {
 			return err
 		}
 	}
-	err := w.serialize(events)
+	var err error
+	for i := range events {
+		if err = w.ser.Write(&events[i]); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = w.ser.Flush()
+	}
 	if err == nil {
 		err = w.bw.Flush()
 	}
@@ -222,66 +203,10 @@ func (w *Writer) Write(_ context.Context, events []event.Event) error {
 		w.c.ConnectionFailed.Add(1)
 		w.bw.Reset(nil)
 		w.f.Close()
-		w.f, w.path, w.enc = nil, "", nil
+		w.f, w.path, w.ser = nil, "", nil
 		return fmt.Errorf("file_roll: write %s: %w", path, err)
 	}
 	return nil
-}
-
-// serialize writes events into the buffer (and, for avro_event, ends the
-// block). Caller holds mu.
-func (w *Writer) serialize(events []event.Event) error {
-	bw := w.bw
-	switch w.opt.Serializer {
-	case AvroEvent:
-		for i := range events {
-			w.hdr = appendAvroEvent(w.hdr[:0], &events[i])
-			if _, err := w.enc.Write(w.hdr); err != nil {
-				return err
-			}
-		}
-		return w.enc.Flush()
-	case HeaderAndText:
-		for i := range events {
-			w.hdr = appendHeaders(w.hdr[:0], events[i].Headers)
-			w.hdr = append(w.hdr, ' ')
-			bw.Write(w.hdr)
-			bw.Write(events[i].Body)
-			if w.opt.AppendNewline {
-				bw.WriteByte('\n')
-			}
-		}
-	default:
-		for i := range events {
-			bw.Write(events[i].Body) // errors are sticky and returned by Flush
-			if w.opt.AppendNewline {
-				bw.WriteByte('\n')
-			}
-		}
-	}
-	return nil
-}
-
-// appendHeaders appends h as Java's Map.toString prints it, {k=v, k2=v2},
-// with keys sorted.
-func appendHeaders(dst []byte, h map[string]string) []byte {
-	dst = append(dst, '{')
-	if len(h) > 0 {
-		keys := make([]string, 0, len(h))
-		for k := range h {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for i, k := range keys {
-			if i > 0 {
-				dst = append(dst, ", "...)
-			}
-			dst = append(dst, k...)
-			dst = append(dst, '=')
-			dst = append(dst, h[k]...)
-		}
-	}
-	return append(dst, '}')
 }
 
 // open opens the next file. It never truncates an existing file: a name
@@ -302,21 +227,15 @@ func (w *Writer) open() error {
 		}
 		w.f, w.path = f, path
 		w.bw.Reset(f)
-		if w.opt.Serializer == AvroEvent {
-			// The container header goes out with the first batch.
-			codec := ocf.CodecName(w.opt.AvroCodec)
-			if codec == "" {
-				codec = ocf.Null
-			}
-			w.enc, err = ocf.NewEncoder(avroEventSchema, w.bw,
-				ocf.WithCodec(codec), ocf.WithBlockLength(0), ocf.WithBlockSize(w.opt.AvroSyncBytes))
-			if err != nil {
-				w.bw.Reset(nil)
-				f.Close()
-				w.f, w.path = nil, ""
-				w.c.ConnectionFailed.Add(1)
-				return fmt.Errorf("file_roll: start avro file %s: %w", path, err)
-			}
+		// The avro container header goes out with the first batch.
+		w.ser, err = serializer.New(serializer.Options{Kind: w.opt.Serializer, AppendNewline: w.opt.AppendNewline,
+			AvroCodec: w.opt.AvroCodec, AvroSyncBytes: w.opt.AvroSyncBytes}, w.bw)
+		if err != nil {
+			w.bw.Reset(nil)
+			f.Close()
+			w.f, w.path = nil, ""
+			w.c.ConnectionFailed.Add(1)
+			return fmt.Errorf("file_roll: start %s: %w", path, err)
 		}
 		w.c.ConnectionCreated.Add(1)
 		w.log.Debug("file_roll: opened file", "file", path)
@@ -356,9 +275,9 @@ func (w *Writer) closeFile() error {
 	f, path := w.f, w.path
 	w.f, w.path = nil, ""
 	var err error
-	if w.enc != nil {
-		err = w.enc.Close()
-		w.enc = nil
+	if w.ser != nil {
+		err = w.ser.Close()
+		w.ser = nil
 	}
 	if err == nil {
 		err = w.bw.Flush()
@@ -395,22 +314,8 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 		roll = DefaultRollInterval.Seconds()
 	}
 	opt.RollInterval = time.Duration(roll * float64(time.Second))
-	switch s := strings.TrimSpace(p.String("sink.serializer", "TEXT")); {
-	case strings.EqualFold(s, "TEXT") || s == "org.apache.flume.serialization.BodyTextEventSerializer$Builder":
-		opt.Serializer = Text
-	case strings.EqualFold(s, "HEADER_AND_TEXT") || s == "org.apache.flume.serialization.HeaderAndBodyTextEventSerializer$Builder":
-		opt.Serializer = HeaderAndText
-	case strings.EqualFold(s, "AVRO_EVENT") || s == "org.apache.flume.serialization.FlumeEventAvroEventSerializer$Builder":
-		opt.Serializer = AvroEvent
-	default:
-		p.Errorf("sink.serializer", "%q is not a supported serializer; use TEXT, HEADER_AND_TEXT or avro_event", s)
-	}
-	if opt.Serializer == AvroEvent {
-		opt.AvroSyncBytes = p.IntRange("sink.serializer.syncIntervalBytes", DefaultAvroSyncBytes, 32, math.MaxInt32)
-		opt.AvroCodec = p.Enum("sink.serializer.compressionCodec", "null", "null", "deflate", "snappy", "zstandard")
-	} else {
-		opt.AppendNewline = p.Bool("sink.serializer.appendNewline", true)
-	}
+	so := serializer.Parse(p, "sink.serializer")
+	opt.Serializer, opt.AppendNewline, opt.AvroCodec, opt.AvroSyncBytes = so.Kind, so.AppendNewline, so.AvroCodec, so.AvroSyncBytes
 	batch := p.IntRange("sink.batchSize", DefaultBatchSize, 1, math.MaxInt32)
 	opt.RollTime = p.Enum("sink.pathManager", "default", "DEFAULT", "ROLLTIME") == "rolltime"
 	opt.Prefix = p.String("sink.pathManager.prefix", "")
