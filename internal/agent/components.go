@@ -12,6 +12,7 @@ import (
 	avrosink "github.com/sluicehq/sluice/internal/sink/avro"
 	essink "github.com/sluicehq/sluice/internal/sink/elasticsearch"
 	"github.com/sluicehq/sluice/internal/sink/fileroll"
+	hdfssink "github.com/sluicehq/sluice/internal/sink/hdfs"
 	kafkasink "github.com/sluicehq/sluice/internal/sink/kafka"
 	loggersink "github.com/sluicehq/sluice/internal/sink/logger"
 	nullsink "github.com/sluicehq/sluice/internal/sink/null"
@@ -65,6 +66,7 @@ var sinkTypes = map[string]flow.SinkFactory{
 	"thrift":        thriftsink.New,
 	"elasticsearch": essink.New,
 	"kafka":         kafkasink.New,
+	"hdfs":          hdfssink.New,
 }
 
 // classNames maps Flume's Java class names (lower-cased) to sluice type
@@ -113,7 +115,7 @@ var classNames = map[string]string{
 // config that uses one gets a clear message rather than "unknown type".
 var flumeOnly = map[string]bool{
 	"source:jms": true, "channel:jdbc": true, "channel:spillablememory": true,
-	"sink:hdfs": true, "sink:irc": true,
+	"sink:irc": true,
 	"sink:hbase": true, "sink:asynchbase": true, "sink:hbase2": true, "sink:hive": true, "sink:http": true,
 }
 
