@@ -115,8 +115,7 @@ var classNames = map[string]string{
 // config that uses one gets a clear message rather than "unknown type".
 var flumeOnly = map[string]bool{
 	"source:jms": true, "channel:jdbc": true, "channel:spillablememory": true,
-	"sink:irc": true,
-	"sink:hbase": true, "sink:asynchbase": true, "sink:hbase2": true, "sink:hive": true, "sink:http": true,
+	"sink:irc": true, "sink:hbase": true, "sink:asynchbase": true, "sink:hbase2": true, "sink:hive": true, "sink:http": true,
 }
 
 // canonicalType maps what a user wrote as a component's type to sluice's
