@@ -19,6 +19,12 @@ if [ ! -x "$(go env GOPATH)/bin/victoria-logs" ]; then
   echo "== installing victoria-logs (test peer of the elasticsearch sink)"
   go install github.com/VictoriaMetrics/VictoriaLogs/app/victoria-logs@v1.52.1
 fi
+# VersityGW serves S3 over a local directory for the hdfs sink's s3a://
+# tests, which find it in $(go env GOPATH)/bin (about 2 minutes to build).
+if [ ! -x "$(go env GOPATH)/bin/versitygw" ]; then
+  echo "== installing versitygw (S3 test peer of the hdfs sink)"
+  go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+fi
 # logrotate rotates the files the taildir source's tests tail.
 if ! command -v logrotate >/dev/null && [ ! -x /usr/sbin/logrotate ]; then
   echo "== installing logrotate (test peer of the taildir source)"

@@ -220,6 +220,11 @@ func (s *s3Store) multipart(ctx context.Context, rec *record, j *journal, f *os.
 					done[p.Number] = p
 				}
 			}
+			// Uploads of this key a crashed run started without
+			// recording them go.
+			if err := s.abortOthers(ctx, key, rec.Upload.ID); err != nil {
+				return err
+			}
 		} else {
 			rec.Upload.ID = "" // gone (completed or aborted): start again
 		}
