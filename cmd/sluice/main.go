@@ -26,22 +26,33 @@ import (
 var version = "dev"
 
 const usage = `usage:
-  sluice agent -f FILE -n NAME [options]   run the agent NAME defined in FILE
-  sluice validate -f FILE -n NAME [-DX=V]  check FILE; print one line per problem, exit 1 if any
-  sluice bench PRESET | [options]          generate load, receive it, report loss and latency
-                                           (sluice bench --help)
-  sluice version                           print the version
+  sluice agent -f FILE -n NAME [options]     run the agent NAME defined in FILE
+  sluice validate -f FILE -n NAME [options]  check FILE: print each problem, warning and note;
+                                             exit 1 on an error (with --strict, on a warning too)
+  sluice bench PRESET | [options]            generate load, receive it, report loss and latency
+                                             (sluice bench --help)
+  sluice version                             print the version
+  sluice COMMAND --help                      print this help
 
 agent and validate options (flume-ng's names work too):
-  -f, --conf-file FILE     the Flume properties file
+  -f, --conf-file FILE     a Flume properties file; give -f several times to read several,
+                           a key in a later file overriding the earlier one
+  -u, --conf-uri URI       read the configuration from URI (http, https or file), after the
+                           files; may be given several times
+  --conf-user USER         user for basic authentication to --conf-uri
+  --conf-password PASS     its password
   -n, --name NAME          the agent name: the prefix of its keys
   -DX=VALUE                a system property, read by ${sys:X} in the file;
-                           -Dflume.monitoring.type=http -Dflume.monitoring.port=P serves metrics on P
+                           -Dflume.monitoring.type=http -Dflume.monitoring.port=P serves metrics on P;
+                           -Djavax.net.ssl.trustStore=F (trustStoreType PKCS12 or PEM,
+                           trustStorePassword) is whom https URIs are trusted to be
+  --strict                 validate only: warnings (keys sluice ignores) are errors too
   --http ADDR              serve /metrics (Flume JSON), /metrics/prometheus and /healthz on ADDR
   --log-level LEVEL        debug, info (default), warn or error
   --log-format FORMAT      text (default) or json
-  --no-reload-conf         do not reload when the file changes (SIGHUP still reloads)
-  --poll-interval SECONDS  how often to check the file for changes (default 30)
+  --no-reload-conf         do not reload when the configuration changes (SIGHUP still reloads)
+  --poll-interval SECONDS  how often to read the configuration for changes (default 30,
+                           300 with an http or https --conf-uri, as in Flume)
   -c, --conf DIR           accepted for flume-ng compatibility; unused
 `
 
@@ -64,33 +75,47 @@ func main() {
 
 // cli is the parsed command line.
 type cli struct {
-	cmd          string
-	file, name   string
-	sys          map[string]string
-	httpAddr     string
-	logLevel     string
-	logFormat    string
-	noReload     bool
-	pollInterval time.Duration
+	cmd                string
+	files, uris        []string
+	confUser, confPass string
+	name               string
+	sys                map[string]string
+	httpAddr           string
+	logLevel           string
+	logFormat          string
+	noReload           bool
+	strict             bool
+	pollInterval       time.Duration // 0: the default
 }
 
 func parse(args []string) (*cli, error) {
 	if len(args) == 0 {
 		return nil, errors.New("no command given")
 	}
-	c := &cli{cmd: args[0], sys: map[string]string{}, logFormat: "text", pollInterval: 30 * time.Second}
+	c := &cli{cmd: args[0], sys: map[string]string{}, logFormat: "text"}
 	switch c.cmd {
 	case "agent", "validate":
 	case "version", "--version", "-v":
 		c.cmd = "version"
-		return c, nil
-	case "help", "-h", "--help":
+	case "help", "-h", "--help", "-help":
 		c.cmd = "help"
 		return c, nil
 	default:
 		return nil, fmt.Errorf("unknown command %q", c.cmd)
 	}
 	rest := args[1:]
+	for _, arg := range rest {
+		if arg == "-h" || arg == "--help" || arg == "-help" {
+			c.cmd = "help"
+			return c, nil
+		}
+	}
+	if c.cmd == "version" {
+		if len(rest) > 0 {
+			return nil, fmt.Errorf("version takes no option; got %q", rest[0])
+		}
+		return c, nil
+	}
 	for i := 0; i < len(rest); i++ {
 		arg := rest[i]
 		name, val, hasVal := strings.Cut(arg, "=")
@@ -110,9 +135,20 @@ func parse(args []string) (*cli, error) {
 			return rest[i], nil
 		}
 		var err error
+		var v string
 		switch name {
 		case "-f", "--conf-file", "-conf-file":
-			c.file, err = next()
+			if v, err = next(); err == nil {
+				c.files = append(c.files, v)
+			}
+		case "-u", "--conf-uri", "-conf-uri":
+			if v, err = next(); err == nil {
+				c.uris = append(c.uris, v)
+			}
+		case "--conf-user", "-conf-user", "-user":
+			c.confUser, err = next()
+		case "--conf-password", "-conf-password", "-pwd":
+			c.confPass, err = next()
 		case "-n", "--name", "-name":
 			c.name, err = next()
 		case "-c", "--conf", "-conf":
@@ -125,7 +161,12 @@ func parse(args []string) (*cli, error) {
 			c.logFormat, err = next()
 		case "--no-reload-conf", "-no-reload-conf":
 			c.noReload = true
-		case "--poll-interval", "-poll-interval":
+		case "--strict", "-strict":
+			if c.cmd != "validate" {
+				err = fmt.Errorf("--strict is an option of validate")
+			}
+			c.strict = true
+		case "--poll-interval", "-poll-interval", "-i":
 			var s string
 			if s, err = next(); err == nil {
 				var n int
@@ -141,10 +182,33 @@ func parse(args []string) (*cli, error) {
 			return nil, err
 		}
 	}
-	if c.file == "" || c.name == "" {
-		return nil, fmt.Errorf("%s needs -f FILE and -n NAME", c.cmd)
+	if len(c.files)+len(c.uris) == 0 || c.name == "" {
+		return nil, fmt.Errorf("%s needs -f FILE (or --conf-uri URI) and -n NAME", c.cmd)
+	}
+	if c.confPass != "" && c.confUser == "" {
+		return nil, errors.New("--conf-password needs --conf-user")
 	}
 	return c, nil
+}
+
+// options are the agent options the command line gives.
+func (c *cli) options() agent.Options {
+	o := agent.Options{Name: c.name, Sys: c.sys, URIs: c.uris, ConfUser: c.confUser, ConfPass: c.confPass}
+	if len(c.files) > 0 {
+		o.File, o.Files = c.files[0], c.files[1:]
+	}
+	if !c.noReload {
+		o.PollInterval = c.pollInterval
+		if o.PollInterval == 0 {
+			o.PollInterval = 30 * time.Second // Flume's for files
+			for _, u := range c.uris {
+				if config.IsRemote(u) {
+					o.PollInterval = 300 * time.Second // Flume's for http(s)
+				}
+			}
+		}
+	}
+	return o
 }
 
 // monitoringAddr turns flume-ng's monitoring properties into an address.
@@ -228,12 +292,7 @@ func run(ctx context.Context, args []string, reload <-chan struct{}, stdout, std
 		fmt.Fprintln(stdout, versionString())
 		return 0
 	case "validate":
-		if err := agent.Validate(c.file, c.name, c.sys); err != nil {
-			printProblems(stdout, err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "%s: agent %s is valid\n", c.file, c.name)
-		return 0
+		return validate(ctx, c, stdout)
 	}
 	log, err := c.logger(stderr)
 	if err != nil {
@@ -245,10 +304,8 @@ func run(ctx context.Context, args []string, reload <-chan struct{}, stdout, std
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return 2
 	}
-	opts := agent.Options{File: c.file, Name: c.name, Sys: c.sys, Logger: log, HTTPAddr: addr}
-	if !c.noReload {
-		opts.PollInterval = c.pollInterval
-	}
+	opts := c.options()
+	opts.Logger, opts.HTTPAddr = log, addr
 	a, err := agent.New(opts)
 	if err != nil {
 		printProblems(stderr, err)
@@ -261,11 +318,51 @@ func run(ctx context.Context, args []string, reload <-chan struct{}, stdout, std
 	return 0
 }
 
+// validate prints every problem, warning and note of the configuration,
+// one per line, and returns 1 when it has an error, or a warning with
+// --strict.
+func validate(ctx context.Context, c *cli, stdout io.Writer) int {
+	probs, err := agent.Check(ctx, c.options())
+	var ps *config.Problems
+	if err != nil && !errors.As(err, &ps) {
+		fmt.Fprintf(stdout, "sluice: %v\n", err)
+		return 1
+	}
+	for _, p := range probs.Sorted() {
+		fmt.Fprintln(stdout, p.String())
+	}
+	what := strings.Join(append(append([]string(nil), c.files...), c.uris...), ", ")
+	warnings := probs.Count(config.Warning)
+	switch {
+	case err != nil:
+		return 1
+	case c.strict && warnings > 0:
+		fmt.Fprintf(stdout, "%s: agent %s has %s, which --strict counts as errors\n", what, c.name, plural(warnings, "warning"))
+		return 1
+	case warnings > 0:
+		fmt.Fprintf(stdout, "%s: agent %s is valid, with %s\n", what, c.name, plural(warnings, "warning"))
+	default:
+		fmt.Fprintf(stdout, "%s: agent %s is valid\n", what, c.name)
+	}
+	return 0
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// printProblems prints a configuration's errors and warnings, one per line,
+// or the error that kept it from being read.
 func printProblems(w io.Writer, err error) {
 	var probs *config.Problems
 	if errors.As(err, &probs) {
 		for _, p := range probs.Sorted() {
-			fmt.Fprintln(w, p.String())
+			if p.Severity != config.Note {
+				fmt.Fprintln(w, p.String())
+			}
 		}
 		return
 	}

@@ -16,7 +16,7 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.file != "x.properties" || c.name != "a1" || c.sys["port"] != "4" || c.httpAddr != ":9" || c.pollInterval != 5*time.Second {
+	if len(c.files) != 1 || c.files[0] != "x.properties" || c.name != "a1" || c.sys["port"] != "4" || c.httpAddr != ":9" || c.pollInterval != 5*time.Second {
 		t.Errorf("parsed %+v", c)
 	}
 	for _, bad := range [][]string{
@@ -83,6 +83,58 @@ func TestValidateCommand(t *testing.T) {
 		!strings.HasPrefix(lines[0], bad+":9: a1.channels.c1.capacity: ") ||
 		!strings.HasPrefix(lines[1], bad+":10: a1.sinks.k1.type: unknown sink type \"nosuchsink\"") {
 		t.Errorf("problems:\n%s", out)
+	}
+}
+
+// TestHelpEverywhere: --help and -h print the usage on stdout and exit 0,
+// whatever command they follow and whatever else is on the line.
+func TestHelpEverywhere(t *testing.T) {
+	for _, args := range [][]string{
+		{"--help"}, {"-h"}, {"help"},
+		{"agent", "--help"}, {"agent", "-h"}, {"agent", "-f", "x.properties", "-n", "a1", "--help"},
+		{"agent", "--bogus", "-h"},
+		{"validate", "--help"}, {"validate", "-f", "x.properties", "-h"},
+		{"version", "--help"},
+	} {
+		code, out, errOut := runCLI(args...)
+		if code != 0 || !strings.HasPrefix(out, "usage:") || errOut != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+	if code, out, _ := runCLI("bench", "--help"); code != 0 || !strings.Contains(out, "sluice bench") {
+		t.Errorf("bench --help: exit %d, %q", code, out)
+	}
+}
+
+// TestValidateWarnings: keys sluice does not read are warnings, printed as
+// FILE:LINE: key: message with the valid summary, exit 0; --strict makes
+// them fail; an error fails either way, and --strict is validate's alone.
+func TestValidateWarnings(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "w.properties")
+	conf := "a1.sources = r1\na1.channels = c1\na1.sinks = k1\n" +
+		"a1.sources.r1.type = seq\na1.sources.r1.channels = c1\na1.sources.r1.totalEvent = 5\n" +
+		"a1.channels.c1.type = memory\na1.sinks.k1.type = null\na1.sinks.k1.channel = c1\n"
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runCLI("validate", "-f", file, "-n", "a1")
+	want := file + ":6: a1.sources.r1.totalEvent: ignored: sluice does not read it; did you mean a1.sources.r1.totalEvents?\n" +
+		file + ": agent a1 is valid, with 1 warning\n"
+	if code != 0 || out != want {
+		t.Fatalf("exit %d, output:\n%s\nwant:\n%s", code, out, want)
+	}
+	if code, out, _ = runCLI("validate", "-f", file, "-n", "a1", "--strict"); code != 1 || !strings.Contains(out, "has 1 warning, which --strict counts as errors") {
+		t.Fatalf("--strict: exit %d, output:\n%s", code, out)
+	}
+	if _, err := parse([]string{"agent", "-f", file, "-n", "a1", "--strict"}); err == nil {
+		t.Error("agent accepted --strict")
+	}
+	if err := os.WriteFile(file, []byte(conf+"a1.sinks.k1.batchSize = x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ = runCLI("validate", "-f", file, "-n", "a1"); code != 1 || strings.Contains(out, "is valid") ||
+		!strings.Contains(out, ":10: a1.sinks.k1.batchSize: \"x\" is not a whole number") {
+		t.Fatalf("error: exit %d, output:\n%s", code, out)
 	}
 }
 

@@ -4,16 +4,20 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
 // Options say which configuration to run and how.
@@ -22,6 +26,17 @@ type Options struct {
 	Name string            // -n: the agent name, the prefix of its keys
 	Sys  map[string]string // -D values, read by ${sys:X}
 
+	// Files are more properties files (-f given several times), read
+	// after File; a key a later file sets overrides the earlier one.
+	Files []string
+	// URIs are configuration URIs (--conf-uri: http, https or file), read
+	// after the files, with basic authentication when ConfUser is set.
+	URIs               []string
+	ConfUser, ConfPass string
+	// HTTPClient fetches the URIs; nil means a client trusting the
+	// system's roots, or the truststore -Djavax.net.ssl.trustStore names.
+	HTTPClient *http.Client
+
 	Logger *slog.Logger
 	// HTTPAddr, when set, serves /metrics, /metrics/prometheus and /healthz.
 	HTTPAddr string
@@ -29,9 +44,55 @@ type Options struct {
 	DrainTimeout time.Duration
 	// StopTimeout bounds how long each source or sink may take to stop.
 	StopTimeout time.Duration
-	// PollInterval is how often the config file's modification time is
-	// checked for a reload; 0 turns polling off (SIGHUP still reloads).
+	// PollInterval is how often the configuration is read again to see
+	// whether it changed; 0 turns polling off (SIGHUP still reloads). A
+	// failed read keeps the running configuration.
 	PollInterval time.Duration
+}
+
+// locations lists the configuration sources in the order they apply.
+func (o *Options) locations() []string {
+	var locs []string
+	if o.File != "" {
+		locs = append(locs, o.File)
+	}
+	locs = append(locs, o.Files...)
+	return append(locs, o.URIs...)
+}
+
+func (o *Options) fetcher() (*config.Fetcher, error) {
+	client := o.HTTPClient
+	if client == nil {
+		tc, err := javaTrustStore(o.Sys)
+		if err != nil {
+			return nil, err
+		}
+		client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+			Proxy: http.ProxyFromEnvironment, TLSClientConfig: tc, TLSHandshakeTimeout: 10 * time.Second,
+		}}
+	}
+	return &config.Fetcher{Locations: o.locations(), User: o.ConfUser, Password: o.ConfPass, Client: client}, nil
+}
+
+// javaTrustStore reads the trust store Flume's JVM would use for https
+// configuration URIs: -Djavax.net.ssl.trustStore (with trustStorePassword
+// and trustStoreType, PKCS12 or PEM), else the system's roots (nil).
+func javaTrustStore(sys map[string]string) (*tls.Config, error) {
+	path := sys["javax.net.ssl.trustStore"]
+	if path == "" {
+		return nil, nil
+	}
+	typ := strings.ToLower(sys["javax.net.ssl.trustStoreType"])
+	if typ == "" {
+		typ = "pkcs12"
+	}
+	s := tlsconf.Settings{Enabled: true, VerifyHostname: true, Truststore: path, TruststoreType: typ,
+		TruststorePassword: sys["javax.net.ssl.trustStorePassword"]}
+	c, err := s.ClientConfig("")
+	if err != nil {
+		return nil, fmt.Errorf("-Djavax.net.ssl.trustStore: %w", err)
+	}
+	return c, nil
 }
 
 func (o *Options) defaults() {
@@ -47,19 +108,36 @@ func (o *Options) defaults() {
 }
 
 // Validate loads the configuration and constructs every component without
-// starting any, and returns every problem found (a *config.Problems), or nil.
+// starting any, and returns its errors (a *config.Problems), or nil.
 func Validate(file, name string, sys map[string]string) error {
-	_, err := load(file, name, sys, metrics.NewRegistry(name), slog.New(slog.DiscardHandler), nil)
+	_, err := Check(context.Background(), Options{File: file, Name: name, Sys: sys})
 	return err
 }
 
-// load parses the file and builds its graph; problems of both steps are
-// reported together.
-func load(file, name string, sys map[string]string, reg *metrics.Registry, log *slog.Logger, keep *graph) (*graph, error) {
-	cfg, err := config.Load(file, name, sys)
+// Check reads the configuration opts names and constructs every component
+// without starting any. It returns every problem found, errors, warnings
+// and notes, and an error when the configuration cannot run: its errors
+// (the same *config.Problems) or a source that cannot be read.
+func Check(ctx context.Context, opts Options) (*config.Problems, error) {
+	f, err := opts.fetcher()
+	if err != nil {
+		return nil, err
+	}
+	srcs, _, err := f.Fetch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	_, probs, err := load(srcs, opts.Name, opts.Sys, metrics.NewRegistry(opts.Name), slog.New(slog.DiscardHandler), nil)
+	return probs, err
+}
+
+// load parses the sources and builds their graph; problems of both steps
+// are reported together.
+func load(srcs []config.Source, name string, sys map[string]string, reg *metrics.Registry, log *slog.Logger, keep *graph) (*graph, *config.Problems, error) {
+	cfg, err := config.LoadSources(srcs, name, config.Lookup{Sys: sys, Exec: config.RunCommand})
 	var probs *config.Problems
 	if err != nil && (!errors.As(err, &probs) || cfg == nil) {
-		return nil, err
+		return nil, nil, err
 	}
 	// Component constructors record into the same Problems through their
 	// Props, so structural and component problems are reported together.
@@ -67,9 +145,9 @@ func load(file, name string, sys map[string]string, reg *metrics.Registry, log *
 	b := &builder{cfg: cfg, reg: reg, log: log, probs: probs, keep: keep}
 	g := b.build()
 	if err := probs.Err(); err != nil {
-		return nil, err
+		return nil, probs, err
 	}
-	return g, nil
+	return g, probs, nil
 }
 
 // Agent runs one configuration.
@@ -82,28 +160,56 @@ type Agent struct {
 	g       *graph
 	state   string // "starting", "running", "stopping", "stopped"
 	failed  map[string]error
-	modTime time.Time
+	fetch   *config.Fetcher
+	secrets *redactor // replaces config-filter secrets in the log
+	polls   *logthrottle.Throttle
 
 	http *metrics.Server
 }
 
-// New loads and builds the configuration; nothing runs until Start.
+// New loads and builds the configuration; nothing runs until Start. Its
+// warnings and notes are logged; its errors are returned.
 func New(opts Options) (*Agent, error) {
 	opts.defaults()
-	a := &Agent{opts: opts, log: opts.Logger, reg: metrics.NewRegistry(opts.Name), state: "stopped", failed: map[string]error{}}
-	// Validate first with a scratch registry so a bad config leaves no trace.
-	if err := Validate(opts.File, opts.Name, opts.Sys); err != nil {
+	red := &redactor{}
+	log := slog.New(&redactHandler{h: opts.Logger.Handler(), r: red})
+	a := &Agent{opts: opts, log: log, reg: metrics.NewRegistry(opts.Name), state: "stopped", failed: map[string]error{},
+		secrets: red, polls: logthrottle.New(10*time.Minute, 1)}
+	f, err := opts.fetcher()
+	if err != nil {
 		return nil, err
 	}
-	g, err := load(opts.File, opts.Name, opts.Sys, a.reg, a.log, nil)
+	a.fetch = f
+	srcs, _, err := f.Fetch(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	g, err := a.build(srcs)
 	if err != nil {
 		return nil, err
 	}
 	a.g = g
-	if st, err := os.Stat(opts.File); err == nil {
-		a.modTime = st.ModTime()
-	}
 	return a, nil
+}
+
+// build validates srcs against a scratch registry, so that a bad
+// configuration leaves no trace, then builds them for real and logs their
+// warnings and notes.
+func (a *Agent) build(srcs []config.Source) (*graph, error) {
+	_, probs, err := load(srcs, a.opts.Name, a.opts.Sys, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil)
+	if probs != nil {
+		a.secrets.set(probs.Secrets())
+	}
+	if err != nil {
+		return nil, err
+	}
+	g, probs, err := load(srcs, a.opts.Name, a.opts.Sys, a.reg, a.log, nil)
+	if err != nil {
+		return nil, err
+	}
+	a.secrets.set(probs.Secrets())
+	a.logProblems(probs)
+	return g, nil
 }
 
 // Metrics returns the agent's metrics registry.
@@ -138,7 +244,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		return err
 	}
 	a.state = "running"
-	a.log.Info("agent started", "agent", a.opts.Name, "file", a.opts.File,
+	a.log.Info("agent started", "agent", a.opts.Name, "file", a.configName(),
 		"sources", len(a.g.sources), "channels", len(a.g.channels), "sinks", len(a.g.sinks))
 	return nil
 }
@@ -313,20 +419,37 @@ func (a *Agent) Stop(ctx context.Context) error {
 
 // Reload re-reads the configuration. Components whose configuration is
 // unchanged keep running, and a kept channel keeps its events. A
-// configuration with problems is refused and the running one stays.
+// configuration with problems, or one that cannot be read, is refused and
+// the running one stays.
 func (a *Agent) Reload(ctx context.Context) error {
+	srcs, _, err := a.fetch.Fetch(ctx)
+	if err != nil {
+		a.log.Error("configuration not reloaded: it cannot be read; the running configuration stays", "err", err)
+		return err
+	}
+	return a.reloadFrom(ctx, srcs)
+}
+
+// lookup is how the agent resolves ${...} references: -D values, the
+// environment and config filters (external ones run their commands).
+func (a *Agent) lookup() config.Lookup {
+	return config.Lookup{Sys: a.opts.Sys, Exec: config.RunCommand}
+}
+
+func (a *Agent) reloadFrom(ctx context.Context, srcs []config.Source) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if st, err := os.Stat(a.opts.File); err == nil {
-		a.modTime = st.ModTime()
+	_, probs, err := load(srcs, a.opts.Name, a.opts.Sys, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil)
+	if probs != nil {
+		a.secrets.set(probs.Secrets())
 	}
-	if err := Validate(a.opts.File, a.opts.Name, a.opts.Sys); err != nil {
-		a.log.Error("configuration not reloaded: it has problems", "file", a.opts.File, "problems", err.Error())
+	if err != nil {
+		a.log.Error("configuration not reloaded: it has problems", "file", a.configName(), "problems", err.Error())
 		return err
 	}
 	old := a.g
 	// Build only what changed; kept nodes are taken over from old.
-	probe, err := config.Load(a.opts.File, a.opts.Name, a.opts.Sys)
+	probe, err := config.LoadSources(srcs, a.opts.Name, a.lookup())
 	if err != nil {
 		return err
 	}
@@ -336,28 +459,56 @@ func (a *Agent) Reload(ctx context.Context) error {
 	a.stopGraph(old, plan)
 	// The same decisions as plan (same config, same old graph), now built
 	// against the agent's registry.
-	g, err := load(a.opts.File, a.opts.Name, a.opts.Sys, a.reg, a.log, old)
+	g, probs, err := load(srcs, a.opts.Name, a.opts.Sys, a.reg, a.log, old)
 	if err != nil {
 		return err
 	}
+	a.logProblems(probs)
 	if err := a.startGraph(ctx, g, old); err != nil {
 		a.g = g
 		return err
 	}
 	a.g = g
-	a.log.Info("configuration reloaded", "file", a.opts.File)
+	a.log.Info("configuration reloaded", "file", a.configName())
 	return nil
 }
 
-// configChanged reports whether the config file's modification time moved.
-func (a *Agent) configChanged() bool {
-	st, err := os.Stat(a.opts.File)
-	if err != nil {
-		return false
+// logProblems logs a loaded configuration's warnings (WARN) and notes
+// (INFO), one line each.
+func (a *Agent) logProblems(probs *config.Problems) {
+	for _, p := range probs.Sorted() {
+		switch p.Severity {
+		case config.Warning:
+			a.log.Warn(p.String())
+		case config.Note:
+			a.log.Info(p.String())
+		}
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return !st.ModTime().Equal(a.modTime)
+}
+
+// configName names the configuration in logs: its file, or its files and
+// URIs.
+func (a *Agent) configName() string {
+	var names []string
+	for _, l := range a.opts.locations() {
+		names = append(names, config.Name(l))
+	}
+	return strings.Join(names, ", ")
+}
+
+// poll reads the configuration and reloads it when it changed. A read that
+// fails keeps the running configuration; it is logged, throttled, since a
+// configuration server that is down fails every poll.
+func (a *Agent) poll(ctx context.Context) {
+	srcs, changed, err := a.fetch.Fetch(ctx)
+	if err != nil {
+		a.polls.Log(a.log, slog.LevelError, "poll", "configuration cannot be read; the running configuration stays", "err", err)
+		return
+	}
+	if changed {
+		a.log.Info("reloading configuration (changed)", "file", a.configName())
+		_ = a.reloadFrom(ctx, srcs)
+	}
 }
 
 // Health returns nil when every component is running, or the reason not.
@@ -396,10 +547,7 @@ func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
 			a.log.Info("reloading configuration (signal)")
 			_ = a.Reload(ctx)
 		case <-tick:
-			if a.configChanged() {
-				a.log.Info("reloading configuration (file changed)", "file", a.opts.File)
-				_ = a.Reload(ctx)
-			}
+			a.poll(ctx)
 		}
 	}
 }

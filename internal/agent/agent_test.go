@@ -291,9 +291,9 @@ func TestReloadRefusesBadConfig(t *testing.T) {
 	good := netcatPipeline(ncPort, port, 1000)
 	writeConf(t, file, good)
 	a := startAgent(t, agent.Options{File: file})
-	writeConf(t, file, good+"a1.channels.c1.capcity = 5\n")
-	if err := a.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), "capcity") {
-		t.Fatalf("Reload error = %v, want the unknown property named", err)
+	writeConf(t, file, good+"a1.channels.c1.byteCapacity = lots\n")
+	if err := a.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), "byteCapacity") {
+		t.Fatalf("Reload error = %v, want the bad property named", err)
 	}
 	sendLines(t, fmt.Sprintf("127.0.0.1:%d", ncPort), 0, 10)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -73,16 +73,79 @@ func (b *builder) env(name, typ string) flow.Env {
 }
 
 func (b *builder) problem(c *config.Component, key, format string, args ...any) {
-	b.probs.Add(b.cfg.File, c.Props.LineOf(key), c.Props.Full(key), format, args...)
+	c.Props.Errorf(key, format, args...)
 }
 
-// typeProblem reports a type that cannot be built.
-func (b *builder) typeProblem(c *config.Component, typ, known string) {
-	if flumeOnly[c.Kind+":"+typ] {
-		b.problem(c, "type", "%s type %q is a Flume type that sluice does not provide yet; see docs/components.md for the supported types", c.Kind, c.Type)
-		return
+// typeProblem reports a type that cannot be built: a Flume type sluice
+// lacks, a Java class (a custom plugin), or a misspelling.
+func (b *builder) typeProblem(c *config.Component, typ string, known []string) {
+	c.Props.Errorf("type", "%s", typeMessage(c.Kind, c.Type, typ, known))
+}
+
+// typeMessage says why type written (canonical typ) of kind is not one of
+// known.
+func typeMessage(kind, written, typ string, known []string) string {
+	if msg := missingTypeMessage(kind, written); msg != "" {
+		return msg
 	}
-	b.problem(c, "type", "unknown %s type %q; known types: %s (or their Flume class names)", c.Kind, c.Type, known)
+	list := strings.Join(known, ", ")
+	if strings.Contains(typ, ".") {
+		return fmt.Sprintf("%s type %q is a Java class, and sluice runs no Java plugins; its %s types are %s (or their Flume class names)", kind, written, kind, list)
+	}
+	msg := fmt.Sprintf("unknown %s type %q", kind, written)
+	best, bestD := "", 3
+	for _, k := range known {
+		if d := editDistance(typ, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best != "" {
+		msg += fmt.Sprintf("; did you mean %s?", best)
+	}
+	return msg + fmt.Sprintf(" known types: %s (or their Flume class names)", list)
+}
+
+// prepare applies what sluice knows about a component's keys before its
+// constructor reads them: feature groups it refuses in one line, and Flume
+// keys it deliberately ignores (a note each).
+func (b *builder) prepare(c *config.Component, typ string) {
+	for _, g := range refusedGroups[c.Kind+":"+typ] {
+		keys := c.Props.Keys(g.prefix)
+		if len(keys) == 0 {
+			continue
+		}
+		first := keys[0]
+		for _, k := range keys {
+			c.Props.MarkUsed(k)
+			if c.Props.LineOf(k) < c.Props.LineOf(first) {
+				first = k
+			}
+		}
+		c.Props.Errorf(first, "%s", g.msg)
+	}
+	for _, k := range sortedKeys(ignoredKeys[c.Kind+":"+typ]) {
+		c.Props.Ignored(k, ignoredKeys[c.Kind+":"+typ][k])
+	}
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func (b *builder) build() *graph {
@@ -115,14 +178,15 @@ func (b *builder) buildChannels(g *graph) {
 			b.typeProblem(c, typ, knownNames(channelTypes))
 			continue
 		}
-		before := len(b.probs.List)
+		before := b.probs.Count(config.Error)
+		b.prepare(c, typ)
 		ch, err := f(b.env(c.Name, typ), c.Props)
 		c.Props.Unused()
 		if err != nil {
 			b.problem(c, "type", "cannot build channel: %v", err)
 			continue
 		}
-		g.channels[c.Name] = &channelNode{spec: c, ch: ch, fp: fp, bad: len(b.probs.List) > before}
+		g.channels[c.Name] = &channelNode{spec: c, ch: ch, fp: fp, bad: b.probs.Count(config.Error) > before}
 	}
 }
 
@@ -187,6 +251,7 @@ func (b *builder) buildSinks(g *graph) {
 			b.typeProblem(c, typ, knownNames(sinkTypes))
 			continue
 		}
+		b.prepare(c, typ)
 		env := b.env(c.Name, typ)
 		if n, ok := g.channels[c.Channel]; ok {
 			env.Channel = n.ch
@@ -267,7 +332,7 @@ func (b *builder) buildRunners(g *graph) {
 		proc, err := flow.NewSinkProcessor(grp.Processor, grp.Sinks, members, b.log)
 		grp.Processor.Unused()
 		if err != nil {
-			b.probs.Add(b.cfg.File, grp.Line, b.cfg.Name+".sinkgroups."+grp.Name, "cannot build sink group: %v", err)
+			b.probs.Add(grp.File, grp.Line, b.cfg.Name+".sinkgroups."+grp.Name, "cannot build sink group: %v", err)
 			continue
 		}
 		g.runners[rname] = &runnerNode{name: rname, group: grp, members: grp.Sinks, sink: proc, fp: fp}
@@ -302,6 +367,7 @@ func (b *builder) buildSources(g *graph) {
 			b.typeProblem(c, typ, knownNames(sourceTypes))
 			continue
 		}
+		b.prepare(c, typ)
 		env := b.env(c.Name, typ)
 		src, err := f(env, c.Props)
 		if err != nil {
@@ -311,22 +377,34 @@ func (b *builder) buildSources(g *graph) {
 		for _, ic := range c.Interceptors {
 			name, icf := interceptorType(ic.Type)
 			if icf == nil {
-				b.probs.Add(b.cfg.File, ic.Props.LineOf("type"), ic.Props.Full("type"),
-					"unknown interceptor type %q; known types: %s (or their Flume builder class names)", ic.Type, interceptorAliases())
+				if msg := missingTypeMessage("interceptor", ic.Type); msg != "" {
+					ic.Props.Errorf("type", "%s", msg)
+				} else {
+					ic.Props.Errorf("type", "unknown interceptor type %q; known types: %s (or their Flume builder class names)", ic.Type, interceptorAliases())
+				}
+				// Its other keys are not reported as unread: the type is the problem.
+				for _, k := range ic.Props.Keys("") {
+					ic.Props.MarkUsed(k)
+				}
 				continue
 			}
 			i, err := icf(b.env(c.Name+"."+ic.Name, name), ic.Props)
 			if err != nil {
-				b.probs.Add(b.cfg.File, ic.Props.LineOf("type"), ic.Props.Full("type"), "cannot build interceptor: %v", err)
+				ic.Props.Errorf("type", "cannot build interceptor: %v", err)
 				continue
 			}
 			ics = append(ics, i)
 		}
 		var sel flow.Selector
-		if len(chans) == len(c.Channels) {
+		if msg := missingTypeMessage("selector", c.Selector.String("type", "")); msg != "" {
+			c.Selector.Errorf("type", "%s", msg)
+			for _, k := range c.Selector.Keys("") {
+				c.Selector.MarkUsed(k)
+			}
+		} else if len(chans) == len(c.Channels) {
 			sel, err = flow.NewSelector(c.Selector, chans, c.Channels)
 			if err != nil {
-				b.probs.Add(b.cfg.File, c.Selector.LineOf("type"), c.Selector.Full("type"), "cannot build selector: %v", err)
+				c.Selector.Errorf("type", "cannot build selector: %v", err)
 			}
 		}
 		if src != nil {

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"os"
@@ -14,8 +15,9 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/bad/*.expected from the current output")
 
-// TestValidateBad checks every bad config against the exact problem lines
-// (file base name, line, key, message) in its .expected file.
+// TestValidateBad checks every bad config against the exact lines validate
+// prints (file base name, line, key, message), errors, warnings and notes,
+// in its .expected file.
 func TestValidateBad(t *testing.T) {
 	files, err := filepath.Glob("testdata/bad/*.properties")
 	if err != nil || len(files) == 0 {
@@ -23,10 +25,13 @@ func TestValidateBad(t *testing.T) {
 	}
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			err := agent.Validate(file, "a1", nil)
-			var probs *config.Problems
-			if !errors.As(err, &probs) {
-				t.Fatalf("Validate = %v, want problems", err)
+			probs, err := agent.Check(context.Background(), agent.Options{File: file, Name: "a1"})
+			var ps *config.Problems
+			if err != nil && !errors.As(err, &ps) {
+				t.Fatalf("Check = %v, want problems", err)
+			}
+			if len(probs.Sorted()) == 0 {
+				t.Fatal("no problem found")
 			}
 			var got strings.Builder
 			for _, p := range probs.Sorted() {

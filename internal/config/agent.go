@@ -24,6 +24,9 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -56,7 +59,15 @@ type Agent struct {
 	// agent record theirs here, so the problems of component constructors
 	// and of Props.Unused join the structural ones.
 	Problems *Problems
+
+	// Files names every source the configuration was read from, in order
+	// (File is the first).
+	Files []string
 }
+
+// Secrets returns the values read through config filters, which must never
+// be printed; the agent's logger replaces them.
+func (a *Agent) Secrets() []string { return a.Problems.Secrets() }
 
 // Component is one source, channel or sink.
 type Component struct {
@@ -94,7 +105,8 @@ type SinkGroup struct {
 	// "type" (default, failover, load_balance or a class name) is marked
 	// used already.
 	Processor *Props
-	Line      int // line of the group's sinks key
+	Line      int    // line of the group's sinks key
+	File      string // file of the group's sinks key
 }
 
 // Fingerprint returns a string that changes exactly when the component's
@@ -133,37 +145,77 @@ func writeProps(b *strings.Builder, p *Props) {
 		b.WriteByte('\n')
 		b.WriteString(strconv.Quote(k))
 		b.WriteByte('=')
-		b.WriteString(strconv.Quote(p.vals[k].Text))
+		if v := p.vals[k]; v.Secret {
+			// Only a hash: a fingerprint must not carry a secret.
+			sum := sha256.Sum256([]byte(v.Text))
+			b.WriteString("secret:" + hex.EncodeToString(sum[:]))
+		} else {
+			b.WriteString(strconv.Quote(v.Text))
+		}
 	}
+}
+
+// Source is one configuration text and the name it is known by in
+// problems (a file path or a URI).
+type Source struct {
+	Name string
+	Data []byte
 }
 
 // Load reads the configuration of agent agentName from file. sys holds the
 // system properties given on the command line (-DNAME=value), for ${sys:X};
-// ${env:X} reads the process environment.
+// ${env:X} reads the process environment; external config filters run.
 //
-// When the configuration has problems, Load returns what it could build
+// When the configuration has errors, Load returns what it could build
 // together with a *Problems error listing them all. Other errors (the file
-// cannot be read) come with a nil Agent.
+// cannot be read) come with a nil Agent. Warnings and notes are in the
+// Agent's Problems either way.
 func Load(file, agentName string, sys map[string]string) (*Agent, error) {
-	f, err := os.Open(file)
+	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	defer f.Close()
-	return LoadReader(file, f, agentName, Lookup{Sys: sys})
+	return LoadSources([]Source{{Name: file, Data: data}}, agentName, Lookup{Sys: sys, Exec: RunCommand})
 }
 
-// LoadReader is Load reading from r; file names it in problems.
+// LoadReader is Load reading from r with lk; file names it in problems.
 func LoadReader(file string, r io.Reader, agentName string, lk Lookup) (*Agent, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return nil, fmt.Errorf("config: read %s: %w", file, err)
 	}
+	return LoadSources([]Source{{Name: file, Data: data}}, agentName, lk)
+}
+
+// LoadSources reads the configuration of agent agentName from several
+// sources, as Flume 1.10+ reads several -f files or --conf-uri URIs: a key
+// set in a later source overrides the earlier one, and each value keeps the
+// name and line of the source that set it, so that its problems name that
+// source. There must be at least one source.
+func LoadSources(srcs []Source, agentName string, lk Lookup) (*Agent, error) {
+	if len(srcs) == 0 {
+		return nil, errors.New("config: no configuration source")
+	}
 	probs := &Problems{}
-	entries := parseProperties(file, data, probs)
-	l := &loader{file: file, name: agentName, prefix: agentName + ".", lk: lk, probs: probs}
-	a := l.load(entries)
+	var all []fileEntry
+	names := make([]string, len(srcs))
+	for i, src := range srcs {
+		names[i] = src.Name
+		for _, e := range parseAll(src.Name, src.Data, probs) {
+			all = append(all, fileEntry{Entry: e, file: src.Name})
+		}
+	}
+	lk.agent = agentName
+	l := &loader{file: srcs[0].Name, name: agentName, prefix: agentName + ".", lk: lk, probs: probs}
+	a := l.load(all)
+	a.Files = names
 	return a, probs.Err()
+}
+
+// fileEntry is a property with the source it was read from.
+type fileEntry struct {
+	Entry
+	file string
 }
 
 // The key parts Flume's grammar knows below "a1.".
@@ -188,7 +240,7 @@ func (c *compKeys) add(key string, v Value) {
 	if c.vals == nil {
 		c.vals = map[string]Value{}
 	}
-	if f, ok := c.vals[c.first]; len(c.vals) == 0 || !ok || v.Line < f.Line {
+	if f, ok := c.vals[c.first]; len(c.vals) == 0 || !ok || v.File == f.File && v.Line < f.Line {
 		c.first = key
 	}
 	c.vals[key] = v
@@ -210,34 +262,66 @@ func (l *loader) errorf(line int, key, format string, args ...any) {
 	l.probs.Add(l.file, line, key, format, args...)
 }
 
-func (l *loader) load(entries []Entry) *Agent {
+// errorAt records an error about key at the file and line of v.
+func (l *loader) errorAt(v Value, key, format string, args ...any) {
+	l.probs.Add(l.fileOf(v), v.Line, key, format, args...)
+}
+
+// warnAt records a warning about key at the file and line of v.
+func (l *loader) warnAt(v Value, key, format string, args ...any) {
+	l.probs.Warn(l.fileOf(v), v.Line, key, format, args...)
+}
+
+func (l *loader) fileOf(v Value) string {
+	if v.File != "" {
+		return v.File
+	}
+	return l.file
+}
+
+// mine returns the properties of this agent, trimmed as Flume trims them,
+// the last of each key winning as in Java (a key set twice in one source is
+// a warning naming both lines; a later source overriding an earlier one is
+// what several sources are for), and the names of the other agents seen.
+func (l *loader) mine(entries []fileEntry) ([]fileEntry, map[string]bool) {
+	agents := map[string]bool{}
+	last := map[string]int{}
+	var out []fileEntry
+	for _, e := range entries {
+		// Flume trims keys and values (String.trim) and ignores empty values.
+		e.Key = javaTrim(e.Key)
+		if !strings.HasPrefix(e.Key, l.prefix) {
+			if i := strings.IndexByte(e.Key, '.'); i > 0 {
+				agents[e.Key[:i]] = true
+			}
+			continue
+		}
+		if i, ok := last[e.Key]; ok {
+			prev := out[i]
+			if prev.file == e.file {
+				l.probs.Warn(prev.file, prev.Line, e.Key, "ignored: set again on line %d, and the later value wins, as in Flume", e.Line)
+			}
+			out[i].Key = "" // overridden
+		}
+		last[e.Key] = len(out)
+		out = append(out, e)
+	}
+	kept := out[:0]
+	for _, e := range out {
+		if e.Key != "" {
+			kept = append(kept, e)
+		}
+	}
+	return kept, agents
+}
+
+func (l *loader) load(entries []fileEntry) *Agent {
 	a := &Agent{File: l.file, Name: l.name, Problems: l.probs}
 	l.lists = map[string]Value{}
 	l.comps = map[string]map[string]*compKeys{}
 
-	agents := map[string]bool{}
-	mine := 0
-	for _, e := range entries {
-		// Flume trims keys and values (String.trim) and ignores empty values.
-		key := javaTrim(e.Key)
-		if !strings.HasPrefix(key, l.prefix) {
-			if i := strings.IndexByte(key, '.'); i > 0 {
-				agents[key[:i]] = true
-			}
-			continue
-		}
-		mine++
-		val, msgs := l.lk.Substitute(e.Value)
-		for _, m := range msgs {
-			l.errorf(e.Line, key, "%s", m)
-		}
-		val = javaTrim(val)
-		if val == "" {
-			continue
-		}
-		l.classify(key, key[len(l.prefix):], Value{Text: val, Line: e.Line})
-	}
-	if mine == 0 {
+	mine, agents := l.mine(entries)
+	if len(mine) == 0 {
 		msg := fmt.Sprintf("no property starts with %q", l.prefix)
 		if len(agents) > 0 {
 			names := make([]string, 0, len(agents))
@@ -250,13 +334,48 @@ func (l *loader) load(entries []Entry) *Agent {
 		l.errorf(0, l.name, "%s", msg)
 		return a
 	}
-	missing := func(part string) {
-		if _, ok := l.lists[part]; !ok {
-			l.errorf(0, l.prefix+part, "the agent has no %s; list them, as in %s%s = %s1",
-				part, l.prefix, part, map[string]string{partSources: "r", partChannels: "c", partSinks: "k"}[part])
+
+	// Config filters first: the other values may refer to them. Their own
+	// values take ${env:}/${sys:} references only.
+	filterPrefix := l.prefix + partConfigFilters
+	var filterList Value
+	hasFilterList := false
+	filterKeys := map[string]map[string]Value{}
+	rest := mine[:0:0]
+	for _, e := range mine {
+		key := e.Key
+		if key != filterPrefix && !strings.HasPrefix(key, filterPrefix+".") {
+			rest = append(rest, e)
+			continue
+		}
+		v, ok := l.value(e, Lookup{Sys: l.lk.Sys, Env: l.lk.Env, agent: l.lk.agent})
+		if !ok {
+			continue
+		}
+		if key == filterPrefix {
+			filterList, hasFilterList = v, true
+			continue
+		}
+		name, prop, ok := strings.Cut(strings.TrimPrefix(key, filterPrefix+"."), ".")
+		if !ok || name == "" || prop == "" {
+			l.warnAt(v, key, "ignored: not a property of a config filter; write %s.NAME.PROPERTY", filterPrefix)
+			continue
+		}
+		if filterKeys[name] == nil {
+			filterKeys[name] = map[string]Value{}
+		}
+		filterKeys[name][prop] = v
+	}
+	l.lk.filters = l.buildFilters(filterList, hasFilterList, filterKeys)
+
+	for _, e := range rest {
+		if v, ok := l.value(e, l.lk); ok {
+			l.classify(e.Key, e.Key[len(l.prefix):], v)
 		}
 	}
-	missing(partChannels)
+	if _, ok := l.lists[partChannels]; !ok {
+		l.errorf(0, l.prefix+partChannels, "the agent has no channels; list them, as in %s%s = c1", l.prefix, partChannels)
+	}
 
 	l.channelSet = map[string]bool{}
 	l.usedChan = map[string]bool{}
@@ -268,12 +387,14 @@ func (l *loader) load(entries []Entry) *Agent {
 			a.Channels = append(a.Channels, c)
 		}
 	}
-	// Events may enter or leave through a Kafka channel shared with other
-	// agents, so with Kafka channels only an agent may lack sources or sinks
-	// (Flume documents both set-ups); any other agent needs both.
-	if !kafkaChannelsOnly(a.Channels) {
-		missing(partSources)
-		missing(partSinks)
+	// Flume runs an agent with channels and sinks but no sources (to drain
+	// a durable channel after its source was removed), or sources but no
+	// sinks (events enter a Kafka channel, or wait in a durable one); only
+	// an agent with neither is refused.
+	_, hasSources := l.lists[partSources]
+	_, hasSinks := l.lists[partSinks]
+	if !hasSources && !hasSinks && len(l.channelSet) > 0 {
+		l.errorf(0, l.prefix+partSources, "the agent has neither sources nor sinks; list them, as in %ssources = r1 and %ssinks = k1", l.prefix, l.prefix)
 	}
 	for _, n := range l.listed(partSources) {
 		if c := l.component(KindSource, partSources, n); c != nil {
@@ -291,15 +412,41 @@ func (l *loader) load(entries []Entry) *Agent {
 	l.unlisted(partSinks, "sink")
 	l.unlisted(partSinkGroups, "sink group")
 
-	if v, ok := l.lists[partChannels]; ok {
-		for _, n := range l.listed(partChannels) {
-			if !l.usedChan[n] {
-				l.errorf(v.Line, l.prefix+partChannels,
-					"channel %s is not used by any source or sink; connect it or remove it from %s%s", n, l.prefix, partChannels)
+	// A channel nothing uses is dropped with a warning, as Flume drops it:
+	// a leftover file channel is then not opened, and its data stays on
+	// disk for when something uses it again.
+	if v, ok := l.lists[partChannels]; ok && (hasSources || hasSinks) {
+		used := a.Channels[:0]
+		for _, c := range a.Channels {
+			if l.usedChan[c.Name] {
+				used = append(used, c)
+				continue
 			}
+			l.warnAt(v, l.prefix+partChannels,
+				"ignored: channel %s is not used by any source or sink, so it is not started; connect it or remove it from %s%s", c.Name, l.prefix, partChannels)
 		}
+		a.Channels = used
 	}
 	return a
+}
+
+// value substitutes the references in e's value with lk and returns it
+// trimmed; ok is false when the value is empty (Flume ignores the key).
+// Its problems are recorded, and a value with an unresolved reference
+// marks its key broken so that nothing derived from it is reported again.
+func (l *loader) value(e fileEntry, lk Lookup) (Value, bool) {
+	text, x := lk.substitute(e.Value)
+	for _, m := range x.probs {
+		l.probs.Add(e.file, e.Line, e.Key, "%s", m)
+	}
+	if len(x.probs) > 0 || x.quiet {
+		l.probs.Broken(e.Key)
+	}
+	text = javaTrim(text)
+	for _, s := range x.secrets {
+		l.probs.Secret(s)
+	}
+	return Value{Text: text, Line: e.Line, File: e.file, Secret: x.secret}, text != ""
 }
 
 // classify files one property of the agent under its list or component, or
@@ -309,10 +456,6 @@ func (l *loader) classify(key, rest string, v Value) {
 		l.lists[rest] = v
 		return
 	}
-	if rest == partConfigFilters || strings.HasPrefix(rest, partConfigFilters+".") {
-		l.errorf(v.Line, key, "config filters are not supported; use ${env:NAME}, ${sys:NAME} or ${NAME} in values instead")
-		return
-	}
 	for _, part := range listParts {
 		after, ok := strings.CutPrefix(rest, part+".")
 		if !ok {
@@ -320,7 +463,7 @@ func (l *loader) classify(key, rest string, v Value) {
 		}
 		name, prop, ok := strings.Cut(after, ".")
 		if !ok || name == "" || prop == "" {
-			l.errorf(v.Line, key, "not a property of a component; write %s%s.NAME.PROPERTY", l.prefix, part)
+			l.warnAt(v, key, "ignored: not a property of a component; write %s%s.NAME.PROPERTY", l.prefix, part)
 			return
 		}
 		m := l.comps[part]
@@ -336,7 +479,7 @@ func (l *loader) classify(key, rest string, v Value) {
 		ck.add(prop, v)
 		return
 	}
-	msg := fmt.Sprintf("unknown key; an agent has %[1]ssources, %[1]schannels, %[1]ssinks, %[1]ssinkgroups and their components' %[1]sKIND.NAME.PROPERTY", l.prefix)
+	msg := fmt.Sprintf("ignored: sluice does not read it; an agent has %[1]ssources, %[1]schannels, %[1]ssinks, %[1]ssinkgroups, %[1]sconfigfilters and their components' %[1]sKIND.NAME.PROPERTY", l.prefix)
 	first, tail, _ := strings.Cut(rest, ".")
 	best, bestD := "", 3
 	for _, part := range listParts {
@@ -349,9 +492,9 @@ func (l *loader) classify(key, rest string, v Value) {
 		if tail != "" {
 			s += "." + tail
 		}
-		msg = fmt.Sprintf("unknown key; did you mean %s?", s)
+		msg = fmt.Sprintf("ignored: sluice does not read it; did you mean %s?", s)
 	}
-	l.errorf(v.Line, key, "%s", msg)
+	l.warnAt(v, key, "%s", msg)
 }
 
 // listed returns the names in list key part, without duplicates.
@@ -371,18 +514,18 @@ func (l *loader) component(kind, part, name string) *Component {
 	if ck == nil {
 		ck = &compKeys{}
 	}
-	line := l.lists[part].Line
+	at := l.lists[part]
 	if ck.first != "" {
-		line = ck.vals[ck.first].Line
+		at = ck.vals[ck.first]
 	}
 	tv, hasType := ck.vals["type"]
 	if hasType {
-		line = tv.Line
+		at = tv
 	}
-	p := NewProps(l.file, prefix, line, ck.vals, l.probs)
+	p := NewProps(l.fileOf(at), prefix, at.Line, ck.vals, l.probs)
 	c := &Component{Kind: kind, Name: name, Type: tv.Text, TypeLine: tv.Line, Props: p}
 	if !hasType {
-		l.errorf(line, prefix+"type", "missing required property; set %stype", prefix)
+		l.errorAt(at, prefix+"type", "missing required property; set %stype", prefix)
 	}
 	p.MarkUsed("type")
 	switch kind {
@@ -405,7 +548,7 @@ func (l *loader) component(kind, part, name string) *Component {
 // is not listed, and otherwise notes the channel used.
 func (l *loader) checkChannel(p *Props, key, ch string) bool {
 	if !l.channelSet[ch] {
-		l.errorf(p.LineOf(key), p.Full(key), "channel %s is not defined; add it to %s%s", ch, l.prefix, partChannels)
+		p.Errorf(key, "channel %s is not defined; add it to %s%s", ch, l.prefix, partChannels)
 		return false
 	}
 	l.usedChan[ch] = true
@@ -417,7 +560,11 @@ func (l *loader) sourceChannels(c *Component) {
 	p.MarkUsed("channels")
 	v, ok := p.vals["channels"]
 	if !ok {
-		l.errorf(p.Line, p.Full("channels"), "missing required property; set %s", p.Full("channels"))
+		p.Errorf("channels", "missing required property; set %s", p.Full("channels"))
+		return
+	}
+	if l.probs.IsBroken(p.Full("channels")) {
+		l.allChannelsUsed() // which ones cannot be known
 		return
 	}
 	c.Channels = uniq(javaFields(v.Text))
@@ -431,12 +578,16 @@ func (l *loader) sinkChannel(c *Component) {
 	p.MarkUsed("channel")
 	v, ok := p.vals["channel"]
 	if !ok {
-		l.errorf(p.Line, p.Full("channel"), "missing required property; set %s", p.Full("channel"))
+		p.Errorf("channel", "missing required property; set %s", p.Full("channel"))
+		return
+	}
+	if l.probs.IsBroken(p.Full("channel")) {
+		l.allChannelsUsed()
 		return
 	}
 	chs := javaFields(v.Text)
 	if len(chs) != 1 {
-		l.errorf(v.Line, p.Full("channel"), "a sink takes from exactly one channel; %q names %d", v.Text, len(chs))
+		p.Errorf("channel", "a sink takes from exactly one channel; %s names %d", show(v), len(chs))
 		for _, ch := range chs {
 			if l.channelSet[ch] {
 				l.usedChan[ch] = true
@@ -446,6 +597,15 @@ func (l *loader) sinkChannel(c *Component) {
 	}
 	c.Channel = chs[0]
 	l.checkChannel(p, "channel", c.Channel)
+}
+
+// allChannelsUsed counts every channel used, for a component whose
+// channel list could not be resolved: "not used" would be a second,
+// derived problem.
+func (l *loader) allChannelsUsed() {
+	for ch := range l.channelSet {
+		l.usedChan[ch] = true
+	}
 }
 
 // selectorChannels checks the channels named by a replicating or
@@ -476,7 +636,7 @@ func (l *loader) selectorChannels(c *Component) {
 				continue
 			}
 			if len(mine) > 0 && !mine[ch] {
-				l.errorf(p.LineOf(k), p.Full(k), "channel %s is not one of %s; a selector chooses among its source's channels",
+				p.Errorf(k, "channel %s is not one of %s; a selector chooses among its source's channels",
 					ch, p.Full("channels"))
 			}
 		}
@@ -497,7 +657,7 @@ func (l *loader) interceptors(c *Component) {
 			sub.Line = t.Line
 		} else {
 			sub.Line = listLine
-			l.errorf(listLine, sub.Full("type"), "missing required property; set %s", sub.Full("type"))
+			l.probs.Add(p.FileOf("interceptors"), listLine, sub.Full("type"), "missing required property; set %s", sub.Full("type"))
 		}
 		sub.MarkUsed("type")
 		if ok {
@@ -524,7 +684,7 @@ func (l *loader) interceptors(c *Component) {
 	for _, n := range sortedKeys(unlisted) {
 		ck := unlisted[n]
 		key := "interceptors." + n + "." + ck.first
-		l.errorf(ck.vals[ck.first].Line, p.Full(key), "interceptor %s is not listed in %s", n, p.Full("interceptors"))
+		l.warnAt(ck.vals[ck.first], p.Full(key), "ignored: interceptor %s is not listed in %s", n, p.Full("interceptors"))
 	}
 }
 
@@ -541,38 +701,40 @@ func (l *loader) sinkGroups() []*SinkGroup {
 		if ck == nil {
 			ck = &compKeys{}
 		}
-		g := &SinkGroup{Name: name, Line: l.lists[partSinkGroups].Line}
+		at := l.lists[partSinkGroups]
 		if ck.first != "" {
-			g.Line = ck.vals[ck.first].Line
+			at = ck.vals[ck.first]
 		}
+		g := &SinkGroup{Name: name, Line: at.Line}
 		pvals := map[string]Value{}
 		for _, k := range sortedKeys(ck.vals) {
 			v := ck.vals[k]
 			if pk, ok := strings.CutPrefix(k, "processor."); ok {
 				pvals[pk] = v
 			} else if k != "sinks" {
-				l.errorf(v.Line, prefix+k, "unknown property; a sink group has %ssinks and %sprocessor.*", prefix, prefix)
+				l.warnAt(v, prefix+k, "ignored: sluice does not read it; a sink group has %ssinks and %sprocessor.*", prefix, prefix)
 			}
 		}
 		sv, ok := ck.vals["sinks"]
 		if ok {
-			g.Line = sv.Line
+			g.Line, at = sv.Line, sv
 			g.Sinks = uniq(javaFields(sv.Text))
 		} else {
-			l.errorf(g.Line, prefix+"sinks", "missing required property; set %ssinks", prefix)
+			l.errorAt(at, prefix+"sinks", "missing required property; set %ssinks", prefix)
 		}
-		pline := g.Line
+		g.File = l.fileOf(at)
+		pat := at
 		if tv, ok := pvals["type"]; ok {
-			pline = tv.Line
+			pat = tv
 		}
-		g.Processor = NewProps(l.file, prefix+"processor.", pline, pvals, l.probs)
+		g.Processor = NewProps(l.fileOf(pat), prefix+"processor.", pat.Line, pvals, l.probs)
 		g.Processor.MarkUsed("type")
 		for _, s := range g.Sinks {
 			switch {
 			case !sinkSet[s]:
-				l.errorf(sv.Line, prefix+"sinks", "sink %s is not defined; add it to %s%s", s, l.prefix, partSinks)
+				l.errorAt(sv, prefix+"sinks", "sink %s is not defined; add it to %s%s", s, l.prefix, partSinks)
 			case groupOf[s] != "":
-				l.errorf(sv.Line, prefix+"sinks", "sink %s is already in sink group %s; a sink can be in only one group", s, groupOf[s])
+				l.errorAt(sv, prefix+"sinks", "sink %s is already in sink group %s; a sink can be in only one group", s, groupOf[s])
 			default:
 				groupOf[s] = name
 			}
@@ -594,7 +756,7 @@ func (l *loader) unlisted(part, what string) {
 		}
 		ck := l.comps[part][n]
 		key := l.prefix + part + "." + n + "." + ck.first
-		l.errorf(ck.vals[ck.first].Line, key, "%s %s is not listed in %s%s", what, n, l.prefix, part)
+		l.warnAt(ck.vals[ck.first], key, "ignored: %s %s is not listed in %s%s", what, n, l.prefix, part)
 	}
 }
 
@@ -640,16 +802,4 @@ func javaFields(s string) []string {
 		}
 		return false
 	})
-}
-
-// kafkaChannelsOnly reports whether the agent has channels and every one is
-// Flume's Kafka channel (by alias or class name).
-func kafkaChannelsOnly(chans []*Component) bool {
-	for _, c := range chans {
-		t := strings.ToLower(c.Type)
-		if t != "kafka" && t != "org.apache.flume.channel.kafka.kafkachannel" {
-			return false
-		}
-	}
-	return len(chans) > 0
 }

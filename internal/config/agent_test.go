@@ -103,13 +103,20 @@ func TestLoadBad(t *testing.T) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			a, err := loadTestFile(t, path)
 			var ps *Problems
-			if !errors.As(err, &ps) {
+			if err != nil && !errors.As(err, &ps) {
 				t.Fatalf("got error %v, want *Problems", err)
 			}
-			if a == nil || a.Problems != ps {
+			if a == nil || err != nil && a.Problems != ps {
 				t.Fatalf("Load must return the partial agent with its Problems")
 			}
-			got := err.Error() + "\n"
+			if err == nil && a.Problems.Count(Warning) == 0 {
+				t.Fatalf("no error and no warning")
+			}
+			var b strings.Builder
+			for _, p := range a.Problems.Sorted() {
+				b.WriteString(p.String() + "\n")
+			}
+			got := b.String()
 			expected := strings.TrimSuffix(path, ".properties") + ".expected"
 			if *update {
 				if err := os.WriteFile(expected, []byte(got), 0o644); err != nil {
@@ -221,7 +228,9 @@ func TestStructuralKeysMarkedUsed(t *testing.T) {
 		g.Processor.Unused()
 	}
 	for _, p := range a.Problems.Sorted() {
-		got = append(got, p.Key)
+		if strings.HasPrefix(p.Msg, "ignored: sluice does not read it") {
+			got = append(got, p.Key)
+		}
 	}
 	want := []string{
 		"a1.sources.avroIn.bind", "a1.sources.avroIn.port",

@@ -57,6 +57,24 @@ func ParseProperties(file string, r io.Reader) ([]Entry, error) {
 }
 
 func parseProperties(file string, data []byte, probs *Problems) []Entry {
+	all := parseAll(file, data, probs)
+	// The last of duplicate keys wins.
+	last := make(map[string]int, len(all))
+	for i, e := range all {
+		last[e.Key] = i
+	}
+	out := all[:0]
+	for i, e := range all {
+		if last[e.Key] == i {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// parseAll is parseProperties keeping every occurrence of a key, in file
+// order, so the loader can report keys set twice.
+func parseAll(file string, data []byte, probs *Problems) []Entry {
 	data = bytes.TrimPrefix(data, []byte("\uFEFF"))
 	if !utf8.Valid(data) {
 		data = replaceInvalidUTF8(data)
@@ -71,18 +89,7 @@ func parseProperties(file string, data []byte, probs *Problems) []Entry {
 		e.Line = ll.line
 		all = append(all, e)
 	}
-	// The last of duplicate keys wins.
-	last := make(map[string]int, len(all))
-	for i, e := range all {
-		last[e.Key] = i
-	}
-	out := all[:0]
-	for i, e := range all {
-		if last[e.Key] == i {
-			out = append(out, e)
-		}
-	}
-	return out
+	return all
 }
 
 // physLine is one physical line without its terminator.

@@ -6,10 +6,14 @@ import (
 	"strings"
 )
 
-// Value is one property value with the line it was read from.
+// Value is one property value with the file and line it was read from.
 type Value struct {
 	Text string
 	Line int
+	File string // "" means the File of the Props that holds it
+	// Secret is set when the value was read through a config filter: it
+	// is never quoted in a problem, and fingerprints hold only its hash.
+	Secret bool
 }
 
 // Props is the set of properties of one component (or of one part of it,
@@ -57,8 +61,16 @@ func FromMap(prefix string, m map[string]string) *Props {
 // Problems returns where p records problems.
 func (p *Props) Problems() *Problems { return p.probs }
 
-// Err returns the problems recorded so far (for every Props sharing them).
-func (p *Props) Err() error { return p.probs.Err() }
+// Err returns the problems recorded so far (for every Props sharing them),
+// warnings included, or nil. Component tests use it after Unused to check
+// that every key was read; whether a configuration runs is decided by its
+// errors alone (Problems.Err).
+func (p *Props) Err() error {
+	if p.probs.Count(Error)+p.probs.Count(Warning) == 0 {
+		return nil
+	}
+	return p.probs
+}
 
 // Sub returns the view of the keys under p's key prefix sub (such as
 // "selector."), sharing p's problems and used-key record.
@@ -97,9 +109,43 @@ func (p *Props) LineOf(key string) int {
 	return p.Line
 }
 
+// FileOf returns the file key was read from (with several config files,
+// the one that set it last), or the component's file.
+func (p *Props) FileOf(key string) string {
+	if v, ok := p.vals[p.rel(key)]; ok && v.File != "" {
+		return v.File
+	}
+	return p.File
+}
+
 // Errorf records a problem about key.
 func (p *Props) Errorf(key, format string, args ...any) {
-	p.probs.Add(p.File, p.LineOf(key), p.Full(key), format, args...)
+	p.probs.Add(p.FileOf(key), p.LineOf(key), p.Full(key), format, args...)
+}
+
+// Warnf records a warning about key: the configuration still runs.
+func (p *Props) Warnf(key, format string, args ...any) {
+	p.probs.Warn(p.FileOf(key), p.LineOf(key), p.Full(key), format, args...)
+}
+
+// Ignored marks key as read and, when it is set, records a note that
+// sluice deliberately does without it, for reason (a Flume setting with no
+// meaning here, such as JVM or Netty tuning).
+func (p *Props) Ignored(key, reason string) {
+	if _, ok := p.lookup(key); ok {
+		p.probs.Note(p.FileOf(key), p.LineOf(key), p.Full(key), "ignored (not needed by sluice): %s", reason)
+	}
+}
+
+// IsSecret reports whether key's value was read through a config filter.
+func (p *Props) IsSecret(key string) bool { return p.vals[p.rel(key)].Secret }
+
+// show is how a value appears in a problem: quoted, unless it is a secret.
+func show(v Value) string {
+	if v.Secret {
+		return "the value read through a config filter"
+	}
+	return strconv.Quote(v.Text)
 }
 
 // Keys returns the keys below prefix (relative to p, prefix included),
@@ -132,7 +178,7 @@ func (p *Props) String(key, def string) string {
 func (p *Props) Required(key string) string {
 	v, ok := p.lookup(key)
 	if !ok || strings.TrimSpace(v.Text) == "" {
-		p.probs.Add(p.File, p.Line, p.Full(key), "missing required property; set %s", p.Full(key))
+		p.probs.Add(p.FileOf(key), p.LineOf(key), p.Full(key), "missing required property; set %s", p.Full(key))
 		return ""
 	}
 	return strings.TrimSpace(v.Text)
@@ -151,7 +197,7 @@ func (p *Props) Int64(key string, def int64) int64 {
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(v.Text), 10, 64)
 	if err != nil {
-		p.Errorf(key, "%q is not a whole number", v.Text)
+		p.Errorf(key, "%s is not a whole number", show(v))
 		return def
 	}
 	return n
@@ -175,7 +221,7 @@ func (p *Props) Float(key string, def float64) float64 {
 	}
 	f, err := strconv.ParseFloat(strings.TrimSpace(v.Text), 64)
 	if err != nil {
-		p.Errorf(key, "%q is not a number", v.Text)
+		p.Errorf(key, "%s is not a number", show(v))
 		return def
 	}
 	return f
@@ -195,7 +241,7 @@ func (p *Props) Bool(key string, def bool) bool {
 	case "false":
 		return false
 	}
-	p.Errorf(key, "%q is not a boolean; use true or false", v.Text)
+	p.Errorf(key, "%s is not a boolean; use true or false", show(v))
 	return def
 }
 
@@ -212,7 +258,7 @@ func (p *Props) Enum(key, def string, allowed ...string) string {
 			return s
 		}
 	}
-	p.Errorf(key, "%q is not one of %s", v.Text, strings.Join(allowed, ", "))
+	p.Errorf(key, "%s is not one of %s", show(v), strings.Join(allowed, ", "))
 	return def
 }
 
@@ -241,9 +287,14 @@ func (p *Props) Split(key, sep string) []string {
 	return out
 }
 
-// Unused records an "unknown property" problem for every key below p that
-// nothing read, with a suggestion when a read key is close in spelling.
-// Call it on a component's root Props after its constructor ran.
+// Unused records a warning for every key below p that nothing read: Flume
+// ignores such keys, and real Flume configurations carry them (settings of
+// other versions, misspellings copied from articles), so they must not stop
+// the agent; but the user should learn that sluice does not read them. A
+// suggestion is added when a key that was asked for is close in spelling,
+// or is the same key under a different prefix (kafka.flumeBatchSize for
+// flumeBatchSize). Call it on a component's root Props after its
+// constructor ran.
 func (p *Props) Unused() {
 	base := p.rel("")
 	var keys []string
@@ -254,21 +305,37 @@ func (p *Props) Unused() {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		msg := "unknown property"
+		msg := "ignored: sluice does not read it"
 		if s := p.closest(k); s != "" {
 			msg += "; did you mean " + p.root + s + "?"
 		}
-		p.probs.Add(p.File, p.vals[k].Line, p.root+k, "%s", msg)
+		v := p.vals[k]
+		file := v.File
+		if file == "" {
+			file = p.File
+		}
+		p.probs.Warn(file, v.Line, p.root+k, "%s", msg)
 	}
 }
 
 // closest returns the key a getter asked for that is nearest to k in edit
-// distance, if close.
+// distance, if close, or else one that k ends with (or that ends with k)
+// after a dot.
 func (p *Props) closest(k string) string {
 	best, bestD := "", 3
+	lk := strings.ToLower(k)
 	for u := range p.asked {
-		if d := editDistance(strings.ToLower(k), strings.ToLower(u)); d < bestD || (d == bestD && u < best && best != "") {
+		if d := editDistance(lk, strings.ToLower(u)); d < bestD || (d == bestD && u < best && best != "") {
 			best, bestD = u, d
+		}
+	}
+	if best != "" {
+		return best
+	}
+	for u := range p.asked {
+		lu := strings.ToLower(u)
+		if (strings.HasSuffix(lk, "."+lu) || strings.HasSuffix(lu, "."+lk)) && (best == "" || u < best) {
+			best = u
 		}
 	}
 	return best

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -9,9 +10,27 @@ import (
 // Lookup resolves the variables of ${...} references in property values.
 // Sys holds the system properties (-DNAME=value on the sluice command line);
 // Env looks up an environment variable (os.LookupEnv when nil).
+//
+// Exec runs the command of an external config filter (see filters.go); it
+// is nil unless the caller trusts the configuration to run programs, and
+// then external filters are refused. Load sets it to RunCommand.
 type Lookup struct {
-	Sys map[string]string
-	Env func(name string) (string, bool)
+	Sys  map[string]string
+	Env  func(name string) (string, bool)
+	Exec func(ctx context.Context, argv []string) (stdout, stderr []byte, err error)
+
+	// filters are the agent's config filters, by name, and agent its
+	// name; the loader sets both.
+	filters map[string]*filter
+	agent   string
+}
+
+// expansion is what substituting one value found.
+type expansion struct {
+	probs   []string
+	secret  bool     // a config filter supplied part of the value
+	secrets []string // what the config filters supplied
+	quiet   bool     // a reference could not be resolved for a reason already reported
 }
 
 // Substitute expands the variable references in a property value, as Flume
@@ -34,18 +53,26 @@ type Lookup struct {
 // system properties and then the environment, which covers what such
 // configurations use in practice.
 func (l Lookup) Substitute(value string) (string, []string) {
+	out, x := l.substitute(value)
+	return out, x.probs
+}
+
+// substitute is Substitute that also reports whether a config filter
+// supplied part of the result, and references left unresolved silently.
+// A config filter reference, ${f1['key']}, is resolved by the filter f1.
+func (l Lookup) substitute(value string) (string, expansion) {
+	var x expansion
 	if !strings.Contains(value, "${") {
-		return value, nil
+		return value, x
 	}
-	var probs []string
-	out := l.expand(value, &probs, 0)
-	return out, probs
+	out := l.expand(value, &x, 0)
+	return out, x
 }
 
 // maxNesting bounds the recursion of nested references.
 const maxNesting = 8
 
-func (l Lookup) expand(s string, probs *[]string, depth int) string {
+func (l Lookup) expand(s string, x *expansion, depth int) string {
 	var b strings.Builder
 	for {
 		i := strings.Index(s, "${")
@@ -69,9 +96,9 @@ func (l Lookup) expand(s string, probs *[]string, depth int) string {
 		ref := s[i : end+1]
 		name := s[i+2 : end]
 		if depth < maxNesting && strings.Contains(name, "${") {
-			name = l.expand(name, probs, depth+1)
+			name = l.expand(name, x, depth+1)
 		}
-		if v, ok := l.resolve(name, ref, probs, depth); ok {
+		if v, ok := l.resolve(name, ref, x, depth); ok {
 			b.WriteString(v)
 		} else {
 			b.WriteString(ref)
@@ -99,7 +126,27 @@ func closingBrace(s string, from int) int {
 	return -1
 }
 
-func (l Lookup) resolve(name, ref string, probs *[]string, depth int) (string, bool) {
+func (l Lookup) resolve(name, ref string, x *expansion, depth int) (string, bool) {
+	if fname, key, ok := filterRef(name); ok {
+		f, known := l.filters[fname]
+		switch {
+		case !known:
+			x.probs = append(x.probs, fmt.Sprintf("%s: config filter %s is not defined; list it in %s.configfilters and set its type", ref, fname, l.agent))
+			return "", false
+		case f.broken:
+			x.quiet = true // the filter's own problem is reported
+			return "", false
+		}
+		v, err := f.get(key)
+		if err != nil {
+			x.probs = append(x.probs, err.Error())
+			return "", false
+		}
+		x.secret = true
+		x.secrets = append(x.secrets, v)
+		return v, true
+	}
+	probs := &x.probs
 	def, hasDef := "", false
 	if k := strings.Index(name, ":-"); k >= 0 {
 		name, def, hasDef = name[:k], name[k+2:], true
@@ -136,7 +183,7 @@ func (l Lookup) resolve(name, ref string, probs *[]string, depth int) (string, b
 	}
 	if hasDef {
 		if depth < maxNesting {
-			def = l.expand(def, probs, depth+1)
+			def = l.expand(def, x, depth+1)
 		}
 		return def, true
 	}

@@ -113,7 +113,7 @@ func TestConfig(t *testing.T) {
 		{map[string]string{"maxFileSize": "1000"}, "maxFileSize: 1000 bytes is too small"},
 		{map[string]string{"checkpointInterval": "5"}, "checkpointInterval: 5 ms is too short"},
 		{map[string]string{"keep-alive": "-2"}, "keep-alive: -2 is not a number of seconds"},
-		{map[string]string{"dataDir": "/x"}, "dataDir: unknown property"},
+		{map[string]string{"dataDir": "/x"}, "dataDir: ignored: sluice does not read it"},
 	} {
 		_, p := buildRaw(t, tc.props)
 		if err := p.Err(); err == nil || !strings.Contains(err.Error(), tc.wantErr) {

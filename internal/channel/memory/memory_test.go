@@ -76,7 +76,7 @@ func TestConfig(t *testing.T) {
 		{name: "bad number", props: map[string]string{"capacity": "lots"}, wantErr: `"lots" is not a whole number`},
 		{name: "negative keep-alive", props: map[string]string{"keep-alive": "-1"}, wantErr: "keep-alive: -1 is not a number of seconds"},
 		{name: "buffer percentage", props: map[string]string{"byteCapacityBufferPercentage": "100"}, wantErr: "use a percentage from 0 to 99"},
-		{name: "unknown key", props: map[string]string{"capacty": "5"}, wantErr: "a1.channels.c1.capacty: unknown property"},
+		{name: "unknown key", props: map[string]string{"capacty": "5"}, wantErr: "a1.channels.c1.capacty: ignored: sluice does not read it"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

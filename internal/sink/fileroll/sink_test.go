@@ -105,7 +105,7 @@ func TestConfig(t *testing.T) {
 		{"avro codec", map[string]string{"sink.directory": dir, "sink.serializer": "avro_event",
 			"sink.serializer.compressionCodec": "bzip2"}, `"bzip2" is not one of null, deflate, snappy, zstandard`},
 		{"appendNewline is not an avro key", map[string]string{"sink.directory": dir, "sink.serializer": "AVRO_EVENT",
-			"sink.serializer.appendNewline": "false"}, "sink.serializer.appendNewline: unknown property"},
+			"sink.serializer.appendNewline": "false"}, "sink.serializer.appendNewline: ignored: sluice does not read it"},
 		{"header_and_text", map[string]string{"sink.directory": dir, "sink.serializer": "header_and_text"}, ""},
 		{"unknown serializer", map[string]string{"sink.directory": dir, "sink.serializer": "json"}, `"json" is not a supported serializer`},
 		{"negative roll", map[string]string{"sink.directory": dir, "sink.rollInterval": "-1"}, "sink.rollInterval: -1 is not a valid interval"},
@@ -113,7 +113,7 @@ func TestConfig(t *testing.T) {
 		{"bad batch", map[string]string{"sink.directory": dir, "sink.batchSize": "0"}, "sink.batchSize: 0 is out of range"},
 		{"bad path manager", map[string]string{"sink.directory": dir, "sink.pathManager": "hourly"}, `"hourly" is not one of DEFAULT, ROLLTIME`},
 		{"batchSize without sink. prefix", map[string]string{"sink.directory": dir, "batchSize": "5"},
-			"a1.sinks.k1.batchSize: unknown property"},
+			"a1.sinks.k1.batchSize: ignored: sluice does not read it"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

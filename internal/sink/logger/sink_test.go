@@ -64,7 +64,7 @@ func TestConfig(t *testing.T) {
 		{map[string]string{"maxBytesToLog": "64"}, ""},
 		{map[string]string{"maxBytesToLog": "-1"}, "a1.sinks.k1.maxBytesToLog: -1 is out of range"},
 		{map[string]string{"maxBytesToLog": "x"}, `"x" is not a whole number`},
-		{map[string]string{"batchSize": "10"}, "a1.sinks.k1.batchSize: unknown property"},
+		{map[string]string{"batchSize": "10"}, "a1.sinks.k1.batchSize: ignored: sluice does not read it"},
 	}
 	for _, tt := range tests {
 		p := config.FromMap("a1.sinks.k1.", tt.props)

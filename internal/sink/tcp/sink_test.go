@@ -168,7 +168,7 @@ func TestConfig(t *testing.T) {
 		{"no port", map[string]string{"hostname": "h"}, "a1.sinks.k1.port: missing required property"},
 		{"bad port", map[string]string{"hostname": "h", "port": "70000"}, "a1.sinks.k1.port: 70000 is out of range"},
 		{"bad timeout", map[string]string{"hostname": "h", "port": "1", "connect-timeout": "0"}, "connect-timeout: 0 is out of range"},
-		{"Flume's batch-size spelling", map[string]string{"hostname": "h", "port": "1", "batch-size": "5"}, "a1.sinks.k1.batch-size: unknown property"},
+		{"Flume's batch-size spelling", map[string]string{"hostname": "h", "port": "1", "batch-size": "5"}, "a1.sinks.k1.batch-size: ignored: sluice does not read it"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -101,7 +101,7 @@ func TestConfig(t *testing.T) {
 		{"bad rule", map[string]string{"bind": "h", "port": "1", "ipFilter": "true", "ipFilterRules": "permit:ip:*"}, "should look like"},
 		{"ssl without keystore", map[string]string{"bind": "h", "port": "1", "ssl": "true", "keystore-type": "PKCS12"}, "no keystore is set"},
 		{"jks", map[string]string{"bind": "h", "port": "1", "ssl": "true", "keystore": "/k.jks"}, "keytool -importkeystore"},
-		{"unknown key", map[string]string{"bind": "h", "port": "1", "compresion-type": "deflate"}, "a1.sources.r1.compresion-type: unknown property"},
+		{"unknown key", map[string]string{"bind": "h", "port": "1", "compresion-type": "deflate"}, "a1.sources.r1.compresion-type: ignored: sluice does not read it"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
