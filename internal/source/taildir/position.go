@@ -36,6 +36,9 @@ type fingerprint struct {
 	// SigLen bytes before Pos have the FNV-1a hash SigSum.
 	SigLen int    `json:"sigLen,omitempty"`
 	SigSum uint64 `json:"sigSum,omitempty"`
+	// Piece is how many pieces of the line at Pos were sent, when that
+	// line is longer than maxLineLength (0 at a line's start).
+	Piece int `json:"piece,omitempty"`
 }
 
 func sidecar(positionFile string) string { return positionFile + ".sluice" }
@@ -53,7 +56,7 @@ func loadFingerprints(positionFile string) map[position]fingerprint {
 	}
 	out := make(map[position]fingerprint, len(fps))
 	for _, f := range fps {
-		if f.SigLen >= 0 && f.SigLen <= sigLen {
+		if f.SigLen >= 0 && f.SigLen <= sigLen && f.Piece >= 0 {
 			out[position{Inode: f.Inode, Pos: f.Pos, File: f.File}] = f
 		}
 	}

@@ -15,15 +15,19 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 )
 
 const (
-	// maxLine bounds a line held in memory; a longer one is sent in pieces.
-	maxLine = 8 << 20
+	// Headers of the pieces of a line longer than maxLineLength: the piece's
+	// number, from 1, and whether it is the line's last piece.
+	pieceHeader     = "linePiece"
+	lastPieceHeader = "linePieceLast"
 	// minRead and maxRead bound one read of a file.
 	minRead = 4 << 10
 	maxRead = 4 << 20
@@ -58,14 +62,16 @@ type tailFile struct {
 	seen       uint64 // scan generation it was last seen in
 	gone       bool   // no longer under a matching name: read to the end, then dropped
 	flush      bool   // idle: send a partial last line as it is
+	piece      int    // pieces already sent of the line at pos, split for being too long (0 at a line's start)
 }
 
 // tailer follows the files of one source; only its goroutine touches it.
 type tailer struct {
-	s    *Source
-	p    flow.Processor
-	log  *slog.Logger
-	note *notifier
+	s        *Source
+	p        flow.Processor
+	log      *slog.Logger
+	throttle *logthrottle.Throttle
+	note     *notifier
 
 	files   map[fileKey]*tailFile
 	byPath  map[string]*tailFile
@@ -85,7 +91,7 @@ type tailer struct {
 
 func newTailer(s *Source, p flow.Processor, saved []position) *tailer {
 	t := &tailer{
-		s: s, p: p, log: s.env.Log().With("source", s.env.Name),
+		s: s, p: p, log: s.env.Log().With("source", s.env.Name), throttle: logthrottle.New(30*time.Second, 1),
 		files: map[fileKey]*tailFile{}, byPath: map[string]*tailFile{},
 		saved: saved, fps: loadFingerprints(s.positionFile), dirty: map[*tailFile]bool{}, rescan: map[string]bool{},
 		avgLine: 128,
@@ -371,6 +377,7 @@ func (t *tailer) sameFile(tf *tailFile, p position) bool {
 		return false
 	}
 	tf.sig = sig{n: fp.SigLen, sum: fp.SigSum}
+	tf.piece = fp.Piece
 	return true
 }
 
@@ -513,8 +520,13 @@ func (t *tailer) readFile(ctx context.Context, tf *tailFile) bool {
 	}
 	var carry []byte
 	var batches int64
+	limit := t.s.maxLineLength
 	for ctx.Err() == nil {
-		want := max(min(t.s.batchSize*t.avgLine+t.avgLine, maxRead), minRead, 2*len(carry))
+		// Enough for a batch of average lines; more for a long line that
+		// has no newline yet, doubling, but never more than a piece of the
+		// limit needs (limit+2 bytes tell a line of exactly the limit,
+		// "\r\n" included, from a longer one).
+		want := max(min(t.s.batchSize*t.avgLine+t.avgLine, maxRead), minRead, min(2*len(carry), limit+2), len(carry))
 		slab := make([]byte, want)
 		n := copy(slab, carry)
 		m, err := tf.f.ReadAt(slab[n:], tf.pos+int64(n))
@@ -525,24 +537,25 @@ func (t *tailer) readFile(ctx context.Context, tf *tailFile) bool {
 		}
 		eof := n+m < len(slab)
 		data := slab[:n+m]
-		bounds, consumed := splitLines(data, t.s.batchSize, eof && tf.flush)
-		if len(bounds) == 0 {
-			if len(data) >= maxLine {
-				bounds, consumed = []int{0, len(data)}, len(data)
-			} else if eof {
+		chunks, consumed, piece := splitLines(data, t.s.batchSize, limit, tf.piece, eof && tf.flush)
+		if len(chunks) == 0 {
+			if eof {
 				return false // a partial line waits for its newline
-			} else {
-				carry = data
-				continue
 			}
+			carry = data
+			continue
 		}
-		if !t.put(ctx, tf, slab, bounds) {
+		if !t.put(ctx, tf, slab, chunks) {
 			return false
 		}
-		t.commit(tf, data, consumed, len(bounds)/2)
+		t.commit(tf, data, consumed, len(chunks))
+		t.split(tf, chunks)
+		tf.piece = piece
 		carry = data[consumed:]
 		batches++
-		if eof && bytes.IndexByte(carry, '\n') < 0 && !(tf.flush && len(carry) > 0) {
+		if eof && len(chunks) < t.s.batchSize {
+			// Everything that could go went; the rest (a partial line)
+			// waits for more, or for the file to be idle.
 			if len(carry) == 0 {
 				tf.flush = false
 			}
@@ -553,6 +566,19 @@ func (t *tailer) readFile(ctx context.Context, tf *tailFile) bool {
 		}
 	}
 	return false
+}
+
+// split counts and logs the lines of a committed batch that were split
+// into pieces (each counted at its first piece).
+func (t *tailer) split(tf *tailFile, chunks []chunk) {
+	for _, c := range chunks {
+		if c.piece != 1 {
+			continue
+		}
+		t.s.splitLines.Add(1)
+		t.throttle.Log(t.log, slog.LevelWarn, "split", "taildir source sends a line longer than maxLineLength in pieces",
+			"file", tf.path, "maxLineLength", t.s.maxLineLength, "headers", pieceHeader+", "+lastPieceHeader)
+	}
 }
 
 // reopen opens a closed file by its name again, if the name still holds
@@ -579,7 +605,7 @@ func (t *tailer) reopen(tf *tailFile) bool {
 func (t *tailer) restart(tf *tailFile, why string) {
 	t.log.Info("taildir source reads a truncated file again from the start", "file", tf.path, "pos", tf.pos, "reason", why)
 	t.findCopy(tf)
-	tf.pos, tf.sig, tf.tail = 0, sig{}, tf.tail[:0]
+	tf.pos, tf.sig, tf.tail, tf.piece = 0, sig{}, tf.tail[:0], 0
 	t.posDirty = true
 }
 
@@ -614,7 +640,7 @@ func (t *tailer) findCopy(tf *tailFile) {
 		}
 		t.log.Info("taildir source reads the rest of a truncated file from its copy", "file", tf.path, "copy", path, "pos", tf.pos)
 		key := keyOf(st)
-		cp := &tailFile{key: key, path: path, dir: tf.dir, group: tf.group, f: f, pos: tf.pos, sig: tf.sig,
+		cp := &tailFile{key: key, path: path, dir: tf.dir, group: tf.group, f: f, pos: tf.pos, sig: tf.sig, piece: tf.piece,
 			size: -1, lastGrowth: time.Now(), gone: true, seen: tf.seen}
 		t.files[key] = cp
 		t.dirty[cp] = true
@@ -659,43 +685,90 @@ func (t *tailer) commit(tf *tailFile, data []byte, consumed, lines int) {
 	t.posDirty = true
 }
 
-// splitLines finds up to max lines in data. bounds holds each body's start
-// and end (a '\r' before the '\n' is not part of the body, as in Flume);
-// consumed is how many bytes the lines take, ends included. With partial,
-// bytes after the last newline count as a last line.
-func splitLines(data []byte, max int, partial bool) (bounds []int, consumed int) {
+// chunk is one event's body in a read buffer: a whole line, or a piece of
+// a line longer than maxLineLength.
+type chunk struct {
+	lo, hi int
+	piece  int  // 0 for a whole line; else the piece's number, from 1
+	last   bool // the last piece of a split line
+}
+
+// splitLines cuts data into at most max events. Each line is one event, its
+// body without the '\n' and a '\r' before it (as in Flume); a line whose body
+// is longer than limit bytes is cut into pieces of limit bytes (fewer where
+// a cut would split a UTF-8 character), its last piece holding the rest.
+// piece is how many pieces of the line at data[0] were already sent; the
+// returned piece is the same for the line at data[consumed:]. Bytes after
+// the last newline are cut as far as they are surely longer than limit,
+// and with partial the rest is a last line too.
+func splitLines(data []byte, max, limit, piece int, partial bool) (chunks []chunk, consumed, nextPiece int) {
 	pos := 0
-	for len(bounds) < 2*max {
-		i := bytes.IndexByte(data[pos:], '\n')
-		if i < 0 {
-			if partial && pos < len(data) {
-				bounds = append(bounds, pos, len(data))
-				pos = len(data)
+	for len(chunks) < max && pos < len(data) {
+		// Looking limit+2 bytes ahead is enough: a longer line is cut anyway.
+		window := data[pos:min(len(data), pos+limit+2)]
+		end, next := -1, -1
+		if i := bytes.IndexByte(window, '\n'); i >= 0 {
+			end, next = pos+i, pos+i+1
+			if end > pos && data[end-1] == '\r' {
+				end--
+			}
+		} else {
+			rest := len(data) - pos
+			switch {
+			case rest >= limit+2 || (rest == limit+1 && data[len(data)-1] != '\r'):
+				end = len(data) // longer than limit whatever follows: cut below
+			case partial:
+				end, next = len(data), len(data)
+			default:
+				return chunks, pos, piece
+			}
+		}
+		if end-pos > limit {
+			cut := cutAt(data[pos:], limit)
+			piece++
+			chunks = append(chunks, chunk{lo: pos, hi: pos + cut, piece: piece})
+			pos += cut
+			continue
+		}
+		c := chunk{lo: pos, hi: end}
+		if piece > 0 {
+			c.piece, c.last = piece+1, true
+		}
+		chunks = append(chunks, c)
+		piece, pos = 0, next
+	}
+	return chunks, pos, piece
+}
+
+// cutAt returns where to cut b, longer than limit, into a piece of at most
+// limit bytes: at limit, or before a UTF-8 character that would straddle it.
+func cutAt(b []byte, limit int) int {
+	if utf8.RuneStart(b[limit]) {
+		return limit
+	}
+	for k := limit - 1; k > 0 && k > limit-utf8.UTFMax; k-- {
+		if utf8.RuneStart(b[k]) {
+			if r, size := utf8.DecodeRune(b[k:]); (r != utf8.RuneError || size > 1) && k+size > limit {
+				return k
 			}
 			break
 		}
-		end := pos + i
-		if end > pos && data[end-1] == '\r' {
-			end--
-		}
-		bounds = append(bounds, pos, end)
-		pos += i + 1
 	}
-	return bounds, pos
+	return limit
 }
 
-// put sends the lines of slab as one batch, retrying while the channel is
+// put sends the chunks of slab as one batch, retrying while the channel is
 // full, and reports whether they were committed (false only when the source
 // is stopping). Each attempt builds its events afresh from the slab, so a
 // retry does not see what interceptors made of the failed one.
-func (t *tailer) put(ctx context.Context, tf *tailFile, slab []byte, bounds []int) bool {
+func (t *tailer) put(ctx context.Context, tf *tailFile, slab []byte, chunks []chunk) bool {
 	c := t.s.counters
-	n := len(bounds) / 2
+	n := len(chunks)
 	c.EventReceived.Add(int64(n))
 	c.AppendBatchReceived.Add(1)
 	now := event.Now()
 	for attempt := 1; ; attempt++ {
-		batch := t.build(tf, slab, bounds, now)
+		batch := t.build(tf, slab, chunks, now)
 		err := t.p.Process(ctx, batch)
 		clear(batch)
 		if err == nil {
@@ -725,15 +798,15 @@ func (t *tailer) put(ctx context.Context, tf *tailFile, slab []byte, bounds []in
 }
 
 // build makes the events of one batch: the bodies are slices of slab, and
-// headers are made only when some are configured.
-func (t *tailer) build(tf *tailFile, slab []byte, bounds []int, now int64) []event.Event {
+// headers are made only when some are configured or the event is a piece
+// of a split line.
+func (t *tailer) build(tf *tailFile, slab []byte, chunks []chunk, now int64) []event.Event {
 	g := tf.group
 	headers := t.s.byteOffsetHeader || t.s.fileHeader || (g != nil && len(g.headers) > 0)
 	t.events = t.events[:0]
-	for i := 0; i < len(bounds); i += 2 {
-		lo, hi := bounds[i], bounds[i+1]
-		e := event.Event{Body: slab[lo:hi:hi], ReceivedAt: now}
-		if headers {
+	for _, c := range chunks {
+		e := event.Event{Body: slab[c.lo:c.hi:c.hi], ReceivedAt: now}
+		if headers || c.piece > 0 {
 			e.Headers = make(map[string]string, 4)
 			if g != nil {
 				for k, v := range g.headers {
@@ -744,7 +817,11 @@ func (t *tailer) build(tf *tailFile, slab []byte, bounds []int, now int64) []eve
 				e.Headers[t.s.fileHeaderKey] = tf.path
 			}
 			if t.s.byteOffsetHeader {
-				e.Headers["byteoffset"] = strconv.FormatInt(tf.pos+int64(lo), 10)
+				e.Headers["byteoffset"] = strconv.FormatInt(tf.pos+int64(c.lo), 10)
+			}
+			if c.piece > 0 {
+				e.Headers[pieceHeader] = strconv.Itoa(c.piece)
+				e.Headers[lastPieceHeader] = strconv.FormatBool(c.last)
 			}
 		}
 		t.events = append(t.events, e)
@@ -793,7 +870,7 @@ func (t *tailer) savePositions() {
 	fps := make([]fingerprint, 0, len(t.files))
 	for _, tf := range t.files {
 		entries = append(entries, position{Inode: tf.key.ino, Pos: tf.pos, File: tf.path})
-		fps = append(fps, fingerprint{Dev: tf.key.dev, Inode: tf.key.ino, Pos: tf.pos, File: tf.path, SigLen: tf.sig.n, SigSum: tf.sig.sum})
+		fps = append(fps, fingerprint{Dev: tf.key.dev, Inode: tf.key.ino, Pos: tf.pos, File: tf.path, SigLen: tf.sig.n, SigSum: tf.sig.sum, Piece: tf.piece})
 	}
 	slices.SortFunc(entries, func(a, b position) int { return cmpString(a.File, b.File) })
 	slices.SortFunc(fps, func(a, b fingerprint) int { return cmpString(a.File, b.File) })

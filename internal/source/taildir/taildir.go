@@ -26,7 +26,11 @@
 //     truncation, since a file the source holds open cannot lose its inode.
 //
 // The partial last line of a file waits for its newline, or for the file to
-// be idle for idleTimeout, when it is sent as it is (as Flume does).
+// be idle for idleTimeout, when it is sent as it is (as Flume does). A line
+// longer than maxLineLength bytes is sent in pieces of at most that many
+// bytes, as soon as each is full, marked by the headers linePiece (1, 2,
+// ...) and linePieceLast (true on the last), counted in SplitLineCount and
+// logged (throttled), so one line never holds more than the limit in memory.
 // Directories are watched with inotify (fsnotify), so an idle file costs
 // nothing; a rescan every few seconds, and polling when watching is not
 // possible, catch what notifications miss.
@@ -40,12 +44,17 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
+
+// DefaultMaxLineLength is maxLineLength's default: the most bytes of a line
+// one event holds.
+const DefaultMaxLineLength = 8 << 20
 
 // group is one file group: a directory and a pattern for the file names in it.
 type group struct {
@@ -73,7 +82,9 @@ type Source struct {
 	maxBackoff       time.Duration
 	pollInterval     time.Duration
 	watch            bool
+	maxLineLength    int
 	counters         *metrics.SourceCounters
+	splitLines       *atomic.Int64 // SplitLineCount: lines sent in pieces
 
 	worker flow.Worker // the reading goroutine
 }
@@ -86,7 +97,8 @@ type Source struct {
 // backoffSleepIncrement (1000 ms), maxBackoffSleep (5000 ms) and
 // cachePatternMatching (accepted; the directory watch does its job), plus
 // sluice's pollInterval (1000 ms: how often files are polled when they
-// cannot be watched) and watchFiles (true: use inotify).
+// cannot be watched), watchFiles (true: use inotify) and maxLineLength
+// (8 MiB: a longer line is sent in pieces of at most that many bytes).
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env}
 	names := p.Fields("filegroups")
@@ -160,8 +172,10 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	p.Bool("cachePatternMatching", true)
 	s.pollInterval = millis(p, "pollInterval", 1000, 1)
 	s.watch = p.Bool("watchFiles", true)
+	s.maxLineLength = p.IntRange("maxLineLength", DefaultMaxLineLength, 1, 1<<30)
 
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
+	s.splitLines = s.counters.Counter("SplitLineCount")
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }

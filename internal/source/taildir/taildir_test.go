@@ -1,12 +1,17 @@
 package taildir
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +30,24 @@ type fixture struct {
 	props map[string]string
 	pl    *sourcetest.Pipeline
 	src   *Source
+	logs  *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func newFixture(t *testing.T, extra map[string]string) *fixture {
@@ -35,7 +58,7 @@ func newFixture(t *testing.T, extra map[string]string) *fixture {
 	if err := os.Mkdir(logs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	fx := &fixture{t: t, dir: logs, pos: filepath.Join(dir, "state", "pos.json")}
+	fx := &fixture{t: t, dir: logs, pos: filepath.Join(dir, "state", "pos.json"), logs: &syncBuffer{}}
 	fx.props = map[string]string{
 		"filegroups":       "g1",
 		"filegroups.g1":    logs + `/app\.log.*`,
@@ -55,7 +78,9 @@ func newFixture(t *testing.T, extra map[string]string) *fixture {
 func (fx *fixture) start() {
 	fx.t.Helper()
 	p := config.FromMap("a1.sources.r1.", fx.props)
-	s, err := New(sourcetest.Env("r1", "taildir"), p)
+	env := sourcetest.Env("r1", "taildir")
+	env.Logger = slog.New(slog.NewTextHandler(fx.logs, nil))
+	s, err := New(env, p)
 	if err != nil {
 		fx.t.Fatal(err)
 	}
@@ -491,25 +516,187 @@ func TestPositionFileIsWrittenAtomically(t *testing.T) {
 }
 
 func TestSplitLines(t *testing.T) {
-	f := func(data string, max int, partial bool, want []string, wantConsumed int) {
+	// f checks the events splitLines cuts from data (max events, pieces of
+	// at most limit bytes), written "body" for a whole line and
+	// "body#n" or "body#n!" for piece n (! on the last piece).
+	f := func(data string, max, limit, piece int, partial bool, want []string, wantConsumed, wantPiece int) {
 		t.Helper()
-		bounds, consumed := splitLines([]byte(data), max, partial)
+		chunks, consumed, gotPiece := splitLines([]byte(data), max, limit, piece, partial)
 		var got []string
-		for i := 0; i < len(bounds); i += 2 {
-			got = append(got, data[bounds[i]:bounds[i+1]])
+		for _, c := range chunks {
+			s := data[c.lo:c.hi]
+			if c.hi-c.lo > limit {
+				t.Errorf("splitLines(%q, limit %d): piece %q longer than the limit", data, limit, s)
+			}
+			if c.piece > 0 {
+				s += fmt.Sprintf("#%d", c.piece)
+				if c.last {
+					s += "!"
+				}
+			} else if c.last {
+				t.Errorf("a whole line marked last")
+			}
+			got = append(got, s)
 		}
-		if !slices.Equal(got, want) || consumed != wantConsumed {
-			t.Errorf("splitLines(%q, %d, %v) = %q, %d; want %q, %d", data, max, partial, got, consumed, want, wantConsumed)
+		if !slices.Equal(got, want) || consumed != wantConsumed || gotPiece != wantPiece {
+			t.Errorf("splitLines(%q, %d, %d, %d, %v) = %q, %d, %d; want %q, %d, %d",
+				data, max, limit, piece, partial, got, consumed, gotPiece, want, wantConsumed, wantPiece)
 		}
 	}
-	f("", 10, false, nil, 0)
-	f("a\nb\n", 10, false, []string{"a", "b"}, 4)
-	f("a\r\nb\rc\n", 10, false, []string{"a", "b\rc"}, 7)
-	f("a\nb\nc\n", 2, false, []string{"a", "b"}, 4)
-	f("a\npart", 10, false, []string{"a"}, 2)
-	f("a\npart", 10, true, []string{"a", "part"}, 6)
-	f("\n\n", 10, false, []string{"", ""}, 2)
-	f("\r\n", 10, false, []string{""}, 2)
+	const big = 1 << 20
+	f("", 10, big, 0, false, nil, 0, 0)
+	f("a\nb\n", 10, big, 0, false, []string{"a", "b"}, 4, 0)
+	f("a\r\nb\rc\n", 10, big, 0, false, []string{"a", "b\rc"}, 7, 0)
+	f("a\nb\nc\n", 2, big, 0, false, []string{"a", "b"}, 4, 0)
+	f("a\npart", 10, big, 0, false, []string{"a"}, 2, 0)
+	f("a\npart", 10, big, 0, true, []string{"a", "part"}, 6, 0)
+	f("\n\n", 10, big, 0, false, []string{"", ""}, 2, 0)
+	f("\r\n", 10, big, 0, false, []string{""}, 2, 0)
+
+	// Lines longer than the limit: pieces of exactly the limit, the last
+	// holding the rest; a line of exactly the limit is whole.
+	f("abcdefghij\nxy\n", 10, 4, 0, false, []string{"abcd#1", "efgh#2", "ij#3!", "xy"}, 14, 0)
+	f("abcd\nabcd\r\nabcde\r\n", 10, 4, 0, false, []string{"abcd", "abcd", "abcd#1", "e#2!"}, 18, 0)
+	// At most max events: the line's state carries over.
+	f("abcdefghij\n", 2, 4, 0, false, []string{"abcd#1", "efgh#2"}, 8, 2)
+	f("ij\nx\n", 10, 4, 2, false, []string{"ij#3!", "x"}, 5, 0)
+	// No newline yet: cut only what is surely longer than the limit.
+	f("abcdefghij", 10, 4, 0, false, []string{"abcd#1", "efgh#2"}, 8, 2)
+	f("abcde", 10, 4, 0, false, []string{"abcd#1"}, 4, 1) // 5 bytes at least
+	f("abcd\r", 10, 4, 0, false, nil, 0, 0)               // may be "abcd" + "\r\n"
+	f("abcde\r", 10, 4, 0, false, []string{"abcd#1"}, 4, 1)
+	f("abcdefghij", 10, 4, 0, true, []string{"abcd#1", "efgh#2", "ij#3!"}, 10, 0)
+	// A cut never splits a UTF-8 character.
+	f("ab日本\n", 10, 4, 0, false, []string{"ab#1", "日#2", "本#3!"}, 9, 0)
+	f("\xff\xfe\xfd\xfc\xfb\n", 10, 4, 0, false, []string{"\xff\xfe\xfd\xfc#1", "\xfb#2!"}, 6, 0)
+}
+
+// TestLongLineDefaultLimit is issue 13's row "taildir: a 50 MB line" (at 20
+// MiB, same mechanism): with the default maxLineLength of 8 MiB the line
+// arrives in pieces of at most 8 MiB (the first had been up to about twice
+// that), marked by linePiece and linePieceLast, counted in SplitLineCount;
+// the lines around it are untouched.
+func TestLongLineDefaultLimit(t *testing.T) {
+	fx := newFixture(t, nil)
+	const mib = 1 << 20
+	long := strings.Repeat("0123456789abcdef", 20*mib/16)
+	fx.append("app.log", "before\n"+long+"\nafter\n")
+	fx.start()
+	got := fx.pl.Drain(t, 5, 30*time.Second)
+	if len(got) != 5 {
+		var sizes []int
+		for _, e := range got {
+			sizes = append(sizes, len(e.Body))
+		}
+		t.Fatalf("got %d events of %v bytes, want 5: before, 8, 8 and 4 MiB, after", len(got), sizes)
+	}
+	if string(got[0].Body) != "before" || string(got[4].Body) != "after" || got[0].Headers != nil || got[4].Headers != nil {
+		t.Fatalf("the lines around the long one: %q %v, %q %v", got[0].Body, got[0].Headers, got[4].Body, got[4].Headers)
+	}
+	var joined []byte
+	for i, e := range got[1:4] {
+		if len(e.Body) > 8*mib {
+			t.Errorf("piece %d is %d bytes, more than the 8 MiB limit", i+1, len(e.Body))
+		}
+		if want := []int{8 * mib, 8 * mib, 4 * mib}[i]; len(e.Body) != want {
+			t.Errorf("piece %d is %d bytes, want %d", i+1, len(e.Body), want)
+		}
+		wantHeaders := map[string]string{"linePiece": fmt.Sprint(i + 1), "linePieceLast": fmt.Sprint(i == 2)}
+		if !maps.Equal(e.Headers, wantHeaders) {
+			t.Errorf("piece %d headers %v, want %v", i+1, e.Headers, wantHeaders)
+		}
+		joined = append(joined, e.Body...)
+	}
+	if string(joined) != long {
+		t.Error("the pieces do not add up to the line")
+	}
+	sourcetest.Eventually(func() bool { return fx.src.splitLines.Load() == 1 }, 2*time.Second)
+	if n := fx.src.splitLines.Load(); n != 1 {
+		t.Errorf("SplitLineCount = %d, want 1", n)
+	}
+}
+
+// TestLongLinePieces: with a small maxLineLength every long line is split,
+// each piece's byteoffset is its own, the counter counts the lines split
+// (shown in the source's metrics), and the log says so once for many.
+func TestLongLinePieces(t *testing.T) {
+	fx := newFixture(t, map[string]string{"maxLineLength": "1000", "byteOffsetHeader": "true"})
+	l1 := strings.Repeat("a", 3500)
+	l2 := strings.Repeat("b", 1001)
+	l3 := strings.Repeat("c", 1000)
+	text := "short\n" + l1 + "\n" + l2 + "\r\n" + l3 + "\r\n"
+	for range 4 {
+		text += strings.Repeat("d", 1500) + "\n"
+	}
+	fx.append("app.log", text)
+	fx.start()
+	got := fx.pl.Drain(t, 16, 5*time.Second)
+	type piece struct {
+		size      int
+		off       int
+		num, last string
+	}
+	want := []piece{
+		{5, 0, "", ""},
+		{1000, 6, "1", "false"}, {1000, 1006, "2", "false"}, {1000, 2006, "3", "false"}, {500, 3006, "4", "true"},
+		{1000, 3507, "1", "false"}, {1, 4507, "2", "true"},
+		{1000, 4510, "", ""},
+	}
+	off := 5512
+	for range 4 {
+		want = append(want, piece{1000, off, "1", "false"}, piece{500, off + 1000, "2", "true"})
+		off += 1501
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d events, want %d", len(got), len(want))
+	}
+	for i, e := range got {
+		g := piece{len(e.Body), 0, e.Headers["linePiece"], e.Headers["linePieceLast"]}
+		g.off, _ = strconv.Atoi(e.Headers["byteoffset"])
+		if g != want[i] {
+			t.Errorf("event %d: %+v, want %+v", i, g, want[i])
+		}
+	}
+	// Counted once the batch is committed, which may be just after the
+	// events can be taken.
+	sourcetest.Eventually(func() bool { return fx.src.splitLines.Load() == 6 }, 2*time.Second)
+	if n := fx.src.splitLines.Load(); n != 6 {
+		t.Errorf("SplitLineCount = %d, want 6", n)
+	}
+	shown := ""
+	fx.src.counters.Each(func(name, value string) {
+		if name == "SplitLineCount" {
+			shown = value
+		}
+	})
+	if shown != "6" {
+		t.Errorf("metrics show SplitLineCount %q, want 6", shown)
+	}
+	if n := strings.Count(fx.logs.String(), "longer than maxLineLength"); n != 1 {
+		t.Errorf("%d log lines about split lines, want 1 (throttled): %s", n, fx.logs.String())
+	}
+}
+
+// TestLongLineAcrossRestart: a split line whose end is written after a
+// restart goes on with the next piece number; its first pieces are not sent
+// again.
+func TestLongLineAcrossRestart(t *testing.T) {
+	fx := newFixture(t, map[string]string{"maxLineLength": "100"})
+	fx.append("app.log", strings.Repeat("a", 350))
+	fx.start()
+	got := fx.pl.Drain(t, 3, 5*time.Second)
+	for i, e := range got {
+		if len(e.Body) != 100 || e.Headers["linePiece"] != fmt.Sprint(i+1) || e.Headers["linePieceLast"] != "false" {
+			t.Fatalf("piece %d: %d bytes, headers %v", i+1, len(e.Body), e.Headers)
+		}
+	}
+	fx.stop()
+	fx.append("app.log", "\nnext\n")
+	fx.start()
+	got = fx.expect(strings.Repeat("a", 50), "next")
+	if h := got[0].Headers; h["linePiece"] != "4" || h["linePieceLast"] != "true" {
+		t.Fatalf("the last piece after the restart has headers %v, want piece 4, last", h)
+	}
 }
 
 func TestBadProperties(t *testing.T) {
@@ -528,6 +715,7 @@ func TestBadProperties(t *testing.T) {
 		{map[string]string{"filegroups": "g1", "filegroups.g1": dir + "/a", "idleTimeout": "0"}, "idleTimeout: 0 is too small"},
 		{map[string]string{"filegroups": "g1", "filegroups.g1": dir + "/a", "maxBatchCount": "0"}, "maxBatchCount: must be at least 1"},
 		{map[string]string{"filegroups": "g1", "filegroups.g1": dir + "/a", "skipToEnd": "yes"}, `"yes" is not a boolean`},
+		{map[string]string{"filegroups": "g1", "filegroups.g1": dir + "/a", "maxLineLength": "0"}, "maxLineLength: 0 is out of range"},
 	} {
 		p := config.FromMap("a1.sources.r1.", tc.props)
 		if _, err := New(sourcetest.Env("r1", "taildir"), p); err != nil {
@@ -602,3 +790,54 @@ func FuzzParsePositions(f *testing.F) {
 }
 
 var _ flow.Source = (*Source)(nil)
+
+// FuzzSplitLines checks splitLines on any bytes: no event is longer than
+// the limit, the events and the line ends between them make up exactly the
+// bytes consumed, and the pieces of a line are numbered 1, 2, ... with only
+// the last marked so.
+func FuzzSplitLines(f *testing.F) {
+	f.Add([]byte("a\nbc\r\n"), 4, 10, 0, false)
+	f.Add([]byte("abcdefghij\r\nxy"), 3, 2, 1, true)
+	f.Add([]byte("日本語のテキスト\n\xff\xfe\xfd\xfc"), 4, 100, 0, true)
+	f.Add([]byte("\r\r\r\r\n\n"), 1, 3, 0, false)
+	f.Fuzz(func(t *testing.T, data []byte, limit, max, piece int, partial bool) {
+		if limit < 1 || limit > 64 || max < 1 || max > 1000 || piece < 0 || piece > 5 {
+			return
+		}
+		chunks, consumed, next := splitLines(data, max, limit, piece, partial)
+		if len(chunks) > max || consumed < 0 || consumed > len(data) || next < 0 {
+			t.Fatalf("%d chunks (max %d), consumed %d of %d, next piece %d", len(chunks), max, consumed, len(data), next)
+		}
+		pos, p := 0, piece
+		for i, c := range chunks {
+			if c.lo != pos || c.hi < c.lo || c.hi-c.lo > limit {
+				t.Fatalf("chunk %d = [%d,%d) at %d, limit %d", i, c.lo, c.hi, pos, limit)
+			}
+			pos = c.hi
+			if c.piece > 0 && c.piece != p+1 || c.piece == 0 && p != 0 {
+				t.Fatalf("chunk %d is piece %d after piece %d", i, c.piece, p)
+			}
+			if c.piece > 0 && !c.last {
+				p = c.piece
+				if c.hi-c.lo == 0 {
+					t.Fatalf("empty piece %d", c.piece)
+				}
+				continue // a cut: the next piece starts right here
+			}
+			p = 0
+			// A line's end follows: "\n", "\r\n", or nothing at a partial end.
+			switch {
+			case pos < len(data) && data[pos] == '\n':
+				pos++
+			case pos+1 < len(data) && data[pos] == '\r' && data[pos+1] == '\n':
+				pos += 2
+			case pos == len(data) && partial:
+			default:
+				t.Fatalf("chunk %d [%d,%d) is not followed by a line end", i, c.lo, c.hi)
+			}
+		}
+		if pos != consumed || p != next {
+			t.Fatalf("chunks end at %d with piece %d; splitLines says %d and %d", pos, p, consumed, next)
+		}
+	})
+}
