@@ -54,7 +54,7 @@ type reader struct {
 	p        flow.Processor
 	log      *slog.Logger
 	throttle *logthrottle.Throttle
-	failed   map[string]bool // files left alone until a restart
+	failed   map[string]fileKey // files left alone until a restart (or until they leave the directory)
 	prog     *progress
 	events   []event.Event
 }
@@ -70,7 +70,7 @@ func newReader(s *Source, p flow.Processor) (*reader, error) {
 	if err := os.MkdirAll(s.trackerDir, 0o755); err != nil {
 		return nil, fmt.Errorf("tracker directory: %w", err)
 	}
-	r := &reader{s: s, p: p, log: s.env.Log().With("source", s.env.Name), failed: map[string]bool{},
+	r := &reader{s: s, p: p, log: s.env.Log().With("source", s.env.Name), failed: map[string]fileKey{},
 		throttle: logthrottle.New(30*time.Second, 1)}
 	path := filepath.Join(s.trackerDir, progressName)
 	r.prog, err = loadProgress(path)
@@ -107,7 +107,7 @@ func (r *reader) prune() bool {
 
 func (r *reader) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		path, ok := r.next()
+		path, ok := r.next(ctx)
 		if !ok {
 			t := time.NewTimer(r.s.pollDelay)
 			select {
@@ -122,12 +122,12 @@ func (r *reader) run(ctx context.Context) {
 		switch {
 		case err == nil, ctx.Err() != nil:
 		case errors.As(err, &left):
-			r.failed[path] = true
+			r.fail(path)
 			r.s.counters.GenericProcessingFail.Add(1)
 			r.log.Warn(left.msg, "file", path, "change", left.why, "delivered_lines", left.lines,
 				"delivered_bytes", left.pos, "next", left.todo)
 		default:
-			r.failed[path] = true
+			r.fail(path)
 			r.s.counters.GenericProcessingFail.Add(1)
 			r.log.Error("spooldir source cannot finish a file; it is left in place and skipped until the source restarts",
 				"file", path, "err", err)
@@ -135,13 +135,23 @@ func (r *reader) run(ctx context.Context) {
 	}
 }
 
+// fail leaves path alone for as long as the same file is under its name.
+func (r *reader) fail(path string) {
+	var k fileKey
+	if st, err := os.Stat(path); err == nil {
+		k = keyOf(st)
+	}
+	r.failed[path] = k
+}
+
 // next picks the next file to read by consumeOrder, or reports none.
-func (r *reader) next() (string, bool) {
+func (r *reader) next(ctx context.Context) (string, bool) {
 	ents, err := os.ReadDir(r.s.dir)
 	if err != nil {
 		r.throttle.Log(r.log, slog.LevelWarn, "list", "spooldir source cannot list its directory", "dir", r.s.dir, "err", err)
 		return "", false
 	}
+	r.forgetGone(ctx, ents)
 	type cand struct {
 		path  string
 		mtime time.Time
@@ -154,17 +164,17 @@ func (r *reader) next() (string, bool) {
 			continue
 		}
 		path := filepath.Join(r.s.dir, name)
-		if r.failed[path] {
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if k, ok := r.failed[path]; ok && (k == fileKey{} || k == keyOf(info)) {
 			continue
 		}
 		if r.s.trackerMarks {
 			if _, err := os.Stat(r.markPath(path)); err == nil {
 				continue
 			}
-		}
-		info, err := e.Info()
-		if err != nil {
-			continue
 		}
 		cands = append(cands, cand{path, info.ModTime()})
 	}
@@ -196,6 +206,29 @@ func (r *reader) next() (string, bool) {
 		})
 	}
 	return cands[0].path, true
+}
+
+// forgetGone forgets the failures and the progress of files no longer in
+// the directory (ents, sorted by name): an operator moved them away, and a
+// file given the same name later is a new file.
+func (r *reader) forgetGone(ctx context.Context, ents []os.DirEntry) {
+	gone := func(path string) bool {
+		if filepath.Dir(path) != r.s.dir {
+			return false
+		}
+		_, found := slices.BinarySearchFunc(ents, filepath.Base(path), func(e os.DirEntry, name string) int {
+			return strings.Compare(e.Name(), name)
+		})
+		return !found
+	}
+	for path := range r.failed {
+		if gone(path) {
+			delete(r.failed, path)
+		}
+	}
+	if r.prog.prune(func(e *entry) bool { return !gone(e.File) }) {
+		r.saveProgress(ctx)
+	}
 }
 
 func (r *reader) markPath(path string) string {

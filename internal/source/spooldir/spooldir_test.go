@@ -352,6 +352,47 @@ func TestChangedWhileRead(t *testing.T) {
 	}
 }
 
+// TestChangedFileMovedAway: once the operator moves a changed file out of
+// the directory, its progress is forgotten, and a new file under its name
+// is read from its start in the same run.
+func TestChangedFileMovedAway(t *testing.T) {
+	fx := newFixture(t, map[string]string{"batchSize": "10"})
+	fx.pl = sourcetest.NewPipeline(t, 10, 10, 20*time.Millisecond)
+	text, want := lines("l", 20)
+	path := fx.write("a.log", text, time.Time{})
+	fx.start()
+	got := sourcetest.Bodies(fx.pl.Take(t, 10, 5*time.Second))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("appended\n")
+	f.Close()
+	got = append(got, sourcetest.Bodies(fx.pl.Drain(t, 10, 5*time.Second))...)
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q", got)
+	}
+	if !sourcetest.Eventually(func() bool { return strings.Contains(fx.logs.String(), "changed while it was read") }, 5*time.Second) {
+		t.Fatal("the change was not reported")
+	}
+	if err := os.Rename(path, filepath.Join(t.TempDir(), "a.log")); err != nil {
+		t.Fatal(err)
+	}
+	progressFile := filepath.Join(fx.dir, ".flumespool", progressName)
+	if !sourcetest.Eventually(func() bool {
+		p, err := loadProgress(progressFile)
+		return err == nil && len(p.entries) == 0
+	}, 5*time.Second) {
+		data, _ := os.ReadFile(progressFile)
+		t.Fatalf("the progress of the file moved away is kept: %s", data)
+	}
+	fx.write("a.log", "fresh\n", time.Time{})
+	fx.expect("fresh")
+	if !sourcetest.Eventually(func() bool { return exists(path + ".COMPLETED") }, 5*time.Second) {
+		t.Fatal("the new file was not marked done")
+	}
+}
+
 // TestProgressEveryBatch: the progress file holds the end of every
 // committed batch as soon as it is committed (not a second later, not only
 // at stop), so a crash at any moment repeats at most the batch in flight.
