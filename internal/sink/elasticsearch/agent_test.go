@@ -17,7 +17,8 @@ import (
 // TestAgentWithFlumeClassName runs a whole agent whose sink is configured
 // as in Flume (its class name, hostNames, indexName, indexType,
 // clusterName) plus the VictoriaLogs parameters, and checks that every event
-// of a seq source arrives.
+// of a seq source arrives, in @message: Flume's default serializer,
+// LogStash, shapes the documents.
 func TestAgentWithFlumeClassName(t *testing.T) {
 	base := essink.StartVictoriaLogs(t)
 	const n = 500
@@ -39,7 +40,7 @@ a1.sinks.k1.indexName = foo_index
 a1.sinks.k1.indexType = bar_type
 a1.sinks.k1.clusterName = foobar_cluster
 a1.sinks.k1.batchSize = 200
-a1.sinks.k1.query._msg_field = message
+a1.sinks.k1.query._msg_field = @message
 a1.sinks.k1.query.extra_fields = agent_test=1
 `, n, base)
 	file := filepath.Join(t.TempDir(), "es.conf")

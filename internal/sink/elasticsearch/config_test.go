@@ -137,7 +137,7 @@ func TestRequests(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeES(t)
-			props := map[string]string{"hostNames": f.srv.URL, "batchSize": "10"}
+			props := map[string]string{"hostNames": f.srv.URL, "batchSize": "10", "serializer": "sluice"} // the fake stores documents by seq
 			for k, v := range tc.props {
 				props[k] = v
 			}

@@ -11,7 +11,8 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 )
 
-// Event body to document:
+// sluice's serializer ("sluice"; Flume's are in serializer.go), event body
+// to document:
 //
 //   - a body that is one JSON object is indexed as is, with "@timestamp"
 //     added first when the object has no top-level "@timestamp" key;
@@ -121,8 +122,12 @@ const hexDigits = "0123456789abcdef"
 // appendJSONString appends s as a JSON string. It reads s through a byte
 // view of its memory (no copy) and never writes to it.
 func appendJSONString(dst []byte, s string) []byte {
-	return appendJSONBytes(dst, unsafe.Slice(unsafe.StringData(s), len(s)))
+	return appendJSONBytes(dst, bytesOf(s))
 }
+
+// bytesOf is a byte view of s's memory, without a copy: read it, never
+// write to it.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // appendJSONBytes is appendJSONString for a byte slice, without copying it
 // into a string.

@@ -2,7 +2,8 @@
 // REST _bulk API of Elasticsearch 7/8, OpenSearch 1/2 and what speaks it
 // (VictoriaLogs at /insert/elasticsearch). It reads Flume's ElasticSearchSink
 // properties (hostNames, indexName with the daily -yyyy-MM-dd suffix,
-// indexType, clusterName, batchSize) and adds what users of Vector's and
+// indexType, clusterName, batchSize, and serializer: Flume's LogStash and
+// Dynamic document shapes, or sluice's own) and adds what users of Vector's and
 // Filebeat's outputs expect: %{header} and time escapes in index names, data
 // streams, ingest pipelines, document ids from a header, basic and API key
 // authentication, TLS, gzip, request size and in-flight limits.
@@ -58,12 +59,6 @@ const (
 	simpleBuilder    = "org.apache.flume.sink.elasticsearch.simpleindexnamebuilder"
 )
 
-// Flume's serializers: accepted, but sluice maps events to documents its own way.
-var flumeSerializers = map[string]bool{
-	"org.apache.flume.sink.elasticsearch.elasticsearchlogstasheventserializer": true,
-	"org.apache.flume.sink.elasticsearch.elasticsearchdynamicserializer":       true,
-}
-
 // New builds an elasticsearch sink from its properties (see
 // docs/components.md for the list).
 func New(env flow.Env, p *config.Props) (flow.Sink, error) {
@@ -91,13 +86,15 @@ func build(env flow.Env, p *config.Props) (*flow.BatchSink, *Writer) {
 		p.String("ttl", "")
 		log.Warn("elasticsearch sink: ttl is ignored: Elasticsearch removed document TTLs in 5.0; use an index lifecycle policy", "sink", env.Name)
 	}
-	if ser := p.String("serializer", ""); ser != "" {
-		if !flumeSerializers[strings.ToLower(ser)] {
-			p.Errorf("serializer", "%q is not supported; sluice maps events to documents itself (a JSON body as is, else message + headers), so leave serializer unset", ser)
-		}
-		for _, k := range p.Keys("serializer.") {
-			p.MarkUsed(k)
-		}
+	if ser, ok := parseSerializer(p.String("serializer", "logstash")); ok {
+		opt.Serializer = ser
+	} else {
+		p.Errorf("serializer", "%q is not supported; use Flume's org.apache.flume.sink.elasticsearch.ElasticSearchLogStashEventSerializer "+
+			"(logstash, the default), org.apache.flume.sink.elasticsearch.ElasticSearchDynamicSerializer (dynamic), "+
+			"or sluice (a JSON body as is, else message + headers)", p.String("serializer", ""))
+	}
+	for _, k := range p.Keys("serializer.") {
+		p.MarkUsed(k) // Flume passes them to the serializer; neither of Flume's reads any
 	}
 	builder := strings.ToLower(p.String("indexNameBuilder", timeBasedBuilder))
 	dateFormat := p.String("indexNameBuilder.dateFormat", "yyyy-MM-dd")

@@ -36,7 +36,19 @@ func newChannel(t testing.TB) flow.Channel {
 }
 
 // newSink builds a started sink on ch from props (hostNames included).
+// Unless props name a serializer, it is sluice's: these tests were written
+// for its document shape.
 func newSink(t testing.TB, ch flow.Channel, props map[string]string) (*flow.BatchSink, *Writer) {
+	t.Helper()
+	if _, ok := props["serializer"]; !ok {
+		props = maps.Clone(props)
+		props["serializer"] = "sluice"
+	}
+	return newSinkAsIs(t, ch, props)
+}
+
+// newSinkAsIs is newSink with props as given (the serializer's default too).
+func newSinkAsIs(t testing.TB, ch flow.Channel, props map[string]string) (*flow.BatchSink, *Writer) {
 	t.Helper()
 	p := config.FromMap("a1.sinks.k1.", props)
 	s, w := build(flow.Env{Name: "k1", Type: "elasticsearch", Logger: quiet, Channel: ch}, p)

@@ -35,6 +35,9 @@ type Options struct {
 	Index    *indexTemplate
 	OpType   string // "index" or "create"
 	IDHeader string // header holding the document id; "" for ids the server makes
+	// Serializer shapes the documents; the zero value is Flume's default,
+	// LogStash.
+	Serializer Serializer
 
 	Username, Password string
 	APIKey             string // sent as "Authorization: ApiKey <APIKey>"
@@ -354,7 +357,14 @@ func (w *Writer) encode(events []event.Event) {
 			}
 		}
 		enc = append(enc, "}}\n"...)
-		enc, w.keys = appendDocument(enc, e, ms, text, w.keys)
+		switch w.opt.Serializer {
+		case LogStash:
+			enc, w.keys = appendLogStash(enc, e, ms, text, w.keys)
+		case Dynamic:
+			enc, w.keys = appendDynamic(enc, e, w.keys)
+		default:
+			enc, w.keys = appendDocument(enc, e, ms, text, w.keys)
+		}
 		enc = append(enc, '\n')
 		off = append(off, len(enc))
 	}
