@@ -60,7 +60,7 @@ func TestPerfVictoriaLogs(t *testing.T) {
 			ch := newChannel(t)
 			s, w := newSink(t, ch, map[string]string{
 				"hostNames": base + "/insert/elasticsearch", "batchSize": tc.batch, "compression": tc.compression,
-				"maxInFlight": tc.inFlight, "query._msg_field": "msg", "query._time_field": "@timestamp",
+				"maxInFlight": tc.inFlight, "serializer": "sluice", "query._msg_field": "msg", "query._time_field": "@timestamp",
 				"query.extra_fields": "run=" + run,
 			})
 			evs, bodyBytes := perfEvents(n)
@@ -89,16 +89,22 @@ func TestPerfVictoriaLogs(t *testing.T) {
 	}
 }
 
+// BenchmarkEncode measures encoding a take into bulk lines with each
+// serializer (sluice's is the one docs/PERFORMANCE.md quotes).
 func BenchmarkEncode(b *testing.B) {
 	evs, total := perfEvents(1000)
-	w, err := buildProps(b, map[string]string{"hostNames": "es1", "idHeader": "id"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(total))
-	b.ReportAllocs()
-	for b.Loop() {
-		w.encode(evs)
+	for _, ser := range []string{"sluice", "logstash", "dynamic"} {
+		b.Run(ser, func(b *testing.B) {
+			w, err := buildProps(b, map[string]string{"hostNames": "es1", "idHeader": "id", "serializer": ser})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(total))
+			b.ReportAllocs()
+			for b.Loop() {
+				w.encode(evs)
+			}
+		})
 	}
 }
 
