@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 )
@@ -26,7 +27,7 @@ import (
 //	env       the environment variable named by the key
 //	external  runs "command key" (command split on white space, as Flume
 //	          does) and takes the first line of its output, trimmed; a
-//	          non-zero exit, no output or more than FilterTimeout is an
+//	          non-zero exit, no output or more than filterTimeout is an
 //	          error naming the filter and key. charset (UTF-8) is how the
 //	          output is decoded: UTF-8, US-ASCII or ISO-8859-1.
 //	hadoop    Flume's Hadoop credential store: refused (no Hadoop here).
@@ -35,10 +36,10 @@ import (
 // quote it, fingerprints keep only its hash, and the agent's log and
 // validate output replace it (Problems.Secrets).
 
-// FilterTimeout bounds how long an external filter's command may run for
+// filterTimeout bounds how long an external filter's command may run for
 // one key. Flume waits for ever; a secret helper that hangs should fail the
 // start with a message instead.
-const FilterTimeout = 30 * time.Second
+var filterTimeout = 30 * time.Second
 
 // filterTypes maps Flume's config filter aliases and class names (lower
 // case) to sluice's.
@@ -187,7 +188,7 @@ func cached(get func(string) (string, error)) func(string) (string, error) {
 func externalFilter(name string, argv []string, decode func([]byte) string,
 	run func(context.Context, []string) ([]byte, []byte, error)) func(string) (string, error) {
 	return func(key string) (string, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), FilterTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), filterTimeout)
 		defer cancel()
 		cmd := append(append([]string(nil), argv...), key)
 		stdout, stderr, err := run(ctx, cmd)
@@ -195,7 +196,7 @@ func externalFilter(name string, argv []string, decode func([]byte) string,
 			return fmt.Errorf("config filter %s (external) failed for key %s: %s", name, key, fmt.Sprintf(format, args...))
 		}
 		if ctx.Err() != nil {
-			return "", fail("%s did not finish within %v", argv[0], FilterTimeout)
+			return "", fail("%s did not finish within %v", argv[0], filterTimeout)
 		}
 		if err != nil {
 			// stderr is the helper's own complaint; its first line says
@@ -251,6 +252,10 @@ func charsetDecoder(name string) (func([]byte) string, bool) {
 // does, and returns what it wrote to stdout and stderr (each up to 1 MiB).
 func RunCommand(ctx context.Context, argv []string) (stdout, stderr []byte, err error) {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	// Its own process group, so that a helper that times out is killed
+	// with whatever it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out, errOut limitedBuffer
 	out.max, errOut.max = 1<<20, 1<<20
 	cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -104,7 +105,7 @@ func (ps *Problems) IsBroken(key string) bool { return ps.broken[key] }
 
 // Secret records a value that must never be printed.
 func (ps *Problems) Secret(s string) {
-	if s != "" {
+	if s != "" && !slices.Contains(ps.secrets, s) {
 		ps.secrets = append(ps.secrets, s)
 	}
 }
