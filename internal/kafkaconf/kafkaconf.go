@@ -143,7 +143,7 @@ func (s *settings) security() Security {
 	sec.Protocol = s.oneOf("security.protocol", "PLAINTEXT",
 		"use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL", "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 	tlsOn := sec.Protocol == "SSL" || sec.Protocol == "SASL_SSL"
-	sec.TLS = tlsconf.Settings{Enabled: tlsOn}
+	sec.TLS = tlsconf.Settings{Enabled: tlsOn, VerifyHostname: true} // Kafka's default, unless turned off below
 	sec.TLS.Truststore = s.str("ssl.truststore.location", "")
 	sec.TLS.TruststorePassword = s.str("ssl.truststore.password", "")
 	const storeWhy = "use PKCS12 or PEM (convert a JKS store with keytool -importkeystore -srckeystore store.jks -destkeystore store.p12 -deststoretype PKCS12)"
@@ -157,6 +157,12 @@ func (s *settings) security() Security {
 	alg := s.oneOf("ssl.endpoint.identification.algorithm", "https",
 		"use https (verify the broker's host name, the default) or an empty value (do not)", "https", "")
 	sec.NoHostnameCheck = alg == ""
+	// Flume's own switch for the same thing (Flume drops empty values, so
+	// its Kafka components read this key instead of an empty algorithm):
+	// the broker's certificate chain is still verified, its name is not.
+	if s.p.Bool(s.key("ssl.disableTLSHostnameVerification"), false) {
+		sec.NoHostnameCheck = true
+	}
 	if tlsOn {
 		if sec.TLS.Truststore != "" && sec.TLS.TruststoreType == "jks" {
 			s.p.Errorf(s.prefix+"ssl.truststore.type", "JKS stores are not supported (JKS is Kafka's default type); %s, and set ssl.truststore.type", storeWhy)
