@@ -8,6 +8,17 @@
 // channel committed the events; a sink commits its take only after the
 // downstream system acknowledged them. So an acknowledged event is always
 // either delivered or still held in a channel.
+//
+// Stopping is two-phase. First intake stops at once: the agent closes every
+// source's ChannelProcessor (Close waits for the Process calls already
+// committing; every later one fails with ErrStopping, which sources treat as
+// a refused put, so nothing is acknowledged after the signal), then stops
+// the sources (listeners and connections close). Then the sinks drain the
+// channels (SinkRunner.Drain) until a deadline, and are stopped: a Process
+// cut short by its context rolls its batch back, so a durable channel keeps
+// it. What a channel still holds then is kept by a durable channel (file,
+// Kafka; it implements Durable) and lost with a memory channel; the agent
+// reports either with the count.
 package flow
 
 import (
@@ -37,7 +48,8 @@ type Channel interface {
 	Start(ctx context.Context) error
 	// Stop releases the channel after every source and sink using it stopped.
 	// A durable channel keeps its events; the memory channel loses them
-	// (as Flume's does) unless the agent keeps the channel across a reload.
+	// (as Flume's does) unless the agent keeps the channel across a reload
+	// or hands its events to its replacement.
 	Stop(ctx context.Context) error
 	// Begin opens a transaction. A transaction belongs to one goroutine and
 	// ends with exactly one Commit or Rollback.
@@ -81,8 +93,12 @@ type Processor interface {
 	// are counted and logged, never returned. It returns nil only when every
 	// required channel committed; then, and only then, the source may
 	// acknowledge its sender. An error wrapping ErrChannelFull means push back
-	// and retry later. Events may be modified (interceptors) and the slice
-	// reordered; the caller may reuse the slice after Process returns.
+	// and retry later; ErrStopping (which matches ErrChannelFull too) means
+	// the agent is stopping or replacing the source: nothing was put, and no
+	// later call will put anything, so the source refuses the sender (Avro
+	// FAILED, HTTP 503, netcat FAILED or close, a stream stops being read)
+	// and waits for its Stop. Events may be modified (interceptors) and the
+	// slice reordered; the caller may reuse the slice after Process returns.
 	Process(ctx context.Context, events []event.Event) error
 }
 
@@ -94,7 +110,9 @@ type Source interface {
 	Start(ctx context.Context, p Processor) error
 	// Stop stops intake and returns once every goroutine of the source has
 	// exited and every batch it had read was committed or refused to its
-	// sender. ctx bounds how long it may wait.
+	// sender. ctx bounds how long it may wait. The agent closes the source's
+	// Processor before Stop, so Process already fails with ErrStopping: Stop
+	// need not wait for connected senders to leave; it closes them.
 	Stop(ctx context.Context) error
 }
 
@@ -125,8 +143,10 @@ type Sink interface {
 	// transaction and delivers it, committing only after the downstream
 	// acknowledged it and rolling back otherwise. It returns Backoff when the
 	// channel stayed empty until ctx was done, and an error when delivery
-	// failed (the events are back in the channel). Process is called from one
-	// goroutine at a time.
+	// failed (the events are back in the channel). When ctx ends (the sink is
+	// being stopped) Process returns promptly and rolls back a batch the
+	// downstream has not acknowledged, so a durable channel keeps it.
+	// Process is called from one goroutine at a time.
 	Process(ctx context.Context) (Status, error)
 	// Stop closes connections and files; it is called after the last Process.
 	Stop(ctx context.Context) error
@@ -152,6 +172,16 @@ type Interceptor interface {
 // never a latched past error.
 type HealthReporter interface {
 	Health() error
+}
+
+// Durable is implemented by channels whose events outlive the process: they
+// are still there after a stop or a crash and a restart (the file channel's
+// disk, the Kafka channel's topic). The agent reports what such a channel
+// holds at a stop as kept (INFO) and what any other channel holds as lost
+// (ERROR, and a non-zero exit status), so a channel that does not implement
+// Durable is reported as losing its events: the loud side.
+type Durable interface {
+	Durable() bool
 }
 
 // BatchSizer is implemented by sources and sinks that move events in

@@ -37,7 +37,15 @@ type ProcessorConfig struct {
 // A batch larger than a channel's transactionCapacity is put in several
 // transactions of at most that size (Flume fails such a batch, forever);
 // a failure part-way leaves the earlier parts committed, as above.
+//
+// Close is the gate that stops intake: the agent closes a source's
+// processor before it stops the source (at a stop, or when a reload
+// replaces the source). Close waits for the Process calls already in
+// progress, and every later Process returns ErrStopping without putting
+// anything, so no sender is acknowledged after the gate closed, whatever
+// the source does with its open connections.
 type ChannelProcessor struct {
+	gate         *gate
 	source       string
 	interceptors []Interceptor
 	sel          Selector
@@ -70,6 +78,7 @@ func NewChannelProcessor(cfg ProcessorConfig) *ChannelProcessor {
 		log = slog.Default()
 	}
 	p := &ChannelProcessor{
+		gate:         newGate(),
 		source:       cfg.Source,
 		interceptors: cfg.Interceptors,
 		sel:          cfg.Selector,
@@ -93,8 +102,27 @@ func NewChannelProcessor(cfg ProcessorConfig) *ChannelProcessor {
 	return p
 }
 
-// Process implements Processor.
+// Process implements Processor. After Close it returns ErrStopping.
 func (p *ChannelProcessor) Process(ctx context.Context, events []event.Event) error {
+	if !p.gate.enter() {
+		return fmt.Errorf("source %s: %w", p.source, ErrStopping)
+	}
+	defer p.gate.leave()
+	return p.process(events)
+}
+
+// Close closes the gate: every Process from now on returns ErrStopping.
+// It waits until the calls already in progress have returned (a put waits
+// at most its channel's keep-alive for space), or until ctx ends and then
+// returns ctx's error. Calling it again waits again; it never reopens.
+func (p *ChannelProcessor) Close(ctx context.Context) error {
+	return p.gate.close(ctx)
+}
+
+// Closed reports whether Close was called.
+func (p *ChannelProcessor) Closed() bool { return p.gate.closed() }
+
+func (p *ChannelProcessor) process(events []event.Event) error {
 	for _, ic := range p.interceptors {
 		if len(events) == 0 {
 			break

@@ -1,9 +1,11 @@
 package flow_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -271,4 +273,76 @@ func TestProcessorAllocations(t *testing.T) {
 	if allocs > 2 {
 		t.Fatalf("Process of 100 events allocates %.1f times", allocs)
 	}
+}
+
+// TestProcessorCloseGate: every Process after Close fails with
+// ErrStopping, which also reads as a refused put (ErrChannelFull), and puts
+// nothing.
+func TestProcessorCloseGate(t *testing.T) {
+	s := newProc(t, []string{"c1"}, nil, nil)
+	if err := s.proc.Process(t.Context(), events("a", 5)); err != nil {
+		t.Fatal(err)
+	}
+	if s.proc.Closed() {
+		t.Fatal("Closed() = true before Close")
+	}
+	if err := s.proc.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !s.proc.Closed() {
+		t.Fatal("Closed() = false after Close")
+	}
+	err := s.proc.Process(t.Context(), events("c", 1))
+	if !errors.Is(err, flow.ErrStopping) || !errors.Is(err, flow.ErrChannelFull) {
+		t.Fatalf("Process after Close = %v, want ErrStopping that is also ErrChannelFull", err)
+	}
+	if !strings.Contains(err.Error(), "r1") {
+		t.Errorf("error %q does not name the source", err)
+	}
+	if got := drain(t, s.chans["c1"]); !slices.Equal(got, bodies(events("a", 5))) {
+		t.Fatalf("channel holds %q, want only the puts before Close", got)
+	}
+}
+
+// TestProcessorCloseWaitsForCommit: a put that is committing when Close is
+// called completes (its sender may be acknowledged); Close returns only
+// after it, and ctx bounds the wait.
+func TestProcessorCloseWaitsForCommit(t *testing.T) {
+	blocker := &blockingInterceptor{entered: make(chan struct{}), release: make(chan struct{})}
+	s := newProc(t, []string{"c1"}, nil, nil, blocker)
+	done := make(chan error, 1)
+	go func() { done <- s.proc.Process(t.Context(), events("a", 3)) }()
+	<-blocker.entered
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.proc.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close with a call in progress = %v, want the deadline", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.proc.Close(t.Context()) }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned %v while a Process was in progress", err)
+	case <-time.After(30 * time.Millisecond):
+	}
+	close(blocker.release)
+	if err := <-done; err != nil {
+		t.Fatalf("the Process in progress at Close: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(t, s.chans["c1"]); len(got) != 3 {
+		t.Fatalf("channel holds %d events, want the 3 put before Close", len(got))
+	}
+}
+
+type blockingInterceptor struct {
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (b *blockingInterceptor) Intercept(evs []event.Event) []event.Event {
+	b.once.Do(func() { close(b.entered); <-b.release })
+	return evs
 }

@@ -423,6 +423,9 @@ func (c *Channel) Len() int {
 	return c.queue.len()
 }
 
+// Durable implements flow.Durable: its events are on disk: a stop or a crash keeps them for the next start.
+func (c *Channel) Durable() bool { return true }
+
 // Begin opens a transaction.
 func (c *Channel) Begin() flow.Transaction { return &tx{c: c} }
 

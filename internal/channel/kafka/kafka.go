@@ -488,6 +488,9 @@ func commitError(resp *kmsg.OffsetCommitResponse, err error) error {
 	return nil
 }
 
+// Durable implements flow.Durable: its events are in the Kafka topic: a stop or a crash keeps them for the next start.
+func (c *Channel) Durable() bool { return true }
+
 // Begin opens a transaction.
 func (c *Channel) Begin() flow.Transaction { return &tx{c: c} }
 

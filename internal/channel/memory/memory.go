@@ -2,9 +2,11 @@
 // events with transactions.
 //
 // Durability: none. Events held by a memory channel are lost if the process
-// dies, and when the agent stops without draining it (as with Flume's memory
-// channel, FLUME-2894). A reload that keeps the channel keeps its events. Use
-// the file channel when an acknowledged event must survive a crash.
+// dies, and when the agent stops before its sinks drained it (as with
+// Flume's memory channel, FLUME-2894; sluice reports the count and exits
+// non-zero). A reload that keeps the channel keeps its events, and one that
+// changes its settings hands them to the new channel (Adopt). Use the file
+// channel when an acknowledged event must survive a crash.
 //
 // Properties (Flume's names and defaults):
 //
@@ -74,6 +76,9 @@ type Channel struct {
 	notEmpty chan struct{} // closed at the next commit of puts; nil while no taker waits
 	notFull  chan struct{} // closed when space is freed; nil while no committer waits
 	closed   bool
+	// heir is the channel that adopted this one's events (a reload); a take
+	// rolled back afterwards goes to it, so no event stays behind.
+	heir *Channel
 }
 
 var (
@@ -170,6 +175,70 @@ func (c *Channel) Len() int {
 	n := c.n
 	c.mu.Unlock()
 	return n
+}
+
+// Held reports the events the channel holds, counting those taken by
+// transactions still open: what a stop would lose.
+func (c *Channel) Held() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reserved
+}
+
+// Adopt moves every event old holds, in order, ahead of anything in c:
+// a reload that changes a memory channel's settings hands its events to the
+// replacement rather than dropping them. It returns how many moved, and false
+// (moving nothing) when old is not a memory channel. Call it after old's
+// sources and sinks stopped and old was stopped (so no put can commit into
+// it any more), before c's sinks start. A take of old still open (a sink that
+// did not stop in time) that rolls back later goes to c too.
+//
+// Adopted events count against c's capacity and byteCapacity even beyond
+// them (a reload may lower capacity below what old held): until the sinks
+// bring the channel under its limits, puts wait and fail as for a full
+// channel; nothing adopted is refused.
+func (c *Channel) Adopt(old flow.Channel) (int, bool) {
+	o, ok := old.(*Channel)
+	if !ok || o == c {
+		return 0, false
+	}
+	o.mu.Lock()
+	moved := make([]event.Event, o.n)
+	o.copyOut(moved, o.head)
+	o.clearRange(o.head, o.n)
+	var movedBytes int64
+	for i := range moved {
+		movedBytes += int64(len(moved[i].Body))
+	}
+	o.head, o.n = 0, 0
+	o.reserved -= len(moved)
+	o.bytes -= movedBytes
+	o.heir = c
+	o.wakeCommitters()
+	o.mu.Unlock()
+
+	c.mu.Lock()
+	c.pushFront(moved)
+	c.reserved += len(moved)
+	c.bytes += movedBytes
+	c.mu.Unlock()
+	return len(moved), true
+}
+
+// pushFront puts events back at the head of the ring, in order, and wakes
+// takers. Lock must be held.
+func (c *Channel) pushFront(events []event.Event) {
+	if len(events) == 0 {
+		return
+	}
+	c.ensureRoom(len(events))
+	c.head -= len(events)
+	if c.head < 0 {
+		c.head += len(c.ring)
+	}
+	c.copyIn(c.head, events)
+	c.n += len(events)
+	c.wakeTakers()
 }
 
 // Begin opens a transaction.
@@ -406,8 +475,13 @@ func (t *tx) Commit() error {
 	return nil
 }
 
-// fits reports whether net more events and netBytes more bytes fit. Lock must be held.
+// fits reports whether net more events and netBytes more bytes fit. A
+// commit that adds nothing always fits, even in a channel over its limits
+// (one that adopted more than its capacity). Lock must be held.
 func (c *Channel) fits(net int, netBytes int64) bool {
+	if net <= 0 && netBytes <= 0 {
+		return true
+	}
 	return c.reserved+net <= c.capacity && c.bytes+netBytes <= c.byteCap
 }
 
@@ -469,15 +543,22 @@ func (t *tx) Rollback() error {
 	if t.takes != nil && len(*t.takes) > 0 {
 		takes := *t.takes
 		c.mu.Lock()
-		c.ensureRoom(len(takes))
-		c.head -= len(takes)
-		if c.head < 0 {
-			c.head += len(c.ring)
+		heir := c.heir
+		if heir == nil {
+			c.pushFront(takes)
+			c.mu.Unlock()
+		} else {
+			// The channel's events were adopted since this take: the
+			// rolled-back events follow them, as the head of the heir.
+			c.reserved -= len(takes)
+			c.bytes -= t.takeBytes
+			c.mu.Unlock()
+			heir.mu.Lock()
+			heir.pushFront(takes)
+			heir.reserved += len(takes)
+			heir.bytes += t.takeBytes
+			heir.mu.Unlock()
 		}
-		c.copyIn(c.head, takes)
-		c.n += len(takes)
-		c.wakeTakers()
-		c.mu.Unlock()
 	}
 	t.finish()
 	return nil

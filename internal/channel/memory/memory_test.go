@@ -373,3 +373,68 @@ func BenchmarkMemoryChannel(b *testing.B) {
 		})
 	}
 }
+
+// TestAdopt: a replacement with a lower capacity takes over every event the
+// old channel held, in order, ahead of its own, even beyond its capacity;
+// puts are refused until takes bring it under; a take of the old channel
+// still open at the handover rolls back into the replacement.
+func TestAdopt(t *testing.T) {
+	old, _ := newChannel(t, map[string]string{"capacity": "100", "transactionCapacity": "10"})
+	if err := old.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := testutil.PutCommit(old, testutil.Events("e"+strconv.Itoa(i)+"-", 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := old.Begin() // a sink that did not stop in time
+	if got, err := open.Take(t.Context(), nil, 10); err != nil || len(got) != 10 {
+		t.Fatalf("take %d, %v", len(got), err)
+	}
+	if err := old.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	repl, _ := newChannel(t, map[string]string{"capacity": "20", "transactionCapacity": "10", "keep-alive": "0"})
+	n, ok := repl.Adopt(old)
+	if !ok || n != 40 {
+		t.Fatalf("Adopt = %d, %v; want 40, true", n, ok)
+	}
+	if err := repl.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if old.Held() != 10 || repl.Len() != 40 || repl.Held() != 40 {
+		t.Fatalf("after adoption old holds %d, new %d (held %d)", old.Held(), repl.Len(), repl.Held())
+	}
+	if err := testutil.PutCommit(repl, testutil.Events("new", 1)); !errors.Is(err, flow.ErrChannelFull) {
+		t.Fatalf("put into a channel over its capacity: %v, want full", err)
+	}
+	if err := open.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if old.Held() != 0 || repl.Len() != 50 {
+		t.Fatalf("after the late rollback old holds %d, new %d", old.Held(), repl.Len())
+	}
+	var want []string
+	for i := range 5 {
+		want = append(want, testutil.Bodies(testutil.Events("e"+strconv.Itoa(i)+"-", 10))...)
+	}
+	got := testutil.Bodies(testutil.TakeAll(t, repl, 35, 10, time.Second))
+	if strings.Join(got, " ") != strings.Join(want[:35], " ") {
+		t.Fatalf("took %q\nwant %q", got, want[:35])
+	}
+	// 15 left, under capacity 20: puts fit again, behind the adopted events.
+	if err := testutil.PutCommit(repl, testutil.Events("new", 5)); err != nil {
+		t.Fatalf("put once under capacity: %v", err)
+	}
+	got = testutil.Bodies(testutil.TakeAll(t, repl, 20, 10, time.Second))
+	want = append(want[35:], testutil.Bodies(testutil.Events("new", 5))...)
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("took %q\nwant %q", got, want)
+	}
+	if _, ok := repl.Adopt(fakeChannel{}); ok {
+		t.Fatal("adopted a channel of another type")
+	}
+}
+
+type fakeChannel struct{ flow.Channel }
