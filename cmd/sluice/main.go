@@ -53,12 +53,40 @@ agent and validate options (flume-ng's names work too):
   --no-reload-conf         do not reload when the configuration changes (SIGHUP still reloads)
   --poll-interval SECONDS  how often to read the configuration for changes (default 30,
                            300 with an http or https --conf-uri, as in Flume)
+  --shutdown-timeout SECONDS
+                           how long a stop lets the sinks drain the channels (default 20)
   -c, --conf DIR           accepted for flume-ng compatibility; unused
+
+SIGTERM or SIGINT stops intake at once, lets the sinks drain the channels until
+--shutdown-timeout, then exits; a second one exits at once. SIGHUP reloads.
+Exit status of agent: 0 stopped, nothing lost (durable channels keep what they
+hold); 1 could not start; 2 bad command line; 3 stopped, but memory channels
+still held events at the deadline (each logged at ERROR with its count);
+4 stopped at once by a second signal.
 `
 
+// Exit statuses of `sluice agent`.
+const (
+	exitOK      = 0 // stopped; nothing lost (durable channels keep what they hold)
+	exitFailed  = 1 // could not start: bad config, a component failed to start
+	exitUsage   = 2 // bad command line
+	exitDropped = 3 // stopped, but memory channels still held events at the deadline
+	exitAborted = 4 // a second SIGTERM/SIGINT stopped the agent at once
+)
+
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first SIGTERM/SIGINT ends ctx (a stop); a second one closes abort.
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	abort := make(chan struct{})
+	term := make(chan os.Signal, 2)
+	signal.Notify(term, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-term
+		stop()
+		<-term
+		close(abort)
+	}()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	reload := make(chan struct{}, 1)
@@ -70,7 +98,7 @@ func main() {
 			}
 		}
 	}()
-	os.Exit(run(ctx, os.Args[1:], reload, os.Stdout, os.Stderr))
+	os.Exit(runSignals(ctx, os.Args[1:], reload, abort, os.Stdout, os.Stderr))
 }
 
 // cli is the parsed command line.
@@ -86,6 +114,7 @@ type cli struct {
 	noReload           bool
 	strict             bool
 	pollInterval       time.Duration // 0: the default
+	shutdownTimeout    time.Duration // 0: the default
 }
 
 func parse(args []string) (*cli, error) {
@@ -175,6 +204,15 @@ func parse(args []string) (*cli, error) {
 				}
 				c.pollInterval = time.Duration(n) * time.Second
 			}
+		case "--shutdown-timeout", "-shutdown-timeout":
+			var s string
+			if s, err = next(); err == nil {
+				var f float64
+				if f, err = strconv.ParseFloat(s, 64); err != nil || !(f > 0 && f <= 24*3600) {
+					err = fmt.Errorf("--shutdown-timeout %q: want a number of seconds above 0, such as 20 or 0.5", s)
+				}
+				c.shutdownTimeout = time.Duration(f * float64(time.Second))
+			}
 		default:
 			err = fmt.Errorf("unknown option %q", arg)
 		}
@@ -193,7 +231,8 @@ func parse(args []string) (*cli, error) {
 
 // options are the agent options the command line gives.
 func (c *cli) options() agent.Options {
-	o := agent.Options{Name: c.name, Sys: c.sys, URIs: c.uris, ConfUser: c.confUser, ConfPass: c.confPass}
+	o := agent.Options{Name: c.name, Sys: c.sys, URIs: c.uris, ConfUser: c.confUser, ConfPass: c.confPass,
+		ShutdownTimeout: c.shutdownTimeout}
 	if len(c.files) > 0 {
 		o.File, o.Files = c.files[0], c.files[1:]
 	}
@@ -276,6 +315,13 @@ func versionString() string {
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, reload <-chan struct{}, stdout, stderr io.Writer) int {
+	return runSignals(ctx, args, reload, nil, stdout, stderr)
+}
+
+// runSignals is run with abort, closed by a second SIGTERM/SIGINT while
+// the agent stops: it returns exitAborted at once, after the agent logged
+// what its channels still held.
+func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{}, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "bench" {
 		return bench.Main(ctx, args[1:], stdout, stderr)
 	}
@@ -309,13 +355,26 @@ func run(ctx context.Context, args []string, reload <-chan struct{}, stdout, std
 	a, err := agent.New(opts)
 	if err != nil {
 		printProblems(stderr, err)
-		return 1
+		return exitFailed
 	}
-	if err := a.Run(ctx, reload); err != nil {
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx, reload) }()
+	select {
+	case err = <-done:
+	case <-abort:
+		a.Abort()
+		return exitAborted
+	}
+	var dropped *agent.DroppedError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &dropped):
+		return exitDropped // each channel's count is logged already
+	default:
 		log.Error("agent failed", "err", err)
-		return 1
+		return exitFailed
 	}
-	return 0
 }
 
 // validate prints every problem, warning and note of the configuration,

@@ -11,10 +11,10 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/tlsconf"
@@ -40,9 +40,13 @@ type Options struct {
 	Logger *slog.Logger
 	// HTTPAddr, when set, serves /metrics, /metrics/prometheus and /healthz.
 	HTTPAddr string
-	// DrainTimeout bounds how long a stop lets sinks empty the channels.
-	DrainTimeout time.Duration
-	// StopTimeout bounds how long each source or sink may take to stop.
+	// ShutdownTimeout bounds a stop, from the signal: intake stops at once,
+	// then the sinks drain the channels until this much time has passed. A
+	// reload drains a channel it removes within the same bound. 0 means
+	// DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// StopTimeout bounds how long each component may take to start or stop
+	// once asked. 0 means DefaultStopTimeout.
 	StopTimeout time.Duration
 	// PollInterval is how often the configuration is read again to see
 	// whether it changed; 0 turns polling off (SIGHUP still reloads). A
@@ -99,11 +103,11 @@ func (o *Options) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.DrainTimeout == 0 {
-		o.DrainTimeout = 10 * time.Second
+	if o.ShutdownTimeout == 0 {
+		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if o.StopTimeout == 0 {
-		o.StopTimeout = 10 * time.Second
+		o.StopTimeout = DefaultStopTimeout
 	}
 }
 
@@ -156,15 +160,40 @@ type Agent struct {
 	log  *slog.Logger
 	reg  *metrics.Registry
 
-	mu      sync.Mutex // guards g, state, failed during start, stop and reload
+	// mu serialises start, stop, reload and retries; it is held for a whole
+	// stop or reload, drains included.
+	mu sync.Mutex
+	// stmu guards what Status reads (g, state, nodes' life), for moments
+	// only, so /healthz answers while mu is held by a drain.
+	stmu    sync.Mutex
 	g       *graph
 	state   string // "starting", "running", "stopping", "stopped"
-	failed  map[string]error
 	fetch   *config.Fetcher
 	secrets *redactor // replaces config-filter secrets in the log
 	polls   *logthrottle.Throttle
 
+	// intakeClosed is set once a stop was asked for: from then on no
+	// source starts and every source's processor refuses puts.
+	intakeClosed atomic.Bool
+
+	startLog    *logthrottle.Throttle
+	retryWake   chan struct{}
+	retryCancel context.CancelFunc
+	retryDone   chan struct{}
+
 	http *metrics.Server
+}
+
+func (a *Agent) setState(st string) {
+	a.stmu.Lock()
+	a.state = st
+	a.stmu.Unlock()
+}
+
+func (a *Agent) setGraph(g *graph) {
+	a.stmu.Lock()
+	a.g = g
+	a.stmu.Unlock()
 }
 
 // New loads and builds the configuration; nothing runs until Start. Its
@@ -173,8 +202,9 @@ func New(opts Options) (*Agent, error) {
 	opts.defaults()
 	red := &redactor{}
 	log := slog.New(&redactHandler{h: opts.Logger.Handler(), r: red})
-	a := &Agent{opts: opts, log: log, reg: metrics.NewRegistry(opts.Name), state: "stopped", failed: map[string]error{},
-		secrets: red, polls: logthrottle.New(10*time.Minute, 1)}
+	a := &Agent{opts: opts, log: log, reg: metrics.NewRegistry(opts.Name), state: "stopped",
+		secrets: red, polls: logthrottle.New(10*time.Minute, 1),
+		startLog: logthrottle.New(5*time.Minute, 3), retryWake: make(chan struct{}, 1)}
 	f, err := opts.fetcher()
 	if err != nil {
 		return nil, err
@@ -225,200 +255,92 @@ func (a *Agent) HTTPAddr() string {
 
 // Start starts the HTTP endpoint (when configured), then channels, sinks
 // and sources, in that order. A component that fails to start is named in
-// the error and the agent stops what it started.
+// the error and the agent stops what it started. Later (after a reload), a
+// component that fails to start is retried instead, with backoff.
 func (a *Agent) Start(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.opts.HTTPAddr != "" {
-		srv, err := metrics.Serve(ctx, a.opts.HTTPAddr, metrics.Handler(a.reg, a.Health), a.log)
+		srv, err := metrics.Serve(ctx, a.opts.HTTPAddr, metrics.Handler(a.reg, a.Status), a.log)
 		if err != nil {
 			return fmt.Errorf("monitoring endpoint: %w", err)
 		}
 		a.http = srv
 	}
-	a.state = "starting"
-	if err := a.startGraph(ctx, a.g, nil); err != nil {
-		a.state = "stopping"
-		a.stopGraph(a.g, nil)
-		a.state = "stopped"
+	a.setState("starting")
+	if err := a.startNodes(a.g, true, true); err != nil {
+		a.setState("stopping")
+		a.stopNodes(a.g, nil, time.Now(), "start failed")
+		a.setState("stopped")
 		return err
 	}
-	a.state = "running"
+	a.setState("running")
+	rctx, cancel := context.WithCancel(context.Background())
+	a.retryCancel, a.retryDone = cancel, make(chan struct{})
+	go a.retryLoop(rctx, a.retryDone)
 	a.log.Info("agent started", "agent", a.opts.Name, "file", a.configName(),
 		"sources", len(a.g.sources), "channels", len(a.g.channels), "sinks", len(a.g.sinks))
 	return nil
 }
 
-// startGraph starts every node of g not in running (the nodes a reload keeps).
-func (a *Agent) startGraph(ctx context.Context, g, running *graph) error {
-	for _, c := range g.cfg.Channels {
-		n, ok := g.channels[c.Name]
-		if !ok || (running != nil && running.channels[c.Name] == n) {
-			continue
-		}
-		if err := n.ch.Start(ctx); err != nil {
-			return a.fail("channel", c.Name, err)
+// Stop stops the agent in two phases. Intake stops at once: every source
+// refuses new events (nothing is acknowledged after Stop is called) and
+// closes. Then the sinks drain the channels until ShutdownTimeout has
+// passed since the call (or ctx's deadline, if earlier), and everything
+// stops; a sink's batch in flight rolls back. Durable channels keep what
+// they still hold (logged at INFO). If memory channels still held events,
+// each is logged at ERROR with its count and Stop returns a *DroppedError.
+func (a *Agent) Stop(ctx context.Context) error {
+	deadline := time.Now().Add(a.opts.ShutdownTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	a.closeIntake()
+	a.stopRetries()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var err error
+	if a.state == "running" || a.state == "starting" {
+		a.setState("stopping")
+		lost, _ := a.stopNodes(a.g, nil, deadline, "stop")
+		a.removeMetrics(a.g, nil)
+		a.setState("stopped")
+		if len(lost) > 0 {
+			dropped := &DroppedError{Channels: lost}
+			err = dropped
+			a.log.Error("agent stopped", "agent", a.opts.Name, "dropped", dropped.Events())
+		} else {
+			a.log.Info("agent stopped", "agent", a.opts.Name)
 		}
 	}
-	for _, c := range g.cfg.Sinks {
-		n, ok := g.sinks[c.Name]
-		if !ok || (running != nil && running.sinks[c.Name] == n) {
-			continue
-		}
-		if err := n.sink.Start(ctx); err != nil {
-			return a.fail("sink", c.Name, err)
-		}
+	if a.http != nil {
+		err = errors.Join(err, a.http.Stop(ctx))
 	}
-	for name, r := range g.runners {
-		if running != nil && running.runners[name] == r {
-			continue
-		}
-		r.runner = flow.NewSinkRunner(name, r.sink, a.log.With("runner", name))
-		r.runner.Start()
-	}
-	for _, c := range g.cfg.Sources {
-		n, ok := g.sources[c.Name]
-		if !ok || (running != nil && running.sources[c.Name] == n) {
-			continue
-		}
-		if err := n.src.Start(ctx, n.proc); err != nil {
-			return a.fail("source", c.Name, err)
-		}
-	}
-	return nil
-}
-
-func (a *Agent) fail(kind, name string, err error) error {
-	err = fmt.Errorf("%s %s failed to start: %w", kind, name, err)
-	a.failed[kind+" "+name] = err
-	a.log.Error("component failed to start", "kind", kind, "component", name, "err", err)
 	return err
 }
 
-// stopGraph stops the nodes of g not in keep, in reverse start order:
-// sources (intake stops, in-flight batches commit), then sink runners after
-// draining channels that go away, then sinks, then channels.
-func (a *Agent) stopGraph(g, keep *graph) {
-	kept := func(m map[string]bool, name string) bool { return m[name] }
-	keepSources, keepRunners, keepSinks, keepChannels := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
-	if keep != nil {
-		for n, s := range g.sources {
-			keepSources[n] = keep.sources[n] == s
-		}
-		for n, r := range g.runners {
-			keepRunners[n] = keep.runners[n] == r
-		}
-		for n, s := range g.sinks {
-			keepSinks[n] = keep.sinks[n] == s
-		}
-		for n, c := range g.channels {
-			keepChannels[n] = keep.channels[n] == c
-		}
-	}
-	var wg sync.WaitGroup
-	for name, n := range g.sources {
-		if kept(keepSources, name) {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), a.opts.StopTimeout)
-			defer cancel()
-			if err := n.src.Stop(ctx); err != nil {
-				a.log.Warn("source did not stop cleanly", "component", name, "err", err)
-			}
-		}()
-	}
-	wg.Wait()
-	// Drain: a runner whose channels are all kept need not empty them.
-	for name, r := range g.runners {
-		if kept(keepRunners, name) || r.runner == nil {
-			continue
-		}
-		drain := false
-		for _, m := range r.members {
-			if sn := g.sinks[m]; sn != nil && !kept(keepChannels, sn.spec.Channel) {
-				drain = true
-			}
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if drain {
-				ctx, cancel := context.WithTimeout(context.Background(), a.opts.DrainTimeout)
-				r.runner.Drain(ctx, a.channelsOf(g, r)...)
-				cancel()
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), a.opts.StopTimeout)
-			defer cancel()
-			r.runner.Stop(ctx)
-		}()
-	}
-	wg.Wait()
-	for name, n := range g.sinks {
-		if kept(keepSinks, name) {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), a.opts.StopTimeout)
-		if err := n.sink.Stop(ctx); err != nil {
-			a.log.Warn("sink did not stop cleanly", "component", name, "err", err)
-		}
-		cancel()
-		a.reg.Remove(metrics.KindSink, name)
-	}
-	for name, n := range g.channels {
-		if kept(keepChannels, name) {
-			continue
-		}
-		if left := n.ch.Len(); left > 0 {
-			a.log.Warn("channel stopped with events still in it", "component", name, "events", left)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), a.opts.StopTimeout)
-		if err := n.ch.Stop(ctx); err != nil {
-			a.log.Warn("channel did not stop cleanly", "component", name, "err", err)
-		}
-		cancel()
-		a.reg.Remove(metrics.KindChannel, name)
-	}
-	for name := range g.sources {
-		if !kept(keepSources, name) {
-			a.reg.Remove(metrics.KindSource, name)
-		}
-	}
-}
-
-func (a *Agent) channelsOf(g *graph, r *runnerNode) []flow.Channel {
-	var out []flow.Channel
-	for _, m := range r.members {
-		if sn := g.sinks[m]; sn != nil {
-			if cn := g.channels[sn.spec.Channel]; cn != nil {
-				out = append(out, cn.ch)
-			}
-		}
-	}
-	return out
-}
-
-// Stop stops intake, lets sinks drain the channels for at most
-// DrainTimeout, stops everything and the HTTP endpoint.
-func (a *Agent) Stop(ctx context.Context) error {
+// stopRetries ends the retry loop, before a stop takes mu (the loop takes
+// it too).
+func (a *Agent) stopRetries() {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.state == "running" || a.state == "starting" {
-		a.state = "stopping"
-		a.stopGraph(a.g, nil)
-		a.state = "stopped"
-		a.log.Info("agent stopped", "agent", a.opts.Name)
+	cancel, done := a.retryCancel, a.retryDone
+	a.retryCancel, a.retryDone = nil, nil
+	a.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
 	}
-	if a.http != nil {
-		return a.http.Stop(ctx)
-	}
-	return nil
 }
 
 // Reload re-reads the configuration. Components whose configuration is
-// unchanged keep running, and a kept channel keeps its events. A
+// unchanged keep running, and a kept channel keeps its events. Of the
+// others: intake stops on the sources that go (as at a stop); a memory
+// channel replaced by a memory channel hands its events to its replacement;
+// a durable channel replaced keeps them in its storage for the replacement;
+// any other channel that goes is drained first by its sinks within
+// ShutdownTimeout, and what it still holds then is reported (ERROR for a
+// memory channel). Then the new components start; one that fails is
+// retried with backoff, as is one that failed before and is unchanged. A
 // configuration with problems, or one that cannot be read, is refused and
 // the running one stays.
 func (a *Agent) Reload(ctx context.Context) error {
@@ -447,30 +369,41 @@ func (a *Agent) reloadFrom(ctx context.Context, srcs []config.Source) error {
 		a.log.Error("configuration not reloaded: it has problems", "file", a.configName(), "problems", err.Error())
 		return err
 	}
-	old := a.g
-	// Build only what changed; kept nodes are taken over from old.
-	probe, err := config.LoadSources(srcs, a.opts.Name, a.lookup())
-	if err != nil {
-		return err
+	if a.state != "running" {
+		return fmt.Errorf("agent is %s: not reloading", a.state)
 	}
-	planner := &builder{cfg: probe, reg: metrics.NewRegistry(a.opts.Name), log: a.log, probs: probe.Problems, keep: old}
-	plan := planner.build() // kept nodes are old ones; the rest is built against a scratch registry
-	// Stop what does not survive, then build the replacements for real.
-	a.stopGraph(old, plan)
-	// The same decisions as plan (same config, same old graph), now built
-	// against the agent's registry.
+	old := a.g
+	// Build what changed (kept nodes are the old ones) before stopping
+	// anything, so a configuration that cannot be built leaves the agent as
+	// it was.
 	g, probs, err := load(srcs, a.opts.Name, a.opts.Sys, a.reg, a.log, old)
 	if err != nil {
+		a.log.Error("configuration not reloaded", "file", a.configName(), "err", err)
 		return err
 	}
 	a.logProblems(probs)
-	if err := a.startGraph(ctx, g, old); err != nil {
-		a.g = g
-		return err
+	deadline := time.Now().Add(a.opts.ShutdownTimeout)
+	lost, handed := a.stopNodes(old, g, deadline, "reload")
+	a.removeMetrics(old, g)
+	for _, name := range handed {
+		n, _ := g.channels[name].ch.(adopter).Adopt(old.channels[name].ch)
+		a.log.Info("channel replaced: its events were handed to the new one", "component", name, "events", n)
 	}
-	a.g = g
-	a.log.Info("configuration reloaded", "file", a.configName())
-	return nil
+	a.setGraph(g)
+	// A stop asked for during the drain (SIGTERM after SIGHUP) must not
+	// see the new sources acknowledge anything: they do not start.
+	err = a.startNodes(g, true, !a.intakeClosed.Load())
+	a.wakeRetry()
+	dropped := 0
+	for _, l := range lost {
+		dropped += l.Events
+	}
+	if dropped > 0 {
+		a.log.Error("configuration reloaded; removed channels dropped events", "file", a.configName(), "dropped", dropped)
+	} else {
+		a.log.Info("configuration reloaded", "file", a.configName())
+	}
+	return err
 }
 
 // logProblems logs a loaded configuration's warnings (WARN) and notes
@@ -511,21 +444,6 @@ func (a *Agent) poll(ctx context.Context) {
 	}
 }
 
-// Health returns nil when every component is running, or the reason not.
-func (a *Agent) Health() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.state != "running" {
-		return fmt.Errorf("agent is %s", a.state)
-	}
-	var errs []error
-	for _, err := range a.failed {
-		errs = append(errs, err)
-	}
-	errs = append(errs, a.g.health()...)
-	return errors.Join(errs...)
-}
-
 // Run starts the agent and runs it until ctx is done, reloading when
 // reload receives or the config file changes; then it stops.
 func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
@@ -533,6 +451,9 @@ func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
 		_ = a.Stop(context.Background())
 		return err
 	}
+	// Intake closes the moment ctx ends, even while a reload holds the
+	// agent (draining a removed channel); the stop follows when it is done.
+	defer context.AfterFunc(ctx, a.closeIntake)()
 	var tick <-chan time.Time
 	if a.opts.PollInterval > 0 {
 		t := time.NewTicker(a.opts.PollInterval)

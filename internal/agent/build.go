@@ -27,6 +27,7 @@ type channelNode struct {
 	ch   flow.Channel
 	fp   string
 	bad  bool // its settings had problems: derived checks against it would only add noise
+	life life
 }
 
 type sinkNode struct {
@@ -34,6 +35,7 @@ type sinkNode struct {
 	sink   flow.Sink
 	fp     string
 	runner string
+	life   life
 }
 
 type runnerNode struct {
@@ -43,6 +45,7 @@ type runnerNode struct {
 	sink    flow.Sink // the sink processor, or the lone sink
 	runner  *flow.SinkRunner
 	fp      string
+	life    life
 }
 
 type sourceNode struct {
@@ -50,6 +53,7 @@ type sourceNode struct {
 	src  flow.Source
 	proc flow.Processor
 	fp   string
+	life life
 }
 
 // builder constructs components. keep, when set, names the nodes of a
@@ -425,30 +429,6 @@ func (b *builder) buildSources(g *graph) {
 		})
 		g.sources[c.Name] = &sourceNode{spec: c, src: src, proc: proc, fp: fp}
 	}
-}
-
-// health asks every component of g that reports its health, in a stable
-// order (sources, channels, sinks, each by name), and returns the reasons of
-// those that cannot work, each prefixed with the component's kind and name.
-func (g *graph) health() []error {
-	var errs []error
-	check := func(kind, name string, c any) {
-		if h, ok := c.(flow.HealthReporter); ok {
-			if err := h.Health(); err != nil {
-				errs = append(errs, fmt.Errorf("%s %s: %w", kind, name, err))
-			}
-		}
-	}
-	for _, name := range sortedKeys(g.sources) {
-		check("source", name, g.sources[name].src)
-	}
-	for _, name := range sortedKeys(g.channels) {
-		check("channel", name, g.channels[name].ch)
-	}
-	for _, name := range sortedKeys(g.sinks) {
-		check("sink", name, g.sinks[name].sink)
-	}
-	return errs
 }
 
 func sortedKeys[V any](m map[string]V) []string {

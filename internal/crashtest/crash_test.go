@@ -58,14 +58,8 @@ func TestCrashKill9(t *testing.T) {
 
 func runCrash(t *testing.T, p plan) {
 	base := t.TempDir()
-	bin := filepath.Join(base, "sluice")
-	build := exec.Command("go", "build", "-o", bin, "github.com/sluicehq/sluice/cmd/sluice")
+	bin := agentBinary(t)
 	t0 := time.Now()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	t.Logf("go build: %v", time.Since(t0).Round(time.Millisecond))
-	t0 = time.Now()
 
 	// The receiver reads slower than the sender sends, so the channel holds
 	// a backlog at every kill: that is what a kill must not lose.
@@ -408,7 +402,10 @@ type receiver struct {
 	last   time.Time
 }
 
-func listen(limit int64) (*receiver, error) {
+func listen(limit int64) (*receiver, error) { return listenOn("127.0.0.1:0", limit) }
+
+// listenOn is listen on addr.
+func listenOn(addr string, limit int64) (*receiver, error) {
 	// A small receive buffer set on the listener, so it holds from the
 	// handshake on: the backlog must sit in the channel, not in the kernel.
 	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
@@ -421,7 +418,7 @@ func listen(limit int64) (*receiver, error) {
 		}
 		return serr
 	}}
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

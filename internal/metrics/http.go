@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,16 +21,70 @@ const indexHTML = `<!DOCTYPE html>
 </body></html>
 `
 
+// Status is what /healthz describes: the agent as it is now, every
+// component with its state. A status page reads the same through
+// /healthz?format=json.
+type Status struct {
+	Agent string `json:"agent"`
+	// State is the agent's: starting, running, stopping or stopped.
+	State      string            `json:"state"`
+	Components []ComponentStatus `json:"components"`
+}
+
+// ComponentStatus is the state of one source, channel or sink.
+type ComponentStatus struct {
+	Kind string `json:"kind"` // source, channel or sink
+	Name string `json:"name"`
+	Type string `json:"type"`
+	// State is running, starting (not started yet, or waiting for a
+	// component it needs), failed (its start failed; it is retried) or
+	// stopping.
+	State string `json:"state"`
+	// Reason is empty when the component runs and can work; otherwise it
+	// says why not, as a sentence an operator can act on.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Healthy reports whether the agent runs and every component can work.
+func (s Status) Healthy() bool {
+	if s.State != "running" {
+		return false
+	}
+	for _, c := range s.Components {
+		if c.Reason != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// Problems returns one line per component that is not running or cannot
+// work ("source r1: ..."), or the agent's state when it is not running.
+func (s Status) Problems() []string {
+	var out []string
+	if s.State != "running" {
+		out = append(out, "agent "+s.Agent+" is "+s.State)
+	}
+	for _, c := range s.Components {
+		if c.Reason != "" {
+			out = append(out, c.Kind+" "+c.Name+": "+c.Reason)
+		}
+	}
+	return out
+}
+
 // Handler serves the agent's monitoring endpoints, as Flume's HTTP
 // monitoring does and more:
 //
 //	/metrics             Flume's JSON (path case-insensitive, as Flume)
 //	/metrics/prometheus  Prometheus text format
-//	/healthz             200 "ok" when health returns nil (or is nil), else 503 and the reason
+//	/healthz             200 "ok" when the status is healthy (or status is nil), else 503 and one
+//	                     line per problem; ?format=json gives the whole Status as JSON, with the same
+//	                     status code and "healthy" added
 //	/                    an HTML page linking to the above
 //
 // Other paths are 404; TRACE and OPTIONS are 403, as in Flume.
-func Handler(r *Registry, health func() error) http.Handler {
+func Handler(r *Registry, status func() Status) http.Handler {
 	prom := promhttp.HandlerFor(r.Prometheus(), promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError,
 	})
@@ -49,21 +104,43 @@ func Handler(r *Registry, health func() error) http.Handler {
 		case strings.EqualFold(p, "/metrics/prometheus"):
 			prom.ServeHTTP(w, req)
 		case strings.EqualFold(p, "/healthz"):
-			w.Header().Set("Content-Type", "text/plain;charset=utf-8")
-			var err error
-			if health != nil {
-				err = health()
-			}
-			if err != nil {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = fmt.Fprintln(w, err.Error())
-				return
-			}
-			_, _ = w.Write([]byte("ok\n"))
+			serveHealth(w, req, status)
 		default:
 			http.NotFound(w, req)
 		}
 	})
+}
+
+func serveHealth(w http.ResponseWriter, req *http.Request, status func() Status) {
+	st := Status{State: "running"}
+	if status != nil {
+		st = status()
+	}
+	code := http.StatusOK
+	if !st.Healthy() {
+		code = http.StatusServiceUnavailable
+	}
+	if req.URL.Query().Get("format") == "json" {
+		w.Header().Set("Content-Type", "application/json;charset=utf-8")
+		w.WriteHeader(code)
+		if st.Components == nil {
+			st.Components = []ComponentStatus{}
+		}
+		_ = json.NewEncoder(w).Encode(struct {
+			Healthy bool `json:"healthy"`
+			Status
+		}{st.Healthy(), st})
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain;charset=utf-8")
+	w.WriteHeader(code)
+	if code == http.StatusOK {
+		_, _ = w.Write([]byte("ok\n"))
+		return
+	}
+	for _, line := range st.Problems() {
+		_, _ = fmt.Fprintln(w, strings.ReplaceAll(line, "\n", " "))
+	}
 }
 
 // Server is an HTTP server started by Serve.

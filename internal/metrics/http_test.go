@@ -8,12 +8,13 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
 // serve starts Handler on 127.0.0.1:0 and returns its base URL.
-func serve(t *testing.T, r *Registry, health func() error) string {
+func serve(t *testing.T, r *Registry, health func() Status) string {
 	t.Helper()
 	srv, err := Serve(context.Background(), "127.0.0.1:0", Handler(r, health), slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -29,8 +30,16 @@ func serve(t *testing.T, r *Registry, health func() error) string {
 
 func TestHandler(t *testing.T) {
 	r, _, _, _ := testRegistry(t)
-	var unhealthy error
-	base := serve(t, r, func() error { return unhealthy })
+	st := Status{Agent: "a1", State: "running", Components: []ComponentStatus{
+		{Kind: "source", Name: "r1", Type: "netcat", State: "running"},
+		{Kind: "sink", Name: "k1", Type: "avro", State: "running"},
+	}}
+	var mu sync.Mutex
+	base := serve(t, r, func() Status {
+		mu.Lock()
+		defer mu.Unlock()
+		return st
+	})
 
 	tests := []struct {
 		method, path string
@@ -78,16 +87,46 @@ func TestHandler(t *testing.T) {
 		}
 	}
 
-	unhealthy = errors.New("sink k1 is not running")
-	resp, err := http.Get(base + "/healthz")
+	mu.Lock()
+	st.Components[1].State, st.Components[1].Reason = "failed", "not running: failed to start: boom\nsecond line"
+	mu.Unlock()
+	code, body := get(t, base+"/healthz")
+	if code != http.StatusServiceUnavailable || body != "sink k1: not running: failed to start: boom second line\n" {
+		t.Errorf("unhealthy /healthz: %d %q, want 503 with one line per problem", code, body)
+	}
+	code, body = get(t, base+"/healthz?format=json")
+	var got struct {
+		Healthy bool `json:"healthy"`
+		Status
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatalf("/healthz?format=json: %v\n%s", err, body)
+	}
+	if code != http.StatusServiceUnavailable || got.Healthy || got.Agent != "a1" || len(got.Components) != 2 ||
+		got.Components[1] != st.Components[1] || got.Components[0].Reason != "" {
+		t.Errorf("/healthz?format=json: %d %+v", code, got)
+	}
+	mu.Lock()
+	st.Components[1].State, st.Components[1].Reason = "running", ""
+	st.State = "stopping"
+	mu.Unlock()
+	if code, body := get(t, base+"/healthz"); code != http.StatusServiceUnavailable || body != "agent a1 is stopping\n" {
+		t.Errorf("stopping agent: /healthz %d %q", code, body)
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "sink k1 is not running") {
-		t.Errorf("unhealthy /healthz: %d %q, want 503 with the reason", resp.StatusCode, body)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return resp.StatusCode, string(b)
 }
 
 func TestHealthNil(t *testing.T) {

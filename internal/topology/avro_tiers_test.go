@@ -75,7 +75,7 @@ func TestKillCollectorMidStream(t *testing.T) {
 			kill := agent.Options{StopTimeout: time.Millisecond} // stopping c1 is the kill
 			if tc.crash {
 				ch1, ch2 = fileChannel(t), fileChannel(t)
-				kill.DrainTimeout = time.Nanosecond
+				kill.ShutdownTimeout = time.Nanosecond
 			}
 			c1File := writeConf(t, "c1", collectorConf("c1", p1, r1.port(), ch1))
 			c1 := startAgent(t, c1File, "c1", kill)
@@ -232,7 +232,7 @@ func writeConf(t *testing.T, name, conf string) string {
 
 // startAgent runs the agent name of file until the test ends (or the test
 // stops it), with opt's timeouts: a StopTimeout of a millisecond makes Stop
-// tear connections down mid-call, and a DrainTimeout of a nanosecond makes
+// tear connections down mid-call, and a ShutdownTimeout of a nanosecond makes
 // it leave the channels as they are.
 func startAgent(t *testing.T, file, name string, opt agent.Options) *agent.Agent {
 	t.Helper()

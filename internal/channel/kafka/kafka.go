@@ -491,6 +491,10 @@ func commitError(resp *kmsg.OffsetCommitResponse, err error) error {
 // Durable implements flow.Durable: its events are in the Kafka topic: a stop or a crash keeps them for the next start.
 func (c *Channel) Durable() bool { return true }
 
+// Held is the group's lag as this member sees it plus the records it holds
+// for open transactions: what the agent reports as kept at a stop.
+func (c *Channel) Held() int { return int(c.size()) }
+
 // Begin opens a transaction.
 func (c *Channel) Begin() flow.Transaction { return &tx{c: c} }
 

@@ -1,0 +1,584 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/metrics"
+)
+
+// Defaults of Options' timeouts.
+const (
+	// DefaultShutdownTimeout bounds a stop (and the drain of a channel a
+	// reload removes): long enough for one sink to empty a full default file
+	// channel (1,000,000 events) at 50,000 events a second, and a full
+	// default memory channel (100 events) a thousand times over; short enough
+	// that the agent reports and exits before a supervisor's own kill
+	// (Kubernetes waits 30 s by default, systemd 90 s).
+	DefaultShutdownTimeout = 20 * time.Second
+	// DefaultStopTimeout bounds how long one component may take to start or
+	// stop once asked (a sink rolling back its batch, a source closing).
+	DefaultStopTimeout = 5 * time.Second
+)
+
+// Retries of a component that failed to start (a port in use): the first
+// after RetryMin, doubling up to RetryMax, until it starts or a reload
+// replaces it.
+const (
+	RetryMin = time.Second
+	RetryMax = 30 * time.Second
+)
+
+// nodeState is where one node of the graph is in its life.
+type nodeState int
+
+const (
+	notStarted nodeState = iota // built; not started yet, or waiting for a channel it needs
+	running
+	failed // its start failed; it is retried at life.next
+	stopping
+	stopped
+)
+
+// life is the run state of one node. It is written under Agent.mu and
+// Agent.stmu both, so Status can read it under stmu alone while a stop or a
+// reload holds mu.
+type life struct {
+	state nodeState
+	err   error     // why the last start failed
+	tries int       // failed starts in a row
+	next  time.Time // when the next start is due, after a failure
+}
+
+func retryWait(tries int) time.Duration {
+	d := RetryMin
+	for i := 1; i < tries && d < RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, RetryMax)
+}
+
+func (a *Agent) setLife(l *life, st nodeState) {
+	a.stmu.Lock()
+	l.state = st
+	a.stmu.Unlock()
+}
+
+// started records the result of starting one node, and logs a failure
+// (throttled: a port held for an hour is not logged 120 times).
+func (a *Agent) started(l *life, kind, name string, err error) error {
+	a.stmu.Lock()
+	defer a.stmu.Unlock()
+	if err == nil {
+		if l.tries > 0 {
+			a.log.Info("component started after failing to", "kind", kind, "component", name, "failed_attempts", l.tries)
+		}
+		l.state, l.err, l.tries = running, nil, 0
+		return nil
+	}
+	l.state, l.err = failed, err
+	l.tries++
+	wait := retryWait(l.tries)
+	l.next = time.Now().Add(wait)
+	err = fmt.Errorf("%s %s failed to start: %w", kind, name, err)
+	if a.state == "starting" {
+		// The agent's own start fails as a whole: no retry.
+		a.log.Error("component failed to start", "kind", kind, "component", name, "err", err)
+		return err
+	}
+	a.startLog.Log(a.log, slog.LevelError, kind+" "+name, "component failed to start; retrying",
+		"kind", kind, "component", name, "err", err, "attempt", l.tries, "retry_in", wait)
+	return err
+}
+
+func (a *Agent) componentCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), a.opts.StopTimeout)
+}
+
+// startNodes starts every node of g that is not running and whose channels
+// run, in order: channels, sinks, sink runners, sources. A node whose start
+// failed before is tried again only once its retry is due, unless now is
+// set (a start or a reload tries every one at once). Sources start only
+// when intake is set. It returns the failures of this pass.
+func (a *Agent) startNodes(g *graph, now, intake bool) error {
+	t := time.Now()
+	due := func(l *life) bool {
+		switch l.state {
+		case notStarted:
+			return true
+		case failed:
+			return now || !t.Before(l.next)
+		}
+		return false
+	}
+	var errs []error
+	for _, c := range g.cfg.Channels {
+		n, ok := g.channels[c.Name]
+		if !ok || !due(&n.life) {
+			continue
+		}
+		ctx, cancel := a.componentCtx()
+		err := n.ch.Start(ctx)
+		cancel()
+		if err := a.started(&n.life, "channel", c.Name, err); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, c := range g.cfg.Sinks {
+		n, ok := g.sinks[c.Name]
+		if !ok || !due(&n.life) {
+			continue
+		}
+		ctx, cancel := a.componentCtx()
+		err := n.sink.Start(ctx)
+		cancel()
+		if err := a.started(&n.life, "sink", c.Name, err); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, name := range sortedKeys(g.runners) {
+		r := g.runners[name]
+		if r.life.state == running || !runnerReady(g, r) {
+			continue
+		}
+		r.runner = flow.NewSinkRunner(name, r.sink, a.log.With("runner", name))
+		r.runner.Start()
+		a.setLife(&r.life, running)
+	}
+	for _, c := range g.cfg.Sources {
+		n, ok := g.sources[c.Name]
+		if !ok || !intake || !due(&n.life) || waitingFor(g, n) != "" {
+			continue
+		}
+		ctx, cancel := a.componentCtx()
+		err := n.src.Start(ctx, n.proc)
+		cancel()
+		if err != nil {
+			// Undo what a source started before it failed (one of several
+			// ports bound), so the retry starts from nothing.
+			ctx, cancel := a.componentCtx()
+			_ = n.src.Stop(ctx)
+			cancel()
+		}
+		if err := a.started(&n.life, "source", c.Name, err); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runnerReady reports whether every member sink of r and its channel run.
+func runnerReady(g *graph, r *runnerNode) bool {
+	for _, m := range r.members {
+		sn := g.sinks[m]
+		if sn == nil || sn.life.state != running {
+			return false
+		}
+		if cn := g.channels[sn.spec.Channel]; cn == nil || cn.life.state != running {
+			return false
+		}
+	}
+	return true
+}
+
+// waitingFor names the channels of source n that do not run, or "".
+func waitingFor(g *graph, n *sourceNode) string {
+	var names []string
+	for _, c := range n.spec.Channels {
+		if cn := g.channels[c]; cn == nil || cn.life.state != running {
+			names = append(names, c)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// closeIntake makes every source of the current graph refuse puts from
+// now on (without waiting for puts in progress: the stop does that) and
+// keeps sources from starting. It is the first thing a stop does, and it
+// does not wait for a reload in progress.
+func (a *Agent) closeIntake() {
+	a.intakeClosed.Store(true)
+	a.stmu.Lock()
+	g := a.g
+	a.stmu.Unlock()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, n := range g.sources {
+		if c, ok := n.proc.(interface{ Close(context.Context) error }); ok {
+			_ = c.Close(done)
+		}
+	}
+}
+
+// nextRetry is when the earliest failed node of g is due, or zero.
+func (g *graph) nextRetry() time.Time {
+	var next time.Time
+	see := func(l *life) {
+		if l.state == failed && (next.IsZero() || l.next.Before(next)) {
+			next = l.next
+		}
+	}
+	for _, n := range g.channels {
+		see(&n.life)
+	}
+	for _, n := range g.sinks {
+		see(&n.life)
+	}
+	for _, n := range g.sources {
+		see(&n.life)
+	}
+	return next
+}
+
+// retryLoop starts failed nodes of the current graph when their retry is
+// due, until ctx ends. A reload wakes it (the new graph may have other
+// failed nodes).
+func (a *Agent) retryLoop(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		a.mu.Lock()
+		next := a.g.nextRetry()
+		a.mu.Unlock()
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(time.Until(next), 0)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.retryWake:
+			continue
+		case <-timer.C:
+		}
+		a.mu.Lock()
+		if a.state == "running" {
+			_ = a.startNodes(a.g, false, !a.intakeClosed.Load())
+		}
+		a.mu.Unlock()
+	}
+}
+
+func (a *Agent) wakeRetry() {
+	select {
+	case a.retryWake <- struct{}{}:
+	default:
+	}
+}
+
+// chanFate is what a stop or a reload does with a channel that goes away.
+type chanFate int
+
+const (
+	drainFirst chanFate = iota // its sinks empty it until the deadline; what is left is reported
+	handOver                   // the replacement memory channel adopts its events
+	keepStored                 // durable and replaced: its storage keeps the events for the replacement
+)
+
+// adopter is a channel that can take over the events of the channel it
+// replaces (the memory channel).
+type adopter interface {
+	Adopt(old flow.Channel) (int, bool)
+}
+
+// heldCounter is a channel that can tell how many events it holds
+// including those taken by open transactions, or as a Kafka channel does,
+// its lag.
+type heldCounter interface {
+	Held() int
+}
+
+// held is how many events ch holds now, or -1 when it cannot tell.
+func held(ch flow.Channel) int {
+	if h, ok := ch.(heldCounter); ok {
+		return h.Held()
+	}
+	return ch.Len()
+}
+
+func durable(ch flow.Channel) bool {
+	d, ok := ch.(flow.Durable)
+	return ok && d.Durable()
+}
+
+// channelLoss is what a channel that does not keep its events (memory) held
+// when it was stopped.
+type channelLoss struct {
+	Channel string
+	Events  int
+}
+
+// DroppedError is returned by Stop when channels that do not keep their
+// events (memory channels) still held some when they were stopped: the
+// sinks could not deliver them within the shutdown timeout. Each was logged
+// as an ERROR with its count.
+type DroppedError struct {
+	Channels []channelLoss
+}
+
+// Events is the total dropped.
+func (e *DroppedError) Events() int {
+	n := 0
+	for _, c := range e.Channels {
+		n += c.Events
+	}
+	return n
+}
+
+func (e *DroppedError) Error() string {
+	parts := make([]string, len(e.Channels))
+	for i, c := range e.Channels {
+		parts[i] = fmt.Sprintf("%s: %d", c.Channel, c.Events)
+	}
+	return fmt.Sprintf("%d events dropped from memory channels at stop (%s)", e.Events(), strings.Join(parts, ", "))
+}
+
+// stopNodes stops the nodes of g that next does not keep (all of them when
+// next is nil: the agent stops), two-phase:
+//
+//  1. intake stops at once: every such source's ChannelProcessor is closed
+//     (nothing is acknowledged after this), then the sources are stopped;
+//  2. meanwhile their sink runners drain the channels that go away, until
+//     deadline; then runners and sinks stop (a batch in flight rolls back),
+//     and the channels stop.
+//
+// A memory channel that next replaces with another memory channel is not
+// drained: the caller hands its events over (handed lists them). A durable
+// channel that next replaces keeps its events in its storage. Any other
+// channel that goes away is drained first; what a durable one still holds
+// then is logged at INFO (kept for the next start), what another one holds
+// at ERROR (dropped), and returned.
+func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost []channelLoss, handed []string) {
+	keptSource := func(name string) bool { return next != nil && next.sources[name] == g.sources[name] }
+	keptRunner := func(name string) bool { return next != nil && next.runners[name] == g.runners[name] }
+	keptSink := func(name string) bool { return next != nil && next.sinks[name] == g.sinks[name] }
+	keptChannel := func(name string) bool { return next != nil && next.channels[name] == g.channels[name] }
+
+	fate := map[string]chanFate{}
+	for name, n := range g.channels {
+		if keptChannel(name) {
+			continue
+		}
+		f := drainFirst
+		if next != nil {
+			if nn := next.channels[name]; nn != nil {
+				_, canAdopt := nn.ch.(adopter)
+				switch {
+				case canAdopt && canonicalType(nn.spec.Type) == canonicalType(n.spec.Type):
+					f = handOver
+					handed = append(handed, name)
+				case durable(n.ch):
+					f = keepStored
+				}
+			}
+		}
+		fate[name] = f
+	}
+	sort.Strings(handed)
+
+	drainCtx, cancelDrain := context.WithDeadline(context.Background(), deadline)
+	defer cancelDrain()
+
+	// Phase 1: no source puts anything from now on.
+	var sources []*sourceNode
+	var names []string
+	for _, name := range sortedKeys(g.sources) {
+		if !keptSource(name) {
+			sources = append(sources, g.sources[name])
+			names = append(names, name)
+		}
+	}
+	var wg sync.WaitGroup
+	for i, n := range sources {
+		a.setLife(&n.life, stopping)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c, ok := n.proc.(interface{ Close(context.Context) error }); ok {
+				if err := c.Close(drainCtx); err != nil {
+					a.log.Warn("a put in progress did not finish before the shutdown deadline", "component", names[i], "err", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(sources) > 0 {
+		a.log.Info("intake closed: sources refuse new events from now on", "why", why, "sources", strings.Join(names, " "),
+			"shutdown_timeout", a.opts.ShutdownTimeout)
+	}
+	var stops sync.WaitGroup
+	for i, n := range sources {
+		stops.Add(1)
+		go func() {
+			defer stops.Done()
+			ctx, cancel := a.componentCtx()
+			defer cancel()
+			if err := n.src.Stop(ctx); err != nil {
+				a.log.Warn("source did not stop cleanly", "component", names[i], "err", err)
+			}
+			a.setLife(&n.life, stopped)
+		}()
+	}
+
+	// Phase 2, while the sources close: drain, then stop the runners.
+	for _, name := range sortedKeys(g.runners) {
+		r := g.runners[name]
+		if keptRunner(name) {
+			continue
+		}
+		a.setLife(&r.life, stopping)
+		if r.runner == nil {
+			continue
+		}
+		drain := false
+		for _, m := range r.members {
+			if sn := g.sinks[m]; sn != nil {
+				if f, gone := fate[sn.spec.Channel]; gone && f == drainFirst {
+					drain = true
+				}
+			}
+		}
+		stops.Add(1)
+		go func() {
+			defer stops.Done()
+			if drain {
+				if err := r.runner.Drain(drainCtx, a.channelsOf(g, r)...); err != nil {
+					a.log.Warn("sinks did not empty their channels before the shutdown deadline", "runner", name, "shutdown_timeout", a.opts.ShutdownTimeout)
+				}
+			}
+			ctx, cancel := a.componentCtx()
+			defer cancel()
+			if err := r.runner.Stop(ctx); err != nil {
+				a.log.Warn("sink runner did not stop in time; its batch in flight stays taken", "runner", name, "err", err)
+			}
+			a.setLife(&r.life, stopped)
+		}()
+	}
+	stops.Wait()
+
+	for _, name := range sortedKeys(g.sinks) {
+		n := g.sinks[name]
+		if keptSink(name) {
+			continue
+		}
+		a.setLife(&n.life, stopping)
+		stops.Add(1)
+		go func() {
+			defer stops.Done()
+			ctx, cancel := a.componentCtx()
+			defer cancel()
+			if err := n.sink.Stop(ctx); err != nil {
+				a.log.Warn("sink did not stop cleanly", "component", name, "err", err)
+			}
+			a.setLife(&n.life, stopped)
+		}()
+	}
+	stops.Wait()
+
+	for _, name := range sortedKeys(g.channels) {
+		n := g.channels[name]
+		f, gone := fate[name]
+		if !gone {
+			continue
+		}
+		a.setLife(&n.life, stopping)
+		left := held(n.ch)
+		switch {
+		case f == handOver || left == 0:
+		case durable(n.ch):
+			count := any(left)
+			if left < 0 {
+				count = "unknown"
+			}
+			msg := "channel keeps its events for the next start"
+			if f == keepStored {
+				msg = "channel keeps its events in its storage for its replacement"
+			}
+			a.log.Info(msg, "component", name, "events", count, "why", why)
+		case left > 0:
+			a.log.Error("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline",
+				"component", name, "events", left, "why", why, "shutdown_timeout", a.opts.ShutdownTimeout)
+			a.reg.Dropped(name, "stopped_with_events").Add(float64(left))
+			lost = append(lost, channelLoss{Channel: name, Events: left})
+		}
+		ctx, cancel := a.componentCtx()
+		if err := n.ch.Stop(ctx); err != nil {
+			a.log.Warn("channel did not stop cleanly", "component", name, "err", err)
+		}
+		cancel()
+		a.setLife(&n.life, stopped)
+	}
+	return lost, handed
+}
+
+// removeMetrics drops the counter sets of g's components that next does
+// not have (all when next is nil). A replaced component's set was already
+// replaced when next was built.
+func (a *Agent) removeMetrics(g, next *graph) {
+	for name := range g.sources {
+		if next == nil || next.sources[name] == nil {
+			a.reg.Remove(metrics.KindSource, name)
+		}
+	}
+	for name := range g.sinks {
+		if next == nil || next.sinks[name] == nil {
+			a.reg.Remove(metrics.KindSink, name)
+		}
+	}
+	for name := range g.channels {
+		if next == nil || next.channels[name] == nil {
+			a.reg.Remove(metrics.KindChannel, name)
+		}
+	}
+}
+
+func (a *Agent) channelsOf(g *graph, r *runnerNode) []flow.Channel {
+	var out []flow.Channel
+	for _, m := range r.members {
+		if sn := g.sinks[m]; sn != nil {
+			if cn := g.channels[sn.spec.Channel]; cn != nil {
+				out = append(out, cn.ch)
+			}
+		}
+	}
+	return out
+}
+
+// Abort is for a second SIGTERM or SIGINT, while a Stop is under way: it
+// logs what every channel still holds (memory channels: ERROR, the events
+// are dropped; durable ones: INFO, kept) and returns how many events memory
+// channels drop. The caller then exits at once. It does not wait for the
+// stop in progress.
+func (a *Agent) Abort() int {
+	a.stmu.Lock()
+	g := a.g
+	a.stmu.Unlock()
+	total := 0
+	for _, name := range sortedKeys(g.channels) {
+		ch := g.channels[name].ch
+		left := held(ch)
+		switch {
+		case left == 0:
+		case durable(ch):
+			count := any(left)
+			if left < 0 {
+				count = "unknown"
+			}
+			a.log.Info("stopping at once: channel keeps its events for the next start", "component", name, "events", count)
+		default:
+			a.log.Error("stopping at once: channel drops the events it holds", "component", name, "events", left)
+			total += left
+		}
+	}
+	a.log.Error("agent stopped at once by a second signal, without finishing the drain", "agent", a.opts.Name, "dropped", total)
+	return total
+}
