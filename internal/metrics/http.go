@@ -21,6 +21,22 @@ const indexHTML = `<!DOCTYPE html>
 </body></html>
 `
 
+// Handler is HandlerWithStatus for a caller that knows only whether it is
+// healthy: /healthz answers 200 "ok" when health returns nil (or is nil),
+// else 503 and the error's text.
+func Handler(r *Registry, health func() error) http.Handler {
+	return HandlerWithStatus(r, func() Status {
+		st := Status{State: "running"}
+		if health == nil {
+			return st
+		}
+		if err := health(); err != nil {
+			st.Components = []ComponentStatus{{Kind: "agent", State: "running", Reason: err.Error()}}
+		}
+		return st
+	})
+}
+
 // Status is what /healthz describes: the agent as it is now, every
 // component with its state. A status page reads the same through
 // /healthz?format=json.
@@ -66,7 +82,11 @@ func (s Status) Problems() []string {
 		out = append(out, "agent "+s.Agent+" is "+s.State)
 	}
 	for _, c := range s.Components {
-		if c.Reason != "" {
+		switch {
+		case c.Reason == "":
+		case c.Name == "":
+			out = append(out, c.Reason)
+		default:
 			out = append(out, c.Kind+" "+c.Name+": "+c.Reason)
 		}
 	}
@@ -84,7 +104,7 @@ func (s Status) Problems() []string {
 //	/                    an HTML page linking to the above
 //
 // Other paths are 404; TRACE and OPTIONS are 403, as in Flume.
-func Handler(r *Registry, status func() Status) http.Handler {
+func HandlerWithStatus(r *Registry, status func() Status) http.Handler {
 	prom := promhttp.HandlerFor(r.Prometheus(), promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError,
 	})

@@ -14,9 +14,9 @@ import (
 )
 
 // serve starts Handler on 127.0.0.1:0 and returns its base URL.
-func serve(t *testing.T, r *Registry, health func() Status) string {
+func serve(t *testing.T, r *Registry, status func() Status) string {
 	t.Helper()
-	srv, err := Serve(context.Background(), "127.0.0.1:0", Handler(r, health), slog.New(slog.DiscardHandler))
+	srv, err := Serve(context.Background(), "127.0.0.1:0", HandlerWithStatus(r, status), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +127,23 @@ func get(t *testing.T, url string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(b)
+}
+
+// TestHandlerHealthFunc: Handler with an error func answers 503 with its text.
+func TestHandlerHealthFunc(t *testing.T) {
+	var unhealthy error
+	srv, err := Serve(context.Background(), "127.0.0.1:0", Handler(NewRegistry("a1"), func() error { return unhealthy }), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(context.Background())
+	if code, body := get(t, "http://"+srv.Addr()+"/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("healthy: %d %q", code, body)
+	}
+	unhealthy = errors.New("sink k1 is not running")
+	if code, body := get(t, "http://"+srv.Addr()+"/healthz"); code != 503 || body != "sink k1 is not running\n" {
+		t.Errorf("unhealthy: %d %q", code, body)
+	}
 }
 
 func TestHealthNil(t *testing.T) {
