@@ -254,7 +254,7 @@ func (r *reader) consume(ctx context.Context, path string) error {
 		switch {
 		case !e.sameFile(key):
 			return &leftFile{msg: "spooldir source leaves a file it cannot continue", pos: e.Pos, lines: e.Lines, todo: todoCannotContinue,
-				why: "another file now has this name (another inode) than the one sluice had begun to read"}
+				why: "the file under this name is not the one the source had begun to read (another inode)"}
 		case e.Pos > cur.Size:
 			return &leftFile{msg: "spooldir source leaves a file it cannot continue", pos: e.Pos, lines: e.Lines, todo: todoCannotContinue,
 				why: fmt.Sprintf("it is %d bytes long, shorter than the %d bytes already delivered", cur.Size, e.Pos)}
@@ -301,7 +301,10 @@ func (r *reader) consume(ctx context.Context, path string) error {
 	now, err := os.Stat(path)
 	switch {
 	case err != nil:
-		return r.changed(ctx, cur, fmt.Sprintf("it was removed or renamed (%v)", err))
+		// Moved away or deleted: there is nothing left to leave in place.
+		return &leftFile{msg: "spooldir source lost a file while it was read: it was removed or renamed; what it delivered stays delivered",
+			why: err.Error(), pos: cur.Pos, lines: cur.Lines,
+			todo: "to deliver the rest, put the file's bytes after delivered_bytes into a new file in spoolDir (tail -c +<delivered_bytes+1>)"}
 	case keyOf(now) != key:
 		return r.changed(ctx, cur, "another file (another inode) took its name")
 	case now.Size() != cur.Size:
