@@ -213,6 +213,14 @@ func parse(args []string) (*cli, error) {
 				}
 				c.shutdownTimeout = time.Duration(f * float64(time.Second))
 			}
+		case "-z", "--zkConnString", "-zkConnString", "-p", "--zkBasePath", "-zkBasePath":
+			err = fmt.Errorf("%s: configuration from ZooKeeper is not supported by sluice; use -f FILE or --conf-uri URI", name)
+		case "-a", "--auth-provider", "-auth-provider":
+			err = fmt.Errorf("%s: Java authorization provider classes cannot be loaded by sluice; use --conf-user and --conf-password (basic authentication)", name)
+		case "-prov", "--conf-provider", "-conf-provider":
+			err = fmt.Errorf("%s: Java configuration provider classes cannot be loaded by sluice; use -f FILE or --conf-uri URI", name)
+		case "-b", "--backup-directory", "-backup-directory":
+			err = fmt.Errorf("%s is not supported by sluice: a configuration URI that cannot be read at start fails the start (once running, a failed read keeps the running configuration)", name)
 		default:
 			err = fmt.Errorf("unknown option %q", arg)
 		}

@@ -22,6 +22,8 @@ func TestParse(t *testing.T) {
 	for _, bad := range [][]string{
 		{}, {"frobnicate"}, {"agent", "-f", "x"}, {"agent", "-n"}, {"agent", "-f", "x", "-n", "a", "--bogus"},
 		{"agent", "-f", "x", "-n", "a", "--poll-interval", "0"},
+		{"agent", "-z", "zk:2181", "-p", "/flume", "-n", "a"},
+		{"agent", "-u", "http://x/", "-n", "a", "--conf-password", "p"},
 	} {
 		if _, err := parse(bad); err == nil {
 			t.Errorf("parse(%q) accepted", bad)
