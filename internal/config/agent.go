@@ -1,23 +1,29 @@
 // Package config reads a sluice agent's configuration: Flume's agent
 // properties files, read as java.util.Properties reads them.
 //
-// Load parses the file (ParseProperties), keeps the properties of one agent
-// (keys starting with "NAME."), expands ${env:X}, ${sys:X} and ${X} in their
-// values (Lookup), and checks the structure Flume's grammar gives them:
+// LoadSources parses one or more sources (files or URIs, read by Fetcher;
+// a key of a later source overrides an earlier one), keeps the properties
+// of one agent (keys starting with "NAME."), expands ${env:X}, ${sys:X},
+// ${X} and config filter references ${f1['key']} in their values (Lookup,
+// filters.go), and checks the structure Flume's grammar gives them:
 //
 //	a1.sources = r1           a1.sources.r1.type = netcat
 //	a1.channels = c1          a1.sources.r1.channels = c1
 //	a1.sinks = k1             a1.sinks.k1.channel = c1
 //	a1.sinkgroups = g1        a1.sinkgroups.g1.sinks = k1
+//	a1.configfilters = f1     a1.configfilters.f1.type = env
 //
 // The result is an Agent holding one Component per listed source, channel and
 // sink, each with its properties in a Props, and the sink groups. Types are
 // kept as written: mapping Flume's aliases and class names to
-// implementations is the agent's job. Every structural problem is collected
-// in one *Problems, returned as the error together with the partial Agent,
-// so that a caller such as `sluice validate` can go on to build the
-// components and report their problems (which they add to the same
-// Problems through their Props) all at once.
+// implementations is the agent's job. Every problem is collected in one
+// *Problems with a severity: errors refuse the configuration; warnings are
+// what Flume silently ignores and sluice says it ignores (a key nothing
+// reads, a key set twice, a component not listed); notes are Flume settings
+// sluice deliberately does without. Load returns the errors as its error
+// together with the partial Agent, so that a caller such as `sluice
+// validate` can go on to build the components and report their problems
+// (which they add to the same Problems through their Props) all at once.
 //
 // Props (props.go) is what a component constructor reads its settings
 // through; Problems (problems.go) prints problems as FILE:LINE: key: message.
