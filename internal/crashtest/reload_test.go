@@ -248,6 +248,7 @@ func TestReloadRetriesBusyPort(t *testing.T) {
 	p.signal(syscall.SIGHUP)
 	p.waitLog("configuration reloaded", 20*time.Second)
 	code, body := healthz(t, httpAddr)
+	t.Logf("/healthz with the port held: %d %s", code, body)
 	if code != 503 || !strings.Contains(body, "source r1: not running: failed to start") || !strings.Contains(body, "address already in use") {
 		t.Fatalf("/healthz with the port held: %d %q", code, body)
 	}
