@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/bench"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/testutil"
 )
 
@@ -331,6 +332,81 @@ func TestStopDrainsChannel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := recv.WaitFor(ctx, 2000); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFailedChannelRetried: a reload brings in a file channel that cannot
+// start (its checkpoint directory's parent is a file). Status names the
+// channel with its reason and the source waiting for it; nothing is
+// stale. Once the obstacle is gone the retry starts the channel, then its
+// sink and the source, without another reload.
+func TestFailedChannelRetried(t *testing.T) {
+	ncPort := testutil.FreePort(t)
+	recv, err := bench.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	_, p, _ := net.SplitHostPort(recv.Addr())
+	sinkPort, _ := strconv.Atoi(p)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a.properties")
+	writeConf(t, file, netcatPipeline(ncPort, sinkPort, 1000))
+	a := startAgent(t, agent.Options{File: file})
+
+	blocker := filepath.Join(dir, "blocker")
+	writeConf(t, blocker, "a file where the channel wants a directory")
+	fileChannel := strings.Replace(netcatPipeline(ncPort, sinkPort, 1000), `a1.channels.c1.type = memory
+a1.channels.c1.capacity = 1000
+a1.channels.c1.transactionCapacity = 100
+a1.channels.c1.keep-alive = 1
+`, fmt.Sprintf(`a1.channels.c1.type = file
+a1.channels.c1.checkpointDir = %s
+a1.channels.c1.dataDirs = %s
+a1.channels.c1.minimumRequiredSpace = 0
+`, filepath.Join(blocker, "ck"), filepath.Join(dir, "data")), 1)
+	writeConf(t, file, fileChannel)
+	if err := a.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), "channel c1 failed to start") {
+		t.Fatalf("Reload = %v, want the channel's start failure", err)
+	}
+	byName := func() map[string]metrics.ComponentStatus {
+		m := map[string]metrics.ComponentStatus{}
+		for _, c := range a.Status().Components {
+			m[c.Kind+" "+c.Name] = c
+		}
+		return m
+	}
+	st := byName()
+	if c := st["channel c1"]; c.State != "failed" || !strings.Contains(c.Reason, "not a directory") || c.Type != "file" {
+		t.Errorf("channel c1: %+v", c)
+	}
+	if c := st["source r1"]; c.State != "starting" || !strings.Contains(c.Reason, "waiting for channel c1") {
+		t.Errorf("source r1: %+v", c)
+	}
+	if c := st["sink k1"]; !strings.Contains(c.Reason, "waiting for channel c1") {
+		t.Errorf("sink k1: %+v", c)
+	}
+	if err := a.Health(); err == nil || strings.Count(err.Error(), "\n") != 2 {
+		t.Errorf("Health = %v, want one line each for c1, r1 and k1", err)
+	}
+	if _, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", ncPort)); err == nil {
+		t.Error("the source accepts connections while its channel is down")
+	}
+
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return a.Health() == nil })
+	for _, c := range a.Status().Components {
+		if c.State != "running" || c.Reason != "" {
+			t.Errorf("after the retry: %+v", c)
+		}
+	}
+	sendLines(t, fmt.Sprintf("127.0.0.1:%d", ncPort), 0, 10)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := recv.WaitFor(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -310,9 +310,9 @@ func durable(ch flow.Channel) bool {
 	return ok && d.Durable()
 }
 
-// channelLoss is what a channel that does not keep its events (memory) held
-// when it was stopped.
-type channelLoss struct {
+// ChannelLoss is what a channel that does not keep its events (memory) held
+// when it was stopped: events acknowledged to their senders and lost.
+type ChannelLoss struct {
 	Channel string
 	Events  int
 }
@@ -322,7 +322,7 @@ type channelLoss struct {
 // sinks could not deliver them within the shutdown timeout. Each was logged
 // as an ERROR with its count.
 type DroppedError struct {
-	Channels []channelLoss
+	Channels []ChannelLoss
 }
 
 // Events is the total dropped.
@@ -357,7 +357,7 @@ func (e *DroppedError) Error() string {
 // channel that goes away is drained first; what a durable one still holds
 // then is logged at INFO (kept for the next start), what another one holds
 // at ERROR (dropped), and returned.
-func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost []channelLoss, handed []string) {
+func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost []ChannelLoss, handed []string) {
 	keptSource := func(name string) bool { return next != nil && next.sources[name] == g.sources[name] }
 	keptRunner := func(name string) bool { return next != nil && next.runners[name] == g.runners[name] }
 	keptSink := func(name string) bool { return next != nil && next.sinks[name] == g.sinks[name] }
@@ -508,7 +508,7 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 			a.log.Error("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline",
 				"component", name, "events", left, "why", why, "shutdown_timeout", a.opts.ShutdownTimeout)
 			a.reg.Dropped(name, "stopped_with_events").Add(float64(left))
-			lost = append(lost, channelLoss{Channel: name, Events: left})
+			lost = append(lost, ChannelLoss{Channel: name, Events: left})
 		}
 		ctx, cancel := a.componentCtx()
 		if err := n.ch.Stop(ctx); err != nil {

@@ -95,7 +95,7 @@ func startAgent(t *testing.T, conf string, args ...string) *agentProc {
 			p.cmd.Process.Kill()
 			<-p.done
 		}
-		if t.Failed() {
+		if t.Failed() || os.Getenv("SLUICE_TEST_LOG") != "" {
 			t.Logf("agent log:\n%s", p.log.tail(12000))
 		}
 	})
