@@ -1,0 +1,157 @@
+package listener
+
+import (
+	"crypto/tls"
+	"net"
+	"sync"
+	"time"
+)
+
+// State is where a connection is in its protocol, which decides the
+// timeouts that apply to it.
+type State int32
+
+const (
+	// Idle: between messages (or requests). The idle timeout applies, and
+	// at the connection limit the connection idle longest is closed first.
+	Idle State = iota
+	// Receiving: a message has begun and is still arriving. It must keep
+	// arriving at the minimum rate once the progress timeout has passed.
+	Receiving
+	// Busy: the source is handling what arrived (putting it into a
+	// channel, replying). No timeout applies: the wait is the agent's.
+	Busy
+)
+
+func (s State) String() string {
+	switch s {
+	case Idle:
+		return "idle"
+	case Receiving:
+		return "receiving"
+	}
+	return "busy"
+}
+
+// Conn is an accepted connection tracked by its Group. Reads count bytes;
+// a read that returns data on an Idle connection makes it Receiving (a
+// message has begun). The protocol code says when it is Busy and when it is
+// Idle again; see the State values.
+type Conn struct {
+	net.Conn
+	g *Group
+
+	mu       sync.Mutex
+	state    State
+	since    time.Time // Idle: idle since; Receiving: the message clock's start
+	base     int64     // bytes read when the message clock started
+	read     int64     // bytes read so far
+	closedBy string    // why the group closed it, "" while open
+}
+
+func newConn(raw net.Conn, g *Group, now time.Time) *Conn {
+	return &Conn{Conn: raw, g: g, since: now}
+}
+
+// Read reads from the connection, counting what arrives.
+func (c *Conn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.mu.Lock()
+		c.read += int64(n)
+		if c.state == Idle {
+			c.state, c.since, c.base = Receiving, time.Now(), c.read-int64(n)
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// Idle says the connection is between messages: everything it sent so far
+// has been handled.
+func (c *Conn) Idle() { c.set(Idle) }
+
+// Busy says the source is handling what the connection sent; no timeout
+// applies until Idle or Receiving.
+func (c *Conn) Busy() { c.set(Busy) }
+
+// Receiving says a message is in progress and starts its clock now (a
+// protocol calls it after a complete message when the next one has already
+// begun, so the minimum rate applies to each message on its own).
+func (c *Conn) Receiving() { c.set(Receiving) }
+
+func (c *Conn) set(s State) {
+	c.mu.Lock()
+	c.state, c.since, c.base = s, time.Now(), c.read
+	c.mu.Unlock()
+	if s != Busy && c.g.stopping.Load() {
+		// The group is shutting down and waited for this one to finish
+		// what it was handling.
+		c.closeFor("stopping", nil)
+	}
+}
+
+// State returns the connection's state.
+func (c *Conn) State() State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
+// ClosedBy returns why the group closed the connection (a reason's name,
+// such as "idle_timeout"), or "" when it did not.
+func (c *Conn) ClosedBy() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closedBy
+}
+
+// Peer is the remote address as text.
+func (c *Conn) Peer() string { return c.RemoteAddr().String() }
+
+// snapshot is what the group's checks read of a connection.
+type snapshot struct {
+	state State
+	since time.Time
+	bytes int64 // bytes of the current message (Receiving)
+}
+
+func (c *Conn) snap() snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return snapshot{c.state, c.since, c.read - c.base}
+}
+
+// closeFor closes the connection on the group's decision and records why;
+// note, when not nil, runs first (so what it logs and counts is there by the
+// time the peer sees the close). It reports false, doing nothing, when the
+// group had already closed the connection.
+func (c *Conn) closeFor(reason string, note func()) bool {
+	c.mu.Lock()
+	if c.closedBy != "" {
+		c.mu.Unlock()
+		return false
+	}
+	c.closedBy = reason
+	c.mu.Unlock()
+	if note != nil {
+		note()
+	}
+	_ = c.Conn.Close()
+	return true
+}
+
+// Of returns the *Conn under c: c itself, or the connection a TLS layer
+// wraps. It returns nil when c did not come from a Group.
+func Of(c net.Conn) *Conn {
+	for {
+		switch x := c.(type) {
+		case *Conn:
+			return x
+		case *tls.Conn:
+			c = x.NetConn()
+		default:
+			return nil
+		}
+	}
+}
