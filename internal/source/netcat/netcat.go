@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"strconv"
@@ -27,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -38,33 +40,62 @@ const (
 	maxFullBackoff = 500 * time.Millisecond
 )
 
+// Reasons the netcat sources refuse input, each logged (throttled) and
+// counted in the source's metrics.
+var (
+	reasonLineTooLong = listener.Reason{Counter: "LineTooLongCount", Level: slog.LevelWarn,
+		Msg: "netcat client sent a line longer than max-line-length; answered FAILED and closed the connection"}
+	reasonPartialLine = listener.Reason{Counter: "PartialLineCount", Level: slog.LevelWarn,
+		Msg: "netcat client disconnected in the middle of a line; the partial line is dropped"}
+	reasonOverBudget = listener.Reason{Counter: "OverBudgetCount", Level: slog.LevelWarn,
+		Msg: "netcat source has no memory left for a long line (max-bytes-in-flight reached); closed the connection, the sender should retry"}
+	reasonPutFailed = listener.Reason{Level: slog.LevelWarn,
+		Msg: "netcat source could not put a batch; answered FAILED"}
+)
+
+// Memory: a connection reads into a small buffer of its own; one that
+// needs more (a read filled it, or a line in progress outgrew it) takes a
+// large one from the source's budget, max-bytes-in-flight, and gives it back
+// once it has read everything it was sent.
+const (
+	smallBuffer        = 4 << 10
+	DefaultMaxInFlight = 16 << 20
+	writeTimeout       = 30 * time.Second
+)
+
 // Source is the netcat (TCP) source. Build it with New.
 type Source struct {
-	env       flow.Env
-	bind      string
-	port      int
-	maxLine   int  // max-line-length, in UTF-16 code units as Java counts chars, newline included
-	ack       bool // ack-every-event
-	batchSize int
-	batchDur  time.Duration
-	maxConns  int
-	counters  *metrics.SourceCounters
+	env         flow.Env
+	bind        string
+	port        int
+	maxLine     int  // max-line-length, in UTF-16 code units as Java counts chars, newline included
+	ack         bool // ack-every-event
+	batchSize   int
+	batchDur    time.Duration
+	hygiene     listener.Config
+	maxInFlight int64
+	bigSize     int // the large read buffer: room for the longest line, and at least minReadBuffer
+	counters    *metrics.SourceCounters
+	rejects     *listener.Rejects
+	bigBufs     sync.Pool // *[]byte of bigSize
 
-	mu       sync.Mutex // guards the fields below
-	ln       net.Listener
-	conns    map[net.Conn]struct{}
-	cancel   context.CancelFunc
-	stopping bool
-	wg       sync.WaitGroup
-	okBuf    []byte // "OK\n" × batchSize, read-only once built
+	mu     sync.Mutex // guards the fields below
+	group  *listener.Group
+	addr   net.Addr
+	budget *listener.Budget
+	cancel context.CancelFunc
+	okBuf  []byte // "OK\n" × batchSize, read-only once built
 }
 
 // New builds a netcat source from Flume's properties bind, port,
 // max-line-length (512), ack-every-event (true) and encoding (utf-8 only),
-// and sluice's batchSize (100), batchDurationMillis (1000) and
-// max-connections (0, unlimited). A batch never waits for input (it holds the
-// complete lines already read), so batchDurationMillis, the cap on how long a
-// batch may gather, is always met; it is accepted for the common grammar.
+// and sluice's batchSize (100), batchDurationMillis (1000), max-connections
+// (1024; 0: no limit), idle-timeout (600000 ms), progress-timeout
+// (10000 ms), min-bytes-per-second (1024) and max-bytes-in-flight (16 MiB):
+// see internal/listener for what they do. A batch never waits for input (it
+// holds the complete lines already read), so batchDurationMillis, the cap on
+// how long a batch may gather, is always met; it is accepted for the common
+// grammar.
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env}
 	s.bind = p.Required("bind")
@@ -73,11 +104,31 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.ack = p.Bool("ack-every-event", true)
 	s.batchSize = p.IntRange("batchSize", 100, 1, 1<<20)
 	s.batchDur = time.Duration(p.IntRange("batchDurationMillis", 1000, 1, math.MaxInt32)) * time.Millisecond
-	s.maxConns = p.IntRange("max-connections", 0, 0, math.MaxInt32)
+	s.hygiene = listener.ReadConfig(p, listener.DashNames, listener.DefaultConfig)
+	s.maxInFlight = listener.ReadBudget(p, listener.DashNames, DefaultMaxInFlight, minReadBuffer)
+	// A line of maxLine UTF-16 units takes at most 3 bytes per unit in UTF-8.
+	s.bigSize = max(minReadBuffer, 3*s.maxLine+8)
+	if int64(s.bigSize) > s.maxInFlight {
+		p.Errorf(listener.DashNames.MaxBytesInFlight, "%d bytes cannot hold one line of max-line-length %d (up to %d bytes); raise it or lower max-line-length",
+			s.maxInFlight, s.maxLine, s.bigSize)
+	}
 	checkUTF8(p, "encoding")
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
+	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,
+		append([]listener.Reason{reasonLineTooLong, reasonPartialLine, reasonOverBudget}, listener.ConnReasons...)...)
+	s.counters.Gauge("BytesInFlight", func() string { return strconv.FormatInt(s.inFlight(), 10) })
 	env.Registry().Add(s.counters.Set)
 	return s, nil
+}
+
+func (s *Source) inFlight() int64 {
+	s.mu.Lock()
+	b := s.budget
+	s.mu.Unlock()
+	if b == nil {
+		return 0
+	}
+	return b.InUse()
 }
 
 func requiredPort(p *config.Props) int {
@@ -107,10 +158,7 @@ func (s *Source) BatchSize() int { return s.batchSize }
 func (s *Source) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ln == nil {
-		return nil
-	}
-	return s.ln.Addr()
+	return s.addr
 }
 
 // Start listens on bind:port and serves each connection in its own
@@ -119,21 +167,26 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	if s.Addr() != nil {
 		return fmt.Errorf("netcat %s: already started", s.env.Name)
 	}
+	g := listener.NewGroup(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection})
 	addr := net.JoinHostPort(s.bind, strconv.Itoa(s.port))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := g.Listen(addr)
 	if err != nil {
+		_ = g.Shutdown(context.Background())
 		return fmt.Errorf("netcat %s: listen %s: %w", s.env.Name, addr, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	budget := listener.NewBudget(s.maxInFlight)
 	s.mu.Lock()
-	s.ln, s.cancel, s.stopping = ln, cancel, false
-	s.conns = map[net.Conn]struct{}{}
+	s.group, s.addr, s.cancel, s.budget = g, ln.Addr(), cancel, budget
 	s.okBuf = bytes.Repeat([]byte("OK\n"), s.batchSize)
 	s.mu.Unlock()
 	s.counters.Started()
 	s.env.Log().Info("netcat source listening", "source", s.env.Name, "addr", ln.Addr().String())
-	s.wg.Add(1)
-	go s.accept(ctx, ln, p)
+	g.Serve(ln, func(c *listener.Conn) {
+		h := newHandler(s, c, p, budget)
+		defer h.release()
+		h.serve(ctx)
+	})
 	return nil
 }
 
@@ -142,127 +195,94 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 // acknowledged, so the sender still holds them.
 func (s *Source) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	if s.ln == nil {
-		s.mu.Unlock()
+	g, cancel := s.group, s.cancel
+	s.group, s.addr, s.cancel = nil, nil, nil
+	s.mu.Unlock()
+	if g == nil {
 		return nil
 	}
-	s.stopping = true
-	s.ln.Close()
-	s.ln = nil
-	s.cancel()
-	now := time.Now()
-	for c := range s.conns {
-		c.SetDeadline(now) // wakes a blocked read or write; the handler then closes it
-	}
-	s.mu.Unlock()
 	defer s.counters.Stopped()
-
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		s.mu.Lock()
-		for c := range s.conns {
-			c.Close()
-		}
-		s.mu.Unlock()
-		<-done
-		return fmt.Errorf("netcat %s: stop: %w", s.env.Name, ctx.Err())
+	cancel() // ends puts waiting for channel space
+	if err := g.Shutdown(ctx); err != nil {
+		return fmt.Errorf("netcat %s: stop: %w", s.env.Name, err)
 	}
-}
-
-func (s *Source) accept(ctx context.Context, ln net.Listener, p flow.Processor) {
-	defer s.wg.Done()
-	log := s.env.Log()
-	var delay time.Duration
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if s.isStopping() {
-				return
-			}
-			// Out of file descriptors and the like: wait a little, as net/http does.
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			log.Warn("netcat source could not accept a connection", "source", s.env.Name, "err", err, "retry_in", delay)
-			select {
-			case <-time.After(delay):
-			case <-ctx.Done():
-				return
-			}
-			continue
-		}
-		delay = 0
-		if !s.track(c) {
-			c.Close()
-			continue
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer s.untrack(c)
-			h := newHandler(s, c, p)
-			h.serve(ctx)
-		}()
-	}
-}
-
-func (s *Source) isStopping() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stopping
-}
-
-// track registers c, or reports false when the source is stopping or at
-// max-connections.
-func (s *Source) track(c net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopping {
-		return false
-	}
-	if s.maxConns > 0 && len(s.conns) >= s.maxConns {
-		s.env.Log().Warn("netcat source refused a connection: max-connections reached",
-			"source", s.env.Name, "remote", c.RemoteAddr().String(), "max", s.maxConns)
-		return false
-	}
-	s.conns[c] = struct{}{}
-	s.counters.OpenConnection.Store(int64(len(s.conns)))
-	return true
-}
-
-func (s *Source) untrack(c net.Conn) {
-	c.Close()
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.counters.OpenConnection.Store(int64(len(s.conns)))
-	s.mu.Unlock()
+	return nil
 }
 
 // handler serves one connection. It owns buf; bodies are copied out of it
 // into a slab per batch, because once handed to Process they belong to the
 // pipeline.
 type handler struct {
-	s    *Source
-	c    net.Conn
-	p    flow.Processor
-	buf  []byte
-	r, w int // unread input is buf[r:w]
+	s     *Source
+	c     *listener.Conn
+	p     flow.Processor
+	buf   []byte // small, or a large one taken from the budget
+	small []byte
+	big   *[]byte
+	hold  listener.Hold
+	r, w  int // unread input is buf[r:w]
 
 	events []event.Event // the batch being put; rebuilt from its slab for a retry
 }
 
-func newHandler(s *Source, c net.Conn, p flow.Processor) *handler {
-	// A line of maxLine UTF-16 units takes at most 3 bytes per unit in UTF-8.
-	size := max(minReadBuffer, 3*s.maxLine+8)
+func newHandler(s *Source, c *listener.Conn, p flow.Processor, b *listener.Budget) *handler {
+	small := make([]byte, smallBuffer)
 	return &handler{
 		s:      s,
 		c:      c,
 		p:      p,
-		buf:    make([]byte, size),
+		buf:    small,
+		small:  small,
+		hold:   listener.NewHold(b),
 		events: make([]event.Event, 0, s.batchSize),
 	}
+}
+
+// grow moves the unread input into a large buffer. With wait set (a line in
+// progress does not fit otherwise) it waits for the budget, as long as the
+// progress timeout; else it takes the buffer only if it is free now.
+func (h *handler) grow(ctx context.Context, wait bool) bool {
+	n := int64(h.s.bigSize)
+	if wait {
+		h.c.Busy() // waiting for memory is the agent's doing, not the sender's
+		wctx, cancel := context.WithTimeout(ctx, max(h.s.hygiene.ProgressTimeout, time.Second))
+		err := h.hold.Wait(wctx, n)
+		cancel()
+		h.c.Receiving()
+		if err != nil {
+			return false
+		}
+	} else if !h.hold.Try(n) {
+		return false
+	}
+	bp, _ := h.s.bigBufs.Get().(*[]byte)
+	if bp == nil {
+		b := make([]byte, h.s.bigSize)
+		bp = &b
+	}
+	h.w = copy(*bp, h.buf[h.r:h.w])
+	h.r = 0
+	h.buf, h.big = *bp, bp
+	return true
+}
+
+// shrink returns the large buffer once nothing is left in it.
+func (h *handler) shrink() {
+	if h.big == nil || h.r != h.w {
+		return
+	}
+	h.s.bigBufs.Put(h.big)
+	h.big, h.buf = nil, h.small
+	h.r, h.w = 0, 0
+	h.hold.Release()
+}
+
+func (h *handler) release() {
+	if h.big != nil {
+		h.s.bigBufs.Put(h.big)
+		h.big = nil
+	}
+	h.hold.Release()
 }
 
 // errOverlong ends a connection whose line exceeded max-line-length, as
@@ -271,31 +291,49 @@ var errOverlong = errors.New("line exceeds max-line-length")
 
 func (h *handler) serve(ctx context.Context) {
 	log := h.s.env.Log()
+	peer := h.c.Peer()
+	lastRead, filled := 0, false
 	for {
+		if h.r == h.w {
+			h.r, h.w = 0, 0
+		}
+		switch {
+		case h.big == nil && h.w == len(h.buf) && h.r == 0:
+			// A line in progress fills the small buffer: it needs the large one.
+			if !h.grow(ctx, true) {
+				if ctx.Err() == nil {
+					h.s.rejects.Add(reasonOverBudget, peer, "max-bytes-in-flight", h.s.maxInFlight, "line_bytes", h.w)
+				}
+				return
+			}
+		case h.big == nil && filled:
+			// A busy sender: read it in large blocks if memory allows.
+			h.grow(ctx, false)
+		case h.big != nil && h.r == h.w && lastRead < smallBuffer:
+			h.shrink()
+		}
 		if h.w == len(h.buf) {
 			// Only a partial line (shorter than the limit) is left: move it
 			// to the front.
 			h.w = copy(h.buf, h.buf[h.r:h.w])
 			h.r = 0
 		}
+		space := len(h.buf) - h.w
 		n, rerr := h.c.Read(h.buf[h.w:])
 		h.w += n
+		lastRead, filled = n, n == space
 		if err := h.drain(ctx); err != nil {
-			if errors.Is(err, errOverlong) {
-				log.Warn("netcat client sent a line longer than max-line-length; closing the connection",
-					"source", h.s.env.Name, "remote", h.c.RemoteAddr().String(), "max-line-length", h.s.maxLine)
-			} else if ctx.Err() == nil {
-				log.Debug("netcat connection ended", "source", h.s.env.Name, "remote", h.c.RemoteAddr().String(), "err", err)
+			if !errors.Is(err, errOverlong) && ctx.Err() == nil {
+				log.Debug("netcat connection ended", "source", h.s.env.Name, "remote", peer, "err", err)
 			}
 			return
 		}
 		if rerr != nil {
-			if h.r < h.w && ctx.Err() == nil {
+			if h.r < h.w && ctx.Err() == nil && h.c.ClosedBy() == "" {
 				// The client went away in the middle of a line: Flume drops
 				// that partial line too. Count it so the loss is visible.
 				h.s.counters.EventReadFail.Add(1)
-				log.Warn("netcat client disconnected in the middle of a line; the partial line is dropped",
-					"source", h.s.env.Name, "remote", h.c.RemoteAddr().String(), "bytes", h.w-h.r)
+				h.s.rejects.Add(reasonPartialLine, peer, "bytes", h.w-h.r)
 			}
 			return
 		}
@@ -305,6 +343,15 @@ func (h *handler) serve(ctx context.Context) {
 // drain puts every complete line in buf[r:w] into the channel, in batches
 // of at most batchSize, acknowledging each batch after its commit.
 func (h *handler) drain(ctx context.Context) error {
+	put := false
+	defer func() {
+		switch {
+		case h.r == h.w:
+			h.c.Idle()
+		case put:
+			h.c.Receiving() // the next line has begun: its own clock
+		}
+	}()
 	for {
 		data := h.buf[h.r:h.w]
 		end, nlines, overlong := h.scan(data)
@@ -312,6 +359,8 @@ func (h *handler) drain(ctx context.Context) error {
 			// One slab holds every body of the batch.
 			slab := make([]byte, end)
 			copy(slab, data[:end])
+			h.c.Busy()
+			put = true
 			if err := h.put(ctx, slab); err != nil {
 				return err
 			}
@@ -320,23 +369,29 @@ func (h *handler) drain(ctx context.Context) error {
 		}
 		if overlong {
 			h.s.counters.EventReadFail.Add(1)
+			h.s.rejects.Add(reasonLineTooLong, h.c.Peer(), "max-line-length", h.s.maxLine)
 			msg := "FAILED: Event exceeds the maximum length (" + strconv.Itoa(h.s.maxLine) + " chars, including newline)\n"
-			h.c.Write([]byte(msg))
+			h.write([]byte(msg))
 			h.linger()
 			return errOverlong
 		}
-		if h.r == h.w {
-			h.r, h.w = 0, 0
-		}
 		return nil
 	}
+}
+
+// write writes b, bounded by writeTimeout so a client that never reads its
+// answers cannot hold the connection for ever.
+func (h *handler) write(b []byte) error {
+	_ = h.c.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err := h.c.Write(b)
+	return err
 }
 
 // linger half-closes the connection and discards what the client still
 // sends for a moment, so that closing it does not reset it (a close with
 // unread input sends RST) before the client has read the FAILED answer.
 func (h *handler) linger() {
-	tc, ok := h.c.(*net.TCPConn)
+	tc, ok := h.c.Conn.(*net.TCPConn)
 	if !ok {
 		return
 	}
@@ -428,10 +483,9 @@ func (h *handler) put(ctx context.Context, slab []byte) error {
 		c.ChannelWriteFail.Add(1)
 		if !errors.Is(err, flow.ErrChannelFull) {
 			// Flume answers a failed put with FAILED and goes on.
-			h.s.env.Log().Warn("netcat source could not put a batch", "source", h.s.env.Name, "events", n, "err", err)
+			h.s.rejects.Add(reasonPutFailed, h.c.Peer(), "events", n, "err", err)
 			line := "FAILED: " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n"
-			_, werr := h.c.Write([]byte(strings.Repeat(line, n)))
-			return werr
+			return h.write([]byte(strings.Repeat(line, n)))
 		}
 		backoff = min(max(2*backoff, minFullBackoff), maxFullBackoff)
 		if backoff == maxFullBackoff {
@@ -448,7 +502,7 @@ func (h *handler) put(ctx context.Context, slab []byte) error {
 	c.EventAccepted.Add(int64(n))
 	c.AppendBatchAccepted.Add(1)
 	if h.s.ack {
-		if _, err := h.c.Write(h.s.okBuf[:3*n]); err != nil {
+		if err := h.write(h.s.okBuf[:3*n]); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -28,7 +31,10 @@ type UDPSource struct {
 	bind         string
 	port         int
 	remoteHeader string
+	recvBuf      int  // receiveBufferSize; 0: listener.DefaultReceiveBuffer
+	recvBufSet   bool // set in the config, so a cap by the kernel is a warning
 	counters     *metrics.SourceCounters
+	rejects      *listener.Rejects
 
 	mu     sync.Mutex // guards the fields below
 	conn   *net.UDPConn
@@ -36,15 +42,25 @@ type UDPSource struct {
 	done   chan struct{}
 }
 
+// Datagrams the kernel dropped because the socket's receive buffer was
+// full: UDP cannot push back, so they are counted and told.
+var reasonKernelDrop = listener.Reason{Counter: "DatagramDropCount", Level: slog.LevelWarn,
+	Msg: "the kernel dropped datagrams: the socket's receive buffer was full (raise receiveBufferSize, or make the sinks faster)"}
+
 // NewUDP builds a netcatudp source from Flume's properties bind, port and
 // remoteAddressHeader (Flume's code reads remoteAddress, which is accepted
-// too). Without either, no header is set.
+// too; without either, no header is set), and sluice's receiveBufferSize
+// (bytes; by default 4 MiB, or what net.core.rmem_max allows when that is
+// less and the process may not exceed it).
 func NewUDP(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &UDPSource{env: env}
 	s.bind = p.String("bind", "0.0.0.0")
 	s.port = requiredPort(p)
 	s.remoteHeader = p.String("remoteAddressHeader", p.String("remoteAddress", ""))
+	s.recvBufSet = p.Has("receiveBufferSize")
+	s.recvBuf = p.IntRange("receiveBufferSize", 0, 0, math.MaxInt32)
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
+	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set, reasonKernelDrop)
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }
@@ -65,14 +81,11 @@ func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
 		return fmt.Errorf("netcatudp %s: already started", s.env.Name)
 	}
 	addr := net.JoinHostPort(s.bind, strconv.Itoa(s.port))
-	ua, err := net.ResolveUDPAddr("udp", addr)
-	if err != nil {
-		return fmt.Errorf("netcatudp %s: resolve %s: %w", s.env.Name, addr, err)
-	}
-	conn, err := net.ListenUDP("udp", ua)
+	conn, rb, err := listener.ListenUDP(addr, s.recvBuf)
 	if err != nil {
 		return fmt.Errorf("netcatudp %s: listen %s: %w", s.env.Name, addr, err)
 	}
+	rb.Note(s.env.Log(), "netcatudp", s.env.Name, s.recvBufSet)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s.mu.Lock()
@@ -110,10 +123,15 @@ func (s *UDPSource) Stop(ctx context.Context) error {
 func (s *UDPSource) run(ctx context.Context, conn *net.UDPConn, p flow.Processor) {
 	log := s.env.Log()
 	buf := make([]byte, maxDatagram)
+	oob := make([]byte, listener.OOBSize)
+	var drops listener.Drops
 	batch := make([]event.Event, 1)
 	var sender []byte // "/ip:port" as Java's InetSocketAddress prints it
 	for {
-		n, from, err := conn.ReadFromUDPAddrPort(buf)
+		n, oobn, _, from, err := conn.ReadMsgUDPAddrPort(buf, oob)
+		if d := drops.Update(oob[:oobn]); d > 0 {
+			s.rejects.AddN(reasonKernelDrop, d, "")
+		}
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
