@@ -22,7 +22,6 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
-	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
@@ -105,7 +104,7 @@ func NewTCP(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.parser = FlumeParser{Keep: keep}
 	s.tls = tlsconf.ReadServer(p)
 	s.build = s.buildEvent
-	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
+	s.readLimits(p)
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }
@@ -167,7 +166,7 @@ func NewMultiport(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.parser = MultiportParser{Keep: keep}
 	s.tls = tlsconf.ReadServer(p)
 	s.build = s.buildEvent
-	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
+	s.readLimits(p)
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }

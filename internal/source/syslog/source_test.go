@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -31,6 +32,12 @@ import (
 // into a fresh pipeline and returns its metrics set and address(es).
 func newSource(tb testing.TB, typ string, props map[string]string, pl *sourcetest.Pipeline) (flow.Source, *metrics.Registry, []string) {
 	tb.Helper()
+	return newSourceLogged(tb, typ, props, pl, nil)
+}
+
+// newSourceLogged is newSource with the source logging to log (nil: nowhere).
+func newSourceLogged(tb testing.TB, typ string, props map[string]string, pl *sourcetest.Pipeline, log *slog.Logger) (flow.Source, *metrics.Registry, []string) {
+	tb.Helper()
 	m := map[string]string{"host": "127.0.0.1"}
 	if typ == "multiport_syslogtcp" {
 		m["ports"] = "0"
@@ -42,6 +49,9 @@ func newSource(tb testing.TB, typ string, props map[string]string, pl *sourcetes
 	}
 	p := config.FromMap("a1.sources.r1.", m)
 	env := sourcetest.Env("r1", typ)
+	if log != nil {
+		env.Logger = log
+	}
 	var s flow.Source
 	var err error
 	switch typ {

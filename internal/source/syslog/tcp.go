@@ -5,14 +5,17 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
@@ -24,35 +27,91 @@ const (
 	minFullBackoff = 10 * time.Millisecond
 	maxFullBackoff = 500 * time.Millisecond
 	lookupTimeout  = 2 * time.Second
+	// Memory: a connection reads into a small buffer of its own; one that
+	// needs more (a read filled it, or a message in progress outgrew it)
+	// takes a large one from the source's budget, maxBytesInFlight.
+	smallBuffer        = 4 << 10
+	DefaultMaxInFlight = 16 << 20
+)
+
+// Reasons the syslog sources flag or refuse input, each logged (throttled)
+// and counted in the source's metrics. Flume delivers oversize and invalid
+// messages tagged in flume.syslog.status, and so does sluice; the log and
+// the counters make them visible without reading the events.
+var (
+	reasonOversize = listener.Reason{Counter: "OversizeMessageCount", Level: slog.LevelWarn,
+		Msg: "syslog message longer than eventSize: cut there and tagged flume.syslog.status=Incomplete (raise eventSize to keep such messages whole)"}
+	reasonInvalid = listener.Reason{Counter: "InvalidMessageCount", Level: slog.LevelWarn,
+		Msg: "syslog message without a valid <PRI> header: tagged flume.syslog.status=Invalid"}
+	reasonUnreadable = listener.Reason{Counter: "UnreadableMessageCount", Level: slog.LevelWarn,
+		Msg: "syslog input that makes no event (no priority digits), dropped as Flume drops it"}
+	reasonTruncated = listener.Reason{Counter: "TruncatedMessageCount", Level: slog.LevelWarn,
+		Msg: "syslog connection ended in the middle of a message; the part received was delivered, tagged"}
+	reasonOverBudget = listener.Reason{Counter: "OverBudgetCount", Level: slog.LevelWarn,
+		Msg: "syslog source has no memory left for a long message (maxBytesInFlight reached); closed the connection"}
+	reasonPutFailed = listener.Reason{Level: slog.LevelError,
+		Msg: "syslog source dropped events it could not put"}
 )
 
 // buildFunc turns a frame into an event appended to the batch, with its
 // body in slab. It reports whether the frame counts as a read failure.
 type buildFunc func(fr frame, port int, slab []byte) (ev event.Event, out []byte, keep, readFail bool)
 
-// tcpServer is what syslogtcp and multiport_syslogtcp share: listeners, one
-// goroutine per connection, framing, batching and backpressure.
+// tcpServer is what syslogtcp and multiport_syslogtcp share: listeners and
+// connections (a listener.Group), framing, batching and backpressure.
 type tcpServer struct {
-	env        flow.Env
-	kind       string // for messages: "syslogtcp", "multiport_syslogtcp"
-	host       string
-	ports      []int
-	framer     framer
-	batchSize  int
-	ipHeader   string
-	hostHeader string
-	portHeader string
-	tls        tlsconf.Settings
-	build      buildFunc
-	counters   *metrics.SourceCounters
+	env         flow.Env
+	kind        string // for messages: "syslogtcp", "multiport_syslogtcp"
+	host        string
+	ports       []int
+	framer      framer
+	batchSize   int
+	ipHeader    string
+	hostHeader  string
+	portHeader  string
+	tls         tlsconf.Settings
+	build       buildFunc
+	counters    *metrics.SourceCounters
+	hygiene     listener.Config
+	maxInFlight int64
+	bigSize     int // the large read buffer: room for the longest frame, at least minReadBuffer
+	rejects     *listener.Rejects
+	bigBufs     sync.Pool // *[]byte of bigSize
 
 	mu       sync.Mutex // guards the fields below
-	lns      []net.Listener
-	conns    map[net.Conn]struct{}
+	group    *listener.Group
+	addrs    []net.Addr
+	budget   *listener.Budget
 	stopRead context.CancelFunc // ends reading
 	stopProc context.CancelFunc // ends puts still waiting for the channel
-	started  bool
-	wg       sync.WaitGroup
+}
+
+// readLimits reads the connection hygiene and memory budget every syslog
+// TCP source has (see internal/listener): maxConnections (1024),
+// idleTimeout (600000 ms), progressTimeout (10000 ms), minBytesPerSecond
+// (1024) and maxBytesInFlight (16 MiB); and registers the reasons it counts.
+func (s *tcpServer) readLimits(p *config.Props) {
+	s.hygiene = listener.ReadConfig(p, listener.CamelNames, listener.DefaultConfig)
+	s.maxInFlight = listener.ReadBudget(p, listener.CamelNames, DefaultMaxInFlight, minReadBuffer)
+	s.bigSize = max(minReadBuffer, s.framer.maxSize+2*maxCountDigits+2)
+	if int64(s.bigSize) > s.maxInFlight {
+		p.Errorf(listener.CamelNames.MaxBytesInFlight, "%d bytes cannot hold one message of eventSize %d (up to %d bytes); raise it or lower eventSize",
+			s.maxInFlight, s.framer.maxSize, s.bigSize)
+	}
+	s.counters = metrics.NewSourceCounters(s.env.Name, s.env.Type)
+	s.rejects = listener.NewRejects(s.env.Name, s.env.Log(), s.counters.Set,
+		append([]listener.Reason{reasonOversize, reasonInvalid, reasonUnreadable, reasonTruncated, reasonOverBudget}, listener.ConnReasons...)...)
+	s.counters.Gauge("BytesInFlight", func() string { return strconv.FormatInt(s.inFlight(), 10) })
+}
+
+func (s *tcpServer) inFlight() int64 {
+	s.mu.Lock()
+	b := s.budget
+	s.mu.Unlock()
+	if b == nil {
+		return 0
+	}
+	return b.InUse()
 }
 
 // BatchSize reports the most events put in one transaction.
@@ -62,17 +121,13 @@ func (s *tcpServer) BatchSize() int { return s.batchSize }
 func (s *tcpServer) Addrs() []net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []net.Addr
-	for _, ln := range s.lns {
-		out = append(out, ln.Addr())
-	}
-	return out
+	return append([]net.Addr(nil), s.addrs...)
 }
 
 // Start listens on every port and serves each connection in its own goroutine.
 func (s *tcpServer) Start(_ context.Context, p flow.Processor) error {
 	s.mu.Lock()
-	started := s.started
+	started := s.group != nil
 	s.mu.Unlock()
 	if started {
 		return fmt.Errorf("%s %s: already started", s.kind, s.env.Name)
@@ -81,33 +136,39 @@ func (s *tcpServer) Start(_ context.Context, p flow.Processor) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", s.kind, s.env.Name, err)
 	}
-	var lns []net.Listener
+	g := listener.NewGroup(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection})
+	var lns []*listener.Listener
+	var addrs []net.Addr
 	for _, port := range s.ports {
 		addr := net.JoinHostPort(s.host, strconv.Itoa(port))
-		ln, err := net.Listen("tcp", addr)
+		ln, err := g.Listen(addr)
 		if err != nil {
-			for _, l := range lns {
-				l.Close()
-			}
+			_ = g.Shutdown(context.Background())
 			return fmt.Errorf("%s %s: listen %s: %w", s.kind, s.env.Name, addr, err)
 		}
 		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr())
 	}
 	readCtx, stopRead := context.WithCancel(context.Background())
 	procCtx, stopProc := context.WithCancel(context.Background())
+	budget := listener.NewBudget(s.maxInFlight)
 	s.mu.Lock()
-	s.lns, s.conns, s.started = lns, map[net.Conn]struct{}{}, true
+	s.group, s.addrs, s.budget = g, addrs, budget
 	s.stopRead, s.stopProc = stopRead, stopProc
 	s.mu.Unlock()
 	s.counters.Started()
-	for i, ln := range lns {
+	for _, ln := range lns {
 		port := ln.Addr().(*net.TCPAddr).Port
 		s.env.Log().Info(s.kind+" source listening", "source", s.env.Name, "addr", ln.Addr().String(), "tls", tcfg != nil)
-		if tcfg != nil {
-			ln = tls.NewListener(ln, tcfg)
-		}
-		s.wg.Add(1)
-		go s.accept(readCtx, procCtx, ln, s.ports[i], port, p)
+		g.Serve(ln, func(c *listener.Conn) {
+			var nc net.Conn = c
+			if tcfg != nil {
+				nc = tls.Server(c, tcfg)
+			}
+			h := s.newConn(nc, c, port, p, budget)
+			defer h.release()
+			h.serve(readCtx, procCtx)
+		})
 	}
 	return nil
 }
@@ -118,129 +179,116 @@ func (s *tcpServer) Start(_ context.Context, p flow.Processor) error {
 // as in Flume: syslog over TCP has no acknowledgement to withhold.
 func (s *tcpServer) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	if !s.started || s.lns == nil {
-		s.mu.Unlock()
+	g, stopRead, stopProc := s.group, s.stopRead, s.stopProc
+	s.group, s.addrs = nil, nil
+	s.mu.Unlock()
+	if g == nil {
 		return nil
 	}
-	for _, ln := range s.lns {
-		ln.Close()
-	}
-	s.lns = nil
-	s.stopRead()
-	now := time.Now()
-	for c := range s.conns {
-		c.SetReadDeadline(now)
-	}
-	stopProc := s.stopProc
-	s.mu.Unlock()
 	defer s.counters.Stopped()
-
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
+	defer stopProc()
+	stopRead()
+	err := g.Shutdown(ctx)
+	if err != nil {
 		stopProc()
-		s.mu.Lock()
-		for c := range s.conns {
-			c.Close()
-		}
-		s.mu.Unlock()
-		<-done
-		err = fmt.Errorf("%s %s: stop: %w", s.kind, s.env.Name, ctx.Err())
+		err = fmt.Errorf("%s %s: stop: %w", s.kind, s.env.Name, err)
 	}
-	stopProc()
-	s.mu.Lock()
-	s.started = false
-	s.mu.Unlock()
 	return err
-}
-
-func (s *tcpServer) accept(readCtx, procCtx context.Context, ln net.Listener, cfgPort, port int, p flow.Processor) {
-	defer s.wg.Done()
-	var delay time.Duration
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if readCtx.Err() != nil {
-				return
-			}
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			s.env.Log().Warn(s.kind+" source could not accept a connection", "source", s.env.Name, "err", err, "retry_in", delay)
-			select {
-			case <-time.After(delay):
-			case <-readCtx.Done():
-				return
-			}
-			continue
-		}
-		delay = 0
-		if !s.track(c) {
-			c.Close()
-			continue
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer s.untrack(c)
-			h := s.newConn(c, port, p)
-			h.serve(readCtx, procCtx)
-		}()
-	}
-}
-
-func (s *tcpServer) track(c net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.lns == nil {
-		return false
-	}
-	s.conns[c] = struct{}{}
-	s.counters.OpenConnection.Store(int64(len(s.conns)))
-	return true
-}
-
-func (s *tcpServer) untrack(c net.Conn) {
-	c.Close()
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.counters.OpenConnection.Store(int64(len(s.conns)))
-	s.mu.Unlock()
 }
 
 // conn serves one connection. Unread input is buf[r:w]; bodies are copied
 // out of it into a slab per batch, since the pipeline owns them after a put.
 type conn struct {
 	s      *tcpServer
-	c      net.Conn
+	c      net.Conn       // what is read: lc, or TLS over it
+	lc     *listener.Conn // the connection the group tracks
 	p      flow.Processor
 	port   int
-	buf    []byte
+	buf    []byte // small, or a large one taken from the budget
+	small  []byte
+	big    *[]byte
+	hold   listener.Hold
 	r, w   int
 	skip   int    // bytes of an oversized octet-counted frame still to discard
 	ip     string // clientIPHeader value
 	host   string // clientHostnameHeader value
 	events []event.Event
+	bad    badCounts // what the last collect flagged
 }
 
-func (s *tcpServer) newConn(c net.Conn, port int, p flow.Processor) *conn {
+// badCounts are the frames of one batch that are flagged or dropped.
+type badCounts struct {
+	oversize, invalid, unreadable, truncated int
+}
+
+func (s *tcpServer) newConn(c net.Conn, lc *listener.Conn, port int, p flow.Processor, b *listener.Budget) *conn {
+	small := make([]byte, smallBuffer)
 	h := &conn{
 		s:      s,
 		c:      c,
+		lc:     lc,
 		p:      p,
 		port:   port,
-		buf:    make([]byte, max(minReadBuffer, s.framer.maxSize+2*maxCountDigits)),
+		buf:    small,
+		small:  small,
+		hold:   listener.NewHold(b),
 		events: make([]event.Event, 0, s.batchSize),
 	}
 	if s.ipHeader != "" || s.hostHeader != "" {
-		ap := remoteAddrPort(c.RemoteAddr())
+		ap := remoteAddrPort(lc.RemoteAddr())
 		h.ip = javaHostAddress(ap.Addr())
 		if s.hostHeader != "" {
 			h.host = lookupHostname(ap.Addr())
 		}
 	}
 	return h
+}
+
+// grow moves the unread input into a large buffer. With wait set (a message
+// in progress does not fit otherwise) it waits for the budget, as long as
+// the progress timeout; else it takes the buffer only if it is free now.
+func (h *conn) grow(ctx context.Context, wait bool) bool {
+	n := int64(h.s.bigSize)
+	if wait {
+		h.lc.Busy() // waiting for memory is the agent's doing, not the sender's
+		wctx, cancel := context.WithTimeout(ctx, max(h.s.hygiene.ProgressTimeout, time.Second))
+		err := h.hold.Wait(wctx, n)
+		cancel()
+		h.lc.Receiving()
+		if err != nil {
+			return false
+		}
+	} else if !h.hold.Try(n) {
+		return false
+	}
+	bp, _ := h.s.bigBufs.Get().(*[]byte)
+	if bp == nil {
+		b := make([]byte, h.s.bigSize)
+		bp = &b
+	}
+	h.w = copy(*bp, h.buf[h.r:h.w])
+	h.r = 0
+	h.buf, h.big = *bp, bp
+	return true
+}
+
+// shrink returns the large buffer once nothing is left in it.
+func (h *conn) shrink() {
+	if h.big == nil || h.r != h.w {
+		return
+	}
+	h.s.bigBufs.Put(h.big)
+	h.big, h.buf = nil, h.small
+	h.r, h.w = 0, 0
+	h.hold.Release()
+}
+
+func (h *conn) release() {
+	if h.big != nil {
+		h.s.bigBufs.Put(h.big)
+		h.big = nil
+	}
+	h.hold.Release()
 }
 
 func remoteAddrPort(a net.Addr) netip.AddrPort {
@@ -279,17 +327,38 @@ func lookupHostname(ip netip.Addr) string {
 
 func (h *conn) serve(readCtx, procCtx context.Context) {
 	log := h.s.env.Log()
-	remote := h.c.RemoteAddr().String()
+	remote := h.lc.Peer()
+	need := h.s.framer.maxSize + 2*maxCountDigits + 2 // the longest frame, with its count
+	lastRead, filled := 0, false
 	for {
-		if h.r > 0 && len(h.buf)-h.w < h.s.framer.maxSize+2*maxCountDigits {
+		if h.r == h.w {
+			h.r, h.w = 0, 0
+		}
+		switch {
+		case h.big == nil && h.r == 0 && h.w == len(h.buf):
+			// A message in progress fills the small buffer: it needs the large one.
+			if !h.grow(readCtx, true) {
+				if readCtx.Err() == nil {
+					h.s.rejects.Add(reasonOverBudget, remote, "maxBytesInFlight", h.s.maxInFlight, "message_bytes", h.w)
+				}
+				return
+			}
+		case h.big == nil && filled:
+			h.grow(readCtx, false) // a busy sender: read it in large blocks if memory allows
+		case h.big != nil && h.r == h.w && lastRead < smallBuffer:
+			h.shrink()
+		}
+		if h.r > 0 && len(h.buf)-h.w < need {
 			h.w = copy(h.buf, h.buf[h.r:h.w])
 			h.r = 0
 		}
+		space := len(h.buf) - h.w
 		n, rerr := h.c.Read(h.buf[h.w:])
 		h.w += n
+		lastRead, filled = n, n == space
 		// At the end of the stream what is left is a final message, unless
 		// the source is stopping: then only complete messages go in.
-		eof := rerr != nil && readCtx.Err() == nil
+		eof := rerr != nil && readCtx.Err() == nil && h.lc.ClosedBy() == ""
 		if err := h.drain(procCtx, eof); err != nil {
 			log.Debug(h.s.kind+" connection ended", "source", h.s.env.Name, "remote", remote, "err", err)
 			return
@@ -306,12 +375,22 @@ func (h *conn) serve(readCtx, procCtx context.Context) {
 // drain puts every message buf holds in batches of at most batchSize: a
 // batch is cut when no further complete message is buffered.
 func (h *conn) drain(ctx context.Context, eof bool) error {
+	put := false
+	defer func() {
+		switch {
+		case h.r == h.w && h.skip == 0:
+			h.lc.Idle()
+		case put:
+			h.lc.Receiving() // the next message has begun: its own clock
+		}
+	}()
 	for {
 		h.discard()
 		if h.skip > 0 || h.r == h.w {
 			return nil
 		}
 		end, skip, n, readFails := h.collect(eof)
+		h.report()
 		c := h.s.counters
 		c.EventReadFail.Add(int64(readFails))
 		if n == 0 {
@@ -322,6 +401,8 @@ func (h *conn) drain(ctx context.Context, eof bool) error {
 			return nil
 		}
 		c.EventReceived.Add(int64(n))
+		h.lc.Busy()
+		put = true
 		committed, err := h.put(ctx, eof)
 		if err != nil {
 			return err
@@ -330,6 +411,29 @@ func (h *conn) drain(ctx context.Context, eof bool) error {
 			c.EventAccepted.Add(int64(n))
 		}
 		h.r, h.skip = end, skip
+	}
+}
+
+// report logs and counts what the last collect flagged (once per batch: a
+// retry collects the same frames again).
+func (h *conn) report() {
+	b := h.bad
+	if b == (badCounts{}) {
+		return
+	}
+	peer := h.lc.Peer()
+	r := h.s.rejects
+	if b.oversize > 0 {
+		r.AddN(reasonOversize, int64(b.oversize), peer, "eventSize", h.s.framer.maxSize)
+	}
+	if b.invalid > 0 {
+		r.AddN(reasonInvalid, int64(b.invalid), peer)
+	}
+	if b.unreadable > 0 {
+		r.AddN(reasonUnreadable, int64(b.unreadable), peer)
+	}
+	if b.truncated > 0 {
+		r.AddN(reasonTruncated, int64(b.truncated), peer)
 	}
 }
 
@@ -348,6 +452,7 @@ func (h *conn) discard() {
 // can build the same batch again.
 func (h *conn) collect(eof bool) (end, skip, n, readFails int) {
 	h.events = h.events[:0]
+	h.bad = badCounts{}
 	end = h.r
 	var slab []byte
 	for len(h.events) < h.s.batchSize && end < h.w {
@@ -363,6 +468,16 @@ func (h *conn) collect(eof bool) (end, skip, n, readFails int) {
 		slab = out
 		if rf {
 			readFails++
+		}
+		switch {
+		case fr.truncated:
+			h.bad.truncated++
+		case fr.incomplete || sk > 0:
+			h.bad.oversize++
+		case !keep:
+			h.bad.unreadable++
+		case rf:
+			h.bad.invalid++
 		}
 		if keep {
 			ev.ReceivedAt = event.Now()
@@ -407,7 +522,7 @@ func (h *conn) put(ctx context.Context, eof bool) (committed bool, err error) {
 		c.ChannelWriteFail.Add(1)
 		if !errors.Is(err, flow.ErrChannelFull) {
 			// Not a matter of space: Flume drops the events and logs it.
-			h.s.env.Log().Error(h.s.kind+" source dropped events it could not put", "source", h.s.env.Name, "events", len(h.events), "err", err)
+			h.s.rejects.Add(reasonPutFailed, h.lc.Peer(), "events", len(h.events), "err", err)
 			return false, nil
 		}
 		backoff = min(max(2*backoff, minFullBackoff), maxFullBackoff)

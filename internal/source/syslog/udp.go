@@ -4,16 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -36,8 +38,10 @@ type UDPSource struct {
 	ipHeader   string
 	hostHeader string
 	parser     FlumeParser
+	recvBuf    int  // receiveBufferSize; 0: listener.DefaultReceiveBuffer
+	recvBufSet bool // set in the config, so a cap by the kernel is a warning
 	counters   *metrics.SourceCounters
-	drops      *atomic.Int64
+	rejects    *listener.Rejects
 
 	mu       sync.Mutex // guards the fields below
 	conn     *net.UDPConn
@@ -50,10 +54,24 @@ var (
 	_ flow.BatchSizer = (*UDPSource)(nil)
 )
 
+// Datagrams the kernel dropped because the socket's receive buffer was
+// full, and datagrams read but lost at a stop: UDP cannot push back or hand
+// them back, so they are counted (DatagramDropCount) and told.
+var (
+	reasonKernelDrop = listener.Reason{Counter: "DatagramDropCount", Level: slog.LevelWarn,
+		Msg: "the kernel dropped syslog datagrams: the socket's receive buffer was full (raise receiveBufferSize, or make the sinks faster)"}
+	reasonUDPPutFailed = listener.Reason{Counter: "DatagramDropCount", Level: slog.LevelError,
+		Msg: "syslogudp source dropped events it could not put"}
+	reasonStopDrop = listener.Reason{Counter: "DatagramDropCount", Level: slog.LevelWarn,
+		Msg: "syslogudp stopped with datagrams read but not put (the channel refused them); they are lost"}
+)
+
 // NewUDP builds a syslogudp source from Flume's properties host (all
 // interfaces when unset), port, keepFields (none), clientIPHeader and
-// clientHostnameHeader, and sluice's batchSize (100). eventSize is accepted
-// and, as in Flume, does not apply: a datagram is read whole (up to 64 KiB).
+// clientHostnameHeader, and sluice's batchSize (100) and receiveBufferSize
+// (bytes; by default 4 MiB, or what net.core.rmem_max allows when that is
+// less and the process may not exceed it). eventSize is accepted and, as in
+// Flume, does not apply: a datagram is read whole (up to 64 KiB).
 func NewUDP(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &UDPSource{env: env}
 	s.host = p.String("host", "")
@@ -63,11 +81,13 @@ func NewUDP(env flow.Env, p *config.Props) (flow.Source, error) {
 		p.IntRange("eventSize", DefaultEventSize, 1, maxEventSize)
 		env.Log().Info("eventSize does not apply to syslogudp (Flume ignores it too); datagrams are read whole", "source", env.Name)
 	}
+	s.recvBufSet = p.Has("receiveBufferSize")
+	s.recvBuf = p.IntRange("receiveBufferSize", 0, 0, math.MaxInt32)
 	var keep Keep
 	keep, s.ipHeader, s.hostHeader = readCommon(env, p)
 	s.parser = FlumeParser{Keep: keep}
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
-	s.drops = s.counters.Counter("DatagramDropCount")
+	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set, reasonKernelDrop, reasonInvalid, reasonUnreadable)
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }
@@ -91,17 +111,11 @@ func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
 		return fmt.Errorf("syslogudp %s: already started", s.env.Name)
 	}
 	addr := net.JoinHostPort(s.host, strconv.Itoa(s.port))
-	ua, err := net.ResolveUDPAddr("udp", addr)
-	if err != nil {
-		return fmt.Errorf("syslogudp %s: resolve %s: %w", s.env.Name, addr, err)
-	}
-	conn, err := net.ListenUDP("udp", ua)
+	conn, rb, err := listener.ListenUDP(addr, s.recvBuf)
 	if err != nil {
 		return fmt.Errorf("syslogudp %s: listen %s: %w", s.env.Name, addr, err)
 	}
-	if err := enableDropCount(conn); err != nil {
-		s.env.Log().Debug("syslogudp cannot count kernel drops", "source", s.env.Name, "err", err)
-	}
+	rb.Note(s.env.Log(), "syslogudp", s.env.Name, s.recvBufSet)
 	procCtx, stopProc := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s.mu.Lock()
@@ -145,11 +159,14 @@ func (s *UDPSource) Stop(ctx context.Context) error {
 func (s *UDPSource) read(conn *net.UDPConn, queue chan<- event.Event) {
 	defer close(queue)
 	buf := make([]byte, maxDatagram)
-	oob := make([]byte, 64)
+	oob := make([]byte, listener.OOBSize)
 	hosts := newHostCache()
-	var lastDrops uint32
+	var drops listener.Drops
 	for {
 		n, oobn, _, from, err := conn.ReadMsgUDPAddrPort(buf, oob)
+		if d := drops.Update(oob[:oobn]); d > 0 {
+			s.rejects.AddN(reasonKernelDrop, d, "")
+		}
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -158,22 +175,18 @@ func (s *UDPSource) read(conn *net.UDPConn, queue chan<- event.Event) {
 			s.env.Log().Warn("syslogudp source could not read a datagram", "source", s.env.Name, "err", err)
 			continue
 		}
-		if d, ok := dropCount(oob[:oobn]); ok {
-			if d != lastDrops {
-				s.drops.Add(int64(d - lastDrops))
-				lastDrops = d
-			}
-		}
 		m, ok := ScanDatagram(buf[:n], true)
 		if !ok {
 			// Flume fails to build an event from a datagram with no
 			// priority digits (Integer.parseInt("")) and counts it.
 			s.counters.EventReadFail.Add(1)
+			s.rejects.Add(reasonUnreadable, from.String())
 			continue
 		}
 		ev, _ := s.parser.Event(m, make([]byte, 0, len(m.Raw)+16))
 		if m.Bad {
 			s.counters.EventReadFail.Add(1)
+			s.rejects.Add(reasonInvalid, from.String())
 		}
 		ev.ReceivedAt = event.Now()
 		if s.ipHeader != "" {
@@ -216,7 +229,7 @@ func (s *UDPSource) putLoop(ctx context.Context, queue <-chan event.Event, p flo
 			for range queue {
 				n++
 			}
-			s.drops.Add(n)
+			s.rejects.AddN(reasonStopDrop, n, "")
 			return
 		}
 	}
@@ -261,8 +274,7 @@ func (s *UDPSource) put(ctx context.Context, p flow.Processor, orig, batch []eve
 		}
 		s.counters.ChannelWriteFail.Add(1)
 		if !errors.Is(err, flow.ErrChannelFull) {
-			s.env.Log().Error("syslogudp source dropped events it could not put", "source", s.env.Name, "events", len(orig), "err", err)
-			s.drops.Add(int64(len(orig)))
+			s.rejects.AddN(reasonUDPPutFailed, int64(len(orig)), "", "err", err)
 			return true
 		}
 		backoff = min(max(2*backoff, minFullBackoff), maxFullBackoff)
