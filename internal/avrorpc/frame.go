@@ -61,6 +61,13 @@ type pack struct {
 // buffer grows as bytes arrive, so a peer that announces a large frame and
 // sends nothing makes this side allocate nothing.
 func readPack(r *bufio.Reader, lim Limits, started func()) (pack, error) {
+	return readPackMem(r, lim, started, nil)
+}
+
+// readPackMem is readPack with reserve, when not nil, asked for the bytes
+// of each new message buffer before it is allocated (and given back, as a
+// negative count, the bytes of the one it replaces); its error ends the read.
+func readPackMem(r *bufio.Reader, lim Limits, started func(), reserve func(n int) error) (pack, error) {
 	var hdr [8]byte
 	if _, err := r.ReadByte(); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
@@ -93,7 +100,7 @@ func readPack(r *bufio.Reader, lim Limits, started func()) (pack, error) {
 		}
 		total += int(n)
 		var err error
-		if buf, err = readAppend(r, buf, int(n), lim.MaxMessageBytes); err != nil {
+		if buf, err = readAppend(r, buf, int(n), lim.MaxMessageBytes, reserve); err != nil {
 			return p, fmt.Errorf("read frame %d of %d bytes: %w", i, n, unexpected(err))
 		}
 	}
@@ -102,13 +109,25 @@ func readPack(r *bufio.Reader, lim Limits, started func()) (pack, error) {
 }
 
 // readAppend appends n bytes from r to buf. buf grows only as bytes
-// arrive (at most one 64 KiB chunk ahead, or doubling up to limit).
-func readAppend(r io.Reader, buf []byte, n, limit int) ([]byte, error) {
+// arrive (at most one 64 KiB chunk ahead, or doubling up to limit), and
+// only once reserve (when not nil) granted the growth.
+func readAppend(r io.Reader, buf []byte, n, limit int, reserve func(int) error) ([]byte, error) {
 	const chunk = 64 << 10
 	for n > 0 {
 		if cap(buf)-len(buf) < min(n, chunk) {
-			nb := make([]byte, len(buf), max(len(buf)+min(n, chunk), min(2*cap(buf), limit)))
+			size := max(len(buf)+min(n, chunk), min(2*cap(buf), limit))
+			if reserve != nil {
+				// The old buffer lives until it is copied: take the whole
+				// new one, then give the old one back.
+				if err := reserve(size); err != nil {
+					return buf, err
+				}
+			}
+			nb := make([]byte, len(buf), size)
 			copy(nb, buf)
+			if reserve != nil {
+				_ = reserve(-cap(buf))
+			}
 			buf = nb
 		}
 		m := min(n, cap(buf)-len(buf))

@@ -37,9 +37,83 @@ type Server struct {
 	StallTimeout time.Duration
 	// WriteTimeout bounds writing a reply. Default 30 s.
 	WriteTimeout time.Duration
+	// Memory, when set, is a byte budget shared by every connection: a
+	// request's buffer grows, and its decoding allocates, only with bytes
+	// taken from it, all given back once the call is answered. The first
+	// bytes of a request wait for it (up to 5 s, or StallTimeout if less;
+	// the connection is not read meanwhile, which pushes back); later ones
+	// must be free at once, else the request fails with ErrBusy (so two
+	// half-read requests never wait for each other).
+	Memory Memory
+	// Busy and Idle, when set, are called with the connection once a
+	// request has been read (the handler runs) and once its reply is
+	// written: where the connection is, for idle and progress timeouts.
+	Busy, Idle func(net.Conn)
 
 	mu     sync.Mutex
 	remote map[MD5]bool // protocol hashes clients declared and we checked
+}
+
+// Memory is a byte budget (see Server.Memory); *listener.Budget is one.
+type Memory interface {
+	TryAcquire(n int64) bool
+	Acquire(ctx context.Context, n int64) error
+	Release(n int64)
+	Limit() int64 // 0: unlimited
+}
+
+// ErrBusy is wrapped by the error that ends a connection whose request
+// found Server.Memory spent: the server, not the peer, is short; the
+// sender should retry.
+var ErrBusy = errors.New("server busy: memory budget spent")
+
+// maxMemoryWait bounds how long a request waits for its first bytes of
+// Server.Memory before the connection is closed with ErrBusy.
+const maxMemoryWait = 5 * time.Second
+
+// memHold is what one request took from a Server's Memory.
+type memHold struct {
+	m     Memory
+	ctx   context.Context
+	stall time.Duration
+	n     int64
+}
+
+// reserve takes n bytes, or gives -n back.
+func (h *memHold) reserve(n int) error {
+	if h.m == nil || n == 0 {
+		return nil
+	}
+	if n < 0 {
+		back := min(int64(-n), h.n)
+		h.m.Release(back)
+		h.n -= back
+		return nil
+	}
+	want := int64(n)
+	if lim := h.m.Limit(); lim > 0 && h.n+want > lim {
+		return fmt.Errorf("%w: the request needs more than %d bytes to read and decode, the whole memory budget", ErrTooLarge, lim)
+	}
+	if h.n == 0 {
+		wait := min(h.stall, maxMemoryWait)
+		ctx, cancel := context.WithTimeout(h.ctx, wait)
+		err := h.m.Acquire(ctx, want)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w: waited %v for %d bytes", ErrBusy, wait, want)
+		}
+	} else if !h.m.TryAcquire(want) {
+		return fmt.Errorf("%w: %d more bytes for a request holding %d", ErrBusy, want, h.n)
+	}
+	h.n += want
+	return nil
+}
+
+func (h *memHold) release() {
+	if h.m != nil && h.n > 0 {
+		h.m.Release(h.n)
+	}
+	h.n = 0
 }
 
 // Default timeouts of a Server.
@@ -75,9 +149,16 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
 	hctx := context.WithoutCancel(ctx)
 
 	c := serverConn{s: s, lim: lim}
+	mem := &memHold{m: s.Memory, ctx: ctx, stall: stall}
+	defer mem.release()
+	var reserve func(int) error
+	if s.Memory != nil {
+		reserve = mem.reserve
+		c.reserve = reserve
+	}
 	var msgBuf, packBuf []byte
 	for {
-		p, err := readPack(st.r, lim, func() { st.arm(true) })
+		p, err := readPackMem(st.r, lim, func() { st.arm(true) }, reserve)
 		st.arm(false)
 		if err != nil {
 			if err == io.EOF {
@@ -88,6 +169,9 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
 			}
 			return err
 		}
+		if s.Busy != nil {
+			s.Busy(conn)
+		}
 		msgBuf, err = c.handle(hctx, p.msg, msgBuf[:0])
 		if err != nil {
 			return err
@@ -95,6 +179,10 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
 		packBuf = appendPack(packBuf[:0], p.serial, msgBuf)
 		if err := st.writePack(packBuf, wto); err != nil {
 			return fmt.Errorf("write reply: %w", err)
+		}
+		mem.release()
+		if s.Idle != nil {
+			s.Idle(conn)
 		}
 		if c.nones >= maxNoneReplies {
 			return fmt.Errorf("client sent an unknown protocol hash %d times without its protocol", c.nones)
@@ -104,10 +192,11 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
 
 // serverConn is the handshake state of one connection.
 type serverConn struct {
-	s     *Server
-	lim   Limits
-	done  bool // a handshake succeeded
-	nones int
+	s       *Server
+	lim     Limits
+	reserve func(int) error // takes decoding's bytes from Server.Memory; nil without one
+	done    bool            // a handshake succeeded
+	nones   int
 }
 
 var (
@@ -117,7 +206,7 @@ var (
 
 // handle decodes one request and appends the reply message to out.
 func (c *serverConn) handle(ctx context.Context, msg []byte, out []byte) ([]byte, error) {
-	d := decoder{buf: msg, budget: c.lim.decodeBudget()}
+	d := decoder{buf: msg, budget: c.lim.decodeBudget(), reserve: c.reserve}
 	if !c.done {
 		hr, err := d.handshakeRequest()
 		if err != nil {

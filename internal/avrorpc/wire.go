@@ -31,6 +31,9 @@ type decoder struct {
 	buf    []byte
 	off    int
 	budget int // bytes of decoded structure still allowed
+	// reserve, when set, is asked for every charge too (a budget shared
+	// with other connections); its error ends decoding.
+	reserve func(n int) error
 }
 
 func malformed(format string, args ...any) error {
@@ -146,6 +149,9 @@ func (d *decoder) charge(n int) error {
 	d.budget -= n
 	if d.budget < 0 {
 		return fmt.Errorf("%w: decoded message exceeds the decode budget", ErrTooLarge)
+	}
+	if d.reserve != nil {
+		return d.reserve(n)
 	}
 	return nil
 }

@@ -43,8 +43,9 @@ type Conn struct {
 
 	mu       sync.Mutex
 	state    State
-	since    time.Time // Idle: idle since; Receiving: the message clock's start
-	base     int64     // bytes read when the message clock started
+	since    time.Time // Idle: idle since; Receiving: when the message began
+	winStart time.Time // Receiving: start of the current progress window
+	winBase  int64     // bytes read when the window started
 	read     int64     // bytes read so far
 	closedBy string    // why the group closed it, "" while open
 }
@@ -60,7 +61,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 		c.mu.Lock()
 		c.read += int64(n)
 		if c.state == Idle {
-			c.state, c.since, c.base = Receiving, time.Now(), c.read-int64(n)
+			now := time.Now()
+			c.state, c.since, c.winStart, c.winBase = Receiving, now, now, c.read-int64(n)
 		}
 		c.mu.Unlock()
 	}
@@ -82,7 +84,8 @@ func (c *Conn) Receiving() { c.set(Receiving) }
 
 func (c *Conn) set(s State) {
 	c.mu.Lock()
-	c.state, c.since, c.base = s, time.Now(), c.read
+	now := time.Now()
+	c.state, c.since, c.winStart, c.winBase = s, now, now, c.read
 	c.mu.Unlock()
 	if s != Busy && c.g.stopping.Load() {
 		// The group is shutting down and waited for this one to finish
@@ -111,15 +114,35 @@ func (c *Conn) Peer() string { return c.RemoteAddr().String() }
 
 // snapshot is what the group's checks read of a connection.
 type snapshot struct {
-	state State
-	since time.Time
-	bytes int64 // bytes of the current message (Receiving)
+	state    State
+	since    time.Time
+	winStart time.Time
+	winBytes int64 // bytes read in the current progress window
 }
 
 func (c *Conn) snap() snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return snapshot{c.state, c.since, c.read - c.base}
+	return snapshot{c.state, c.since, c.winStart, c.read - c.winBase}
+}
+
+// checkProgress ends the progress window of a Receiving connection once it
+// lasted window: it reports the bytes that window brought and whether they
+// were fewer than minRate a second, and starts the next window.
+func (c *Conn) checkProgress(now time.Time, window time.Duration, minRate int64) (got int64, slow, ended bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != Receiving {
+		return 0, false, false
+	}
+	el := now.Sub(c.winStart)
+	if el < window {
+		return 0, false, false
+	}
+	got = c.read - c.winBase
+	slow = float64(got) < float64(minRate)*el.Seconds()
+	c.winStart, c.winBase = now, c.read
+	return got, slow, true
 }
 
 // closeFor closes the connection on the group's decision and records why;

@@ -35,11 +35,12 @@ type Config struct {
 	// IdleTimeout closes a connection with no message in progress for this long.
 	IdleTimeout time.Duration
 	// ProgressTimeout and MinRate close a connection whose message in
-	// progress arrives too slowly: a message that began at t0 and has
-	// brought b bytes must be complete by t0 + ProgressTimeout + b/MinRate
-	// seconds. So each message gets ProgressTimeout, plus a second for each
-	// MinRate bytes it brings: a 1-byte-a-second trickle is closed after
-	// about ProgressTimeout, an honest slow sender never.
+	// progress does not move: in every ProgressTimeout while a message is
+	// arriving, it must bring at least MinRate bytes a second on average.
+	// So a 1-byte-a-second trickle, or a message stalled half way, is
+	// closed within one to two ProgressTimeouts, while a large message on a
+	// slow but moving link is not, however long it takes. A connection
+	// between messages (Idle) or being handled (Busy) is not measured.
 	ProgressTimeout time.Duration
 	MinRate         int64 // bytes per second
 }
@@ -220,11 +221,11 @@ func (g *Group) victimLocked(now time.Time) (*Conn, string) {
 			if g.cfg.MinRate <= 0 {
 				continue
 			}
-			el := now.Sub(s.since).Seconds()
-			if el <= 0 || float64(s.bytes) >= float64(g.cfg.MinRate)*el {
+			el := now.Sub(s.winStart).Seconds()
+			if el <= 0 || float64(s.winBytes) >= float64(g.cfg.MinRate)*el {
 				continue
 			}
-			if r := float64(s.bytes) / el; slow == nil || r < slowRate {
+			if r := float64(s.winBytes) / el; slow == nil || r < slowRate {
 				slow, slowRate = c, r
 			}
 		}
@@ -320,23 +321,22 @@ func (g *Group) checker() {
 		}
 		now := time.Now()
 		out = out[:0]
+		progress := g.cfg.ProgressTimeout > 0 && g.cfg.MinRate > 0
 		g.mu.Lock()
 		for c := range g.conns {
 			s := c.snap()
-			el := now.Sub(s.since)
 			switch s.state {
 			case Idle:
-				if g.cfg.IdleTimeout > 0 && el > g.cfg.IdleTimeout {
+				if el := now.Sub(s.since); g.cfg.IdleTimeout > 0 && el > g.cfg.IdleTimeout {
 					out = append(out, closing{c, ReasonIdleTimeout, []any{"idle", el.Round(time.Millisecond)}})
 				}
 			case Receiving:
-				if g.cfg.ProgressTimeout <= 0 || g.cfg.MinRate <= 0 {
+				if !progress {
 					continue
 				}
-				allowed := g.cfg.ProgressTimeout + time.Duration(float64(s.bytes)/float64(g.cfg.MinRate)*float64(time.Second))
-				if el > allowed {
-					out = append(out, closing{c, ReasonTooSlow, []any{"message_bytes", s.bytes, "elapsed", el.Round(time.Millisecond),
-						"min_bytes_per_second", g.cfg.MinRate}})
+				if got, slow, _ := c.checkProgress(now, g.cfg.ProgressTimeout, g.cfg.MinRate); slow {
+					out = append(out, closing{c, ReasonTooSlow, []any{"bytes_in_window", got, "window", g.cfg.ProgressTimeout,
+						"message_age", now.Sub(s.since).Round(time.Millisecond), "min_bytes_per_second", g.cfg.MinRate}})
 				}
 			}
 		}

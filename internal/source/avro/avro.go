@@ -3,13 +3,16 @@
 // appendBatch of Flume's AvroSourceProtocol, see internal/avrorpc) and puts
 // them into its channels. Each call is answered OK only after every required
 // channel committed its events, and FAILED when they could not be put (a
-// full channel), so the sender keeps them and retries.
+// full channel, or the agent stopping), so the sender keeps them and retries.
 //
 // Each connection is served by its own goroutine, in order, as Flume's Netty
 // server does; whatever one connection sends (malformed data, absurd
 // lengths, a stall in the middle of a frame) closes only that connection,
-// with a logged reason. Memory per connection is bounded by
-// max-message-bytes, and the number of connections by max-connections.
+// with a logged reason (throttled) and a counter. What all connections
+// together can make the source hold is bounded: max-message-bytes per
+// request, max-bytes-in-flight over every request being read and decoded,
+// max-connections with the longest-idle connection closed to admit a new
+// one, and idle and progress timeouts (internal/listener).
 package avrosource
 
 import (
@@ -17,37 +20,60 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
 // Defaults of sluice's own properties.
 const (
-	DefaultMaxConnections = 1024
-	tlsHandshakeTimeout   = 10 * time.Second
-	logEvery              = 10 * time.Second
+	DefaultMaxConnections = listener.DefaultMaxConns
+	// DefaultMaxInFlight bounds the bytes every request being read and
+	// decoded holds at once: one request of max-message-bytes (64 MiB) and
+	// its decoding fit.
+	DefaultMaxInFlight  = 96 << 20
+	tlsHandshakeTimeout = 10 * time.Second
+)
+
+// Reasons the source refuses input or closes a connection, each logged
+// (throttled) with the peer and counted in the source's metrics.
+var (
+	reasonBadData = listener.Reason{Counter: "BadDataCount", Level: slog.LevelWarn,
+		Msg: "avro source: closing a connection that sent bad data"}
+	reasonOverBudget = listener.Reason{Counter: "OverBudgetCount", Level: slog.LevelWarn,
+		Msg: "avro source: closing a connection: no memory left for its request (max-bytes-in-flight reached); the sender will retry"}
+	reasonDenied = listener.Reason{Counter: "DeniedConnectionCount", Level: slog.LevelWarn,
+		Msg: "avro source: connection denied by ipFilterRules"}
+	reasonTLS = listener.Reason{Counter: "TLSHandshakeFailCount", Level: slog.LevelWarn,
+		Msg: "avro source: TLS handshake failed"}
+	reasonConnFailed = listener.Reason{Level: slog.LevelWarn,
+		Msg: "avro source: connection failed"}
+	reasonPutFailed = listener.Reason{Level: slog.LevelWarn,
+		Msg: "avro source: could not put events; replying FAILED so the sender retries"}
 )
 
 // Source is the Avro source. Build it with New.
 type Source struct {
-	env      flow.Env
-	addr     string
-	srv      avrorpc.Server
-	tls      tlsconf.Settings
-	rules    []ipRule
-	maxConns int
-	counters *metrics.SourceCounters
+	env         flow.Env
+	addr        string
+	srv         avrorpc.Server
+	tls         tlsconf.Settings
+	rules       []ipRule
+	hygiene     listener.Config
+	maxInFlight int64
+	counters    *metrics.SourceCounters
+	rejects     *listener.Rejects
 	// receivedAtHeader names the header an upstream avro sink put the
 	// first tier's receive time in (see receivedat.go); "" ignores it.
 	receivedAtHeader string
@@ -57,19 +83,10 @@ type Source struct {
 	hardStop context.CancelFunc
 
 	mu     sync.Mutex
-	ln     net.Listener
+	group  *listener.Group
+	ln     net.Addr
+	budget *listener.Budget
 	cancel context.CancelFunc // stops intake
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-	open   atomic.Int64
-
-	logMu sync.Mutex
-	logs  map[string]*throttle // by message
-}
-
-type throttle struct {
-	last       time.Time
-	suppressed int
 }
 
 // New builds an Avro source from its properties: bind and port (required),
@@ -78,10 +95,13 @@ type throttle struct {
 // keystore-type (PKCS12 | PEM), include-/exclude-protocols,
 // include-/exclude-cipher-suites, ipFilter (false) and ipFilterRules; and
 // sluice's max-connections (1024), max-message-bytes (64 MiB, the largest
-// request accepted), max-batch-events (100000) and stall-timeout (30000 ms,
-// how long a request may stop arriving part way) and receivedAtHeader
-// (unset: the header whose Unix-nanosecond value, when an event has it,
-// replaces the time of receipt, so latency spans tiers).
+// request accepted), max-batch-events (100000), max-bytes-in-flight (96 MiB,
+// what all requests being read and decoded may hold at once), idle-timeout
+// (600000 ms), progress-timeout (10000 ms) and min-bytes-per-second (1024)
+// (see internal/listener), stall-timeout (30000 ms, how long a request may
+// stop arriving part way) and receivedAtHeader (unset: the header whose
+// Unix-nanosecond value, when an event has it, replaces the time of receipt,
+// so latency spans tiers).
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env}
 	bind := p.Required("bind")
@@ -107,16 +127,44 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	} else {
 		p.String("ipFilterRules", "")
 	}
-	s.maxConns = p.IntRange("max-connections", DefaultMaxConnections, 1, math.MaxInt32)
+	s.hygiene = listener.ReadConfig(p, listener.DashNames, listener.DefaultConfig)
 	s.srv.Limits.MaxMessageBytes = p.IntRange("max-message-bytes", avrorpc.DefaultMaxMessageBytes, 1024, math.MaxInt32)
 	s.srv.Limits.MaxBatchEvents = p.IntRange("max-batch-events", avrorpc.DefaultMaxBatchEvents, 1, math.MaxInt32)
+	s.maxInFlight = listener.ReadBudget(p, listener.DashNames, DefaultMaxInFlight, 1<<20)
+	if s.maxInFlight < int64(s.srv.Limits.MaxMessageBytes) {
+		p.Errorf(listener.DashNames.MaxBytesInFlight, "%d is less than max-message-bytes (%d), so the largest request could never be read; raise it or lower max-message-bytes",
+			s.maxInFlight, s.srv.Limits.MaxMessageBytes)
+	}
 	s.srv.StallTimeout = time.Duration(p.IntRange("stall-timeout", int(avrorpc.DefaultStallTimeout/time.Millisecond), 1, math.MaxInt32)) * time.Millisecond
 	s.srv.Handler = handler{s}
+	s.srv.Busy = func(c net.Conn) {
+		if lc := listener.Of(c); lc != nil {
+			lc.Busy()
+		}
+	}
+	s.srv.Idle = func(c net.Conn) {
+		if lc := listener.Of(c); lc != nil {
+			lc.Idle()
+		}
+	}
 	s.receivedAtHeader = p.String("receivedAtHeader", "")
 
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
+	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,
+		append([]listener.Reason{reasonBadData, reasonOverBudget, reasonDenied, reasonTLS}, listener.ConnReasons...)...)
+	s.counters.Gauge("BytesInFlight", func() string { return strconv.FormatInt(s.inFlight(), 10) })
 	env.Registry().Add(s.counters.Set)
 	return s, nil
+}
+
+func (s *Source) inFlight() int64 {
+	s.mu.Lock()
+	b := s.budget
+	s.mu.Unlock()
+	if b == nil {
+		return 0
+	}
+	return b.InUse()
 }
 
 // Addr is the address the source listens on once started (with the port
@@ -124,10 +172,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 func (s *Source) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ln == nil {
-		return nil
-	}
-	return s.ln.Addr()
+	return s.ln
 }
 
 // Start loads the TLS key material, listens and accepts connections in a
@@ -135,116 +180,67 @@ func (s *Source) Addr() net.Addr {
 func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ln != nil {
+	if s.group != nil {
 		return fmt.Errorf("avro source %s: already started", s.env.Name)
 	}
 	tcfg, err := s.tls.ServerConfig()
 	if err != nil {
 		return fmt.Errorf("avro source %s: %w", s.env.Name, err)
 	}
-	ln, err := net.Listen("tcp", s.addr)
+	g := listener.NewGroup(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection})
+	ln, err := g.Listen(s.addr)
 	if err != nil {
+		_ = g.Shutdown(context.Background())
 		return fmt.Errorf("avro source %s: listen %s: %w", s.env.Name, s.addr, err)
 	}
-	if tcfg != nil {
-		ln = tls.NewListener(ln, tcfg)
-	}
-	s.ln, s.proc = ln, p
-	s.conns = map[net.Conn]struct{}{}
+	s.group, s.ln, s.proc = g, ln.Addr(), p
+	s.budget = listener.NewBudget(s.maxInFlight)
+	s.srv.Memory = s.budget
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.hardCtx, s.hardStop = context.WithCancel(context.Background())
 	s.counters.Started()
-	s.open.Store(0)
-	s.wg.Add(1)
-	go s.accept(ctx, ln)
+	g.Serve(ln, func(c *listener.Conn) {
+		var nc net.Conn = c
+		if tcfg != nil {
+			nc = tls.Server(c, tcfg)
+		}
+		s.serve(ctx, nc, c)
+	})
 	s.env.Log().Info("avro source listening", "source", s.env.Name, "addr", ln.Addr().String(),
 		"compression", map[bool]string{true: "deflate", false: "none"}[s.srv.Deflate], "ssl", tcfg != nil)
 	return nil
 }
 
-// Stop closes the listener, lets every connection finish the call it is
-// handling (replying to it), then closes the connections. If ctx ends first,
+// Stop closes the listener and every connection not in the middle of a
+// call at once, lets a call in progress finish and reply (FAILED once the
+// agent closed intake), then closes its connection. If ctx ends first,
 // calls still putting events are cancelled (their senders get FAILED or a
 // closed connection and resend).
 func (s *Source) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	ln, cancel := s.ln, s.cancel
-	s.ln = nil
+	g, cancel := s.group, s.cancel
+	s.group, s.ln = nil, nil
 	s.mu.Unlock()
-	if ln == nil {
+	if g == nil {
 		return nil
 	}
 	defer s.counters.Stopped()
 	cancel()
-	_ = ln.Close()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		s.hardStop()
-		return nil
-	case <-ctx.Done():
-	}
+	err := g.Shutdown(ctx)
 	s.hardStop()
-	s.mu.Lock()
-	for c := range s.conns {
-		_ = c.Close()
+	if err != nil {
+		return fmt.Errorf("avro source %s: stop: %w", s.env.Name, err)
 	}
-	s.mu.Unlock()
-	<-done
-	return fmt.Errorf("avro source %s: stop: %w", s.env.Name, ctx.Err())
+	return nil
 }
 
-func (s *Source) accept(ctx context.Context, ln net.Listener) {
-	defer s.wg.Done()
-	backoff := time.Duration(0)
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors and the like: wait and go on.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.warn("avro source: accept failed", "err", err, "retry_in", backoff)
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return
-			}
-			continue
-		}
-		backoff = 0
-		s.mu.Lock()
-		if len(s.conns) >= s.maxConns {
-			s.mu.Unlock()
-			s.warn("avro source: refusing a connection: max-connections reached", "peer", c.RemoteAddr().String(), "max-connections", s.maxConns)
-			_ = c.Close()
-			continue
-		}
-		s.conns[c] = struct{}{}
-		s.counters.OpenConnection.Store(int64(len(s.conns)))
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.serve(ctx, c)
-	}
-}
-
-func (s *Source) serve(ctx context.Context, c net.Conn) {
-	defer s.wg.Done()
-	defer func() {
-		_ = c.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.counters.OpenConnection.Store(int64(len(s.conns)))
-		s.mu.Unlock()
-	}()
+func (s *Source) serve(ctx context.Context, c net.Conn, lc *listener.Conn) {
 	log := s.env.Log()
-	peer := c.RemoteAddr().String()
+	peer := lc.Peer()
 	if len(s.rules) > 0 {
-		if ok, rule := allowed(ctx, s.rules, c.RemoteAddr()); !ok {
-			s.warn("avro source: connection denied by ipFilterRules", "peer", peer, "rule", rule)
+		if ok, rule := allowed(ctx, s.rules, lc.RemoteAddr()); !ok {
+			s.rejects.Add(reasonDenied, peer, "rule", rule)
 			return
 		}
 	}
@@ -253,49 +249,24 @@ func (s *Source) serve(ctx context.Context, c net.Conn) {
 		err := tc.HandshakeContext(hctx)
 		cancel()
 		if err != nil {
-			s.warn("avro source: TLS handshake failed", "peer", peer, "err", err)
+			s.rejects.Add(reasonTLS, peer, "err", err)
 			return
 		}
+		lc.Idle() // the handshake's bytes are not a request
 	}
 	log.Debug("avro source: connection opened", "source", s.env.Name, "peer", peer)
 	err := s.srv.ServeConn(ctx, c)
 	switch {
-	case err == nil || ctx.Err() != nil:
-		log.Debug("avro source: connection closed", "source", s.env.Name, "peer", peer)
+	case err == nil || ctx.Err() != nil || lc.ClosedBy() != "":
+		log.Debug("avro source: connection closed", "source", s.env.Name, "peer", peer, "by", lc.ClosedBy())
+	case errors.Is(err, avrorpc.ErrBusy):
+		s.rejects.Add(reasonOverBudget, peer, "err", err, "max-bytes-in-flight", s.maxInFlight)
 	case avrorpc.IsPeerError(err):
 		s.counters.EventReadFail.Add(1)
-		s.warn("avro source: closing a connection that sent bad data", "peer", peer, "err", err)
+		s.rejects.Add(reasonBadData, peer, "err", err)
 	default:
-		s.warn("avro source: connection failed", "peer", peer, "err", err)
+		s.rejects.Add(reasonConnFailed, peer, "err", err)
 	}
-}
-
-// warn logs at most one warning with the same msg per logEvery, counting
-// the rest, so a misbehaving peer cannot flood the log.
-func (s *Source) warn(msg string, args ...any) {
-	s.logMu.Lock()
-	if s.logs == nil {
-		s.logs = map[string]*throttle{}
-	}
-	t := s.logs[msg]
-	if t == nil {
-		t = &throttle{}
-		s.logs[msg] = t
-	}
-	now := time.Now()
-	if now.Sub(t.last) < logEvery {
-		t.suppressed++
-		s.logMu.Unlock()
-		return
-	}
-	n := t.suppressed
-	t.last, t.suppressed = now, 0
-	s.logMu.Unlock()
-	args = append(args, "source", s.env.Name)
-	if n > 0 {
-		args = append(args, "suppressed", n)
-	}
-	s.env.Log().Warn(msg, args...)
 }
 
 // handler turns calls into Process calls and counts them as Flume does.
@@ -340,6 +311,6 @@ func (h handler) process(events []event.Event) bool {
 		return true
 	}
 	h.s.counters.ChannelWriteFail.Add(1)
-	h.s.warn("avro source: could not put events; replying FAILED so the sender retries", "events", len(events), "err", err)
+	h.s.rejects.Add(reasonPutFailed, "", "events", len(events), "err", err)
 	return false
 }

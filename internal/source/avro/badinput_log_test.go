@@ -36,9 +36,8 @@ func (l *logBuffer) String() string {
 // flood the log.
 func TestBadInputIsLogged(t *testing.T) {
 	pl := sourcetest.NewPipeline(t, 100, 100, 100*time.Millisecond)
-	s := newSource(t, map[string]string{"stall-timeout": "200"})
 	var logs logBuffer
-	s.env.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	s := newSourceLogged(t, map[string]string{"stall-timeout": "200"}, slog.New(slog.NewTextHandler(&logs, nil)))
 	addr := start(t, s, pl.Processor)
 
 	send := func(b []byte) string {

@@ -1,0 +1,132 @@
+package avrosource
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/avrorpc"
+	"github.com/sluicehq/sluice/internal/source/sourcetest"
+)
+
+// closedByServer reports whether the server closed c within wait.
+func closedByServer(c net.Conn, wait time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	_, err := c.Read(make([]byte, 1))
+	var ne net.Error
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// packHeader starts a pack of frames frames, the first of n bytes.
+func packHeader(frames, n int) []byte {
+	b := binary.BigEndian.AppendUint32(nil, 1)
+	b = binary.BigEndian.AppendUint32(b, uint32(frames))
+	return binary.BigEndian.AppendUint32(b, uint32(n))
+}
+
+// TestHonestServedWhileIdleHeld: with more idle connections than
+// max-connections held open, an honest client is served.
+func TestHonestServedWhileIdleHeld(t *testing.T) {
+	pl := sourcetest.NewPipeline(t, 100, 100, 100*time.Millisecond)
+	s := newSource(t, map[string]string{"max-connections": "20"})
+	addr := start(t, s, pl.Processor)
+	for range 25 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	if !sourcetest.Eventually(func() bool { return counter(s, "OpenConnectionCount") == "20" }, 5*time.Second) {
+		t.Fatalf("OpenConnectionCount %s, want 20", counter(s, "OpenConnectionCount"))
+	}
+	honest := dial(t, addr, avrorpc.ClientConfig{ConnectTimeout: 3 * time.Second, RequestTimeout: 3 * time.Second})
+	if st, err := honest.AppendBatch(context.Background(), batch("h", 3)); err != nil || st != avrorpc.OK {
+		t.Fatalf("honest client: %v %v; want OK", st, err)
+	}
+}
+
+// TestTrickleClosed: a request sent a byte at a time is closed after the
+// progress timeout, although each byte comes well within stall-timeout.
+func TestTrickleClosed(t *testing.T) {
+	pl := sourcetest.NewPipeline(t, 100, 100, 100*time.Millisecond)
+	s := newSource(t, map[string]string{"progress-timeout": "300", "min-bytes-per-second": "100"})
+	addr := start(t, s, pl.Processor)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	go func() {
+		for _, b := range packHeader(1, 1000) {
+			if _, err := c.Write([]byte{b}); err != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	if !closedByServer(c, 5*time.Second) {
+		t.Fatal("the trickling connection was not closed")
+	}
+	if got := counter(s, "ConnectionTooSlowCount"); got != "1" {
+		t.Errorf("ConnectionTooSlowCount = %s, want 1", got)
+	}
+}
+
+// TestInFlightBounded: ten connections each sending most of a large frame
+// and then stalling make the source hold at most max-bytes-in-flight, not a
+// buffer per connection; they are closed by the progress rule, and an
+// honest client is served afterwards.
+func TestInFlightBounded(t *testing.T) {
+	pl := sourcetest.NewPipeline(t, 100, 100, 100*time.Millisecond)
+	const budget = 8 << 20
+	s := newSource(t, map[string]string{
+		"max-message-bytes": "4194304", "max-bytes-in-flight": "8388608",
+		"progress-timeout": "1500", "stall-timeout": "60000",
+	})
+	addr := start(t, s, pl.Processor)
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	chunk := make([]byte, 3<<20)
+	var conns []net.Conn
+	for range 10 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+		go func() {
+			c.Write(packHeader(2, 4<<20))
+			c.Write(chunk) // then stall in the middle of the frame
+		}()
+	}
+	time.Sleep(700 * time.Millisecond)
+	runtime.GC()
+	var mid runtime.MemStats
+	runtime.ReadMemStats(&mid)
+	if inUse := s.inFlight(); inUse > budget {
+		t.Errorf("%d bytes in flight, over max-bytes-in-flight %d", inUse, budget)
+	}
+	grown := int64(mid.HeapInuse) - int64(before.HeapInuse)
+	if grown > 2*budget {
+		t.Errorf("heap grew by %d bytes for 10 stalled requests; want at most about max-bytes-in-flight (%d)", grown, budget)
+	}
+	for _, c := range conns {
+		if !closedByServer(c, 10*time.Second) {
+			t.Fatal("a stalled request's connection was not closed")
+		}
+	}
+	honest := dial(t, addr, avrorpc.ClientConfig{ConnectTimeout: 3 * time.Second, RequestTimeout: 3 * time.Second})
+	if st, err := honest.AppendBatch(context.Background(), batch("h", 3)); err != nil || st != avrorpc.OK {
+		t.Fatalf("honest client after the stalled ones: %v %v; want OK", st, err)
+	}
+	if !sourcetest.Eventually(func() bool { return s.inFlight() == 0 }, 5*time.Second) {
+		t.Errorf("%d bytes still in flight after every request ended", s.inFlight())
+	}
+}
