@@ -61,6 +61,8 @@ var (
 		Msg: "avro source: connection failed"}
 	reasonPutFailed = listener.Reason{Level: slog.LevelWarn,
 		Msg: "avro source: could not put events; replying FAILED so the sender retries"}
+	reasonStopping = listener.Reason{Level: slog.LevelInfo,
+		Msg: "avro source: the agent is stopping; replying FAILED so the sender retries elsewhere or later"}
 )
 
 // Source is the Avro source. Build it with New.
@@ -311,6 +313,10 @@ func (h handler) process(events []event.Event) bool {
 		return true
 	}
 	h.s.counters.ChannelWriteFail.Add(1)
-	h.s.rejects.Add(reasonPutFailed, "", "events", len(events), "err", err)
+	if errors.Is(err, flow.ErrStopping) {
+		h.s.rejects.Add(reasonStopping, "", "events", len(events))
+	} else {
+		h.s.rejects.Add(reasonPutFailed, "", "events", len(events), "err", err)
+	}
 	return false
 }

@@ -51,6 +51,8 @@ var (
 		Msg: "netcat source has no memory left for a long line (max-bytes-in-flight reached); closed the connection, the sender should retry"}
 	reasonPutFailed = listener.Reason{Level: slog.LevelWarn,
 		Msg: "netcat source could not put a batch; answered FAILED"}
+	reasonStopping = listener.Reason{Level: slog.LevelInfo,
+		Msg: "netcat source refused lines: the agent is stopping; answered FAILED and closed the connection"}
 )
 
 // Memory: a connection reads into a small buffer of its own; one that
@@ -481,6 +483,15 @@ func (h *handler) put(ctx context.Context, slab []byte) error {
 			return ctx.Err()
 		}
 		c.ChannelWriteFail.Add(1)
+		if errors.Is(err, flow.ErrStopping) {
+			// Nothing will be put any more: tell the sender and close, so
+			// it stops sending here and resends elsewhere or later.
+			h.s.rejects.Add(reasonStopping, h.c.Peer(), "events", n)
+			if h.s.ack {
+				h.write([]byte(strings.Repeat("FAILED: agent is stopping; nothing was kept, send again\n", n)))
+			}
+			return err
+		}
 		if !errors.Is(err, flow.ErrChannelFull) {
 			// Flume answers a failed put with FAILED and goes on.
 			h.s.rejects.Add(reasonPutFailed, h.c.Peer(), "events", n, "err", err)

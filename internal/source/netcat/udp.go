@@ -44,8 +44,14 @@ type UDPSource struct {
 
 // Datagrams the kernel dropped because the socket's receive buffer was
 // full: UDP cannot push back, so they are counted and told.
-var reasonKernelDrop = listener.Reason{Counter: "DatagramDropCount", Level: slog.LevelWarn,
-	Msg: "the kernel dropped datagrams: the socket's receive buffer was full (raise receiveBufferSize, or make the sinks faster)"}
+var (
+	reasonKernelDrop = listener.Reason{Counter: "DatagramDropCount", Level: slog.LevelWarn,
+		Msg: "the kernel dropped datagrams: the socket's receive buffer was full (raise receiveBufferSize, or make the sinks faster)"}
+	reasonStopDrop = listener.Reason{Counter: "DatagramDropCount", Level: slog.LevelWarn,
+		Msg: "netcatudp dropped datagrams that arrived while the agent was stopping"}
+	reasonPutDrop = listener.Reason{Counter: "DatagramDropCount", Level: slog.LevelError,
+		Msg: "netcatudp source dropped an event it could not put"}
+)
 
 // NewUDP builds a netcatudp source from Flume's properties bind, port and
 // remoteAddressHeader (Flume's code reads remoteAddress, which is accepted
@@ -179,9 +185,14 @@ func (s *UDPSource) put(ctx context.Context, p flow.Processor, ev event.Event, b
 			return false
 		}
 		s.counters.ChannelWriteFail.Add(1)
+		if errors.Is(err, flow.ErrStopping) {
+			// UDP cannot hand it back: counted until Stop closes the socket.
+			s.rejects.Add(reasonStopDrop, "")
+			return true
+		}
 		if !errors.Is(err, flow.ErrChannelFull) {
 			// Not a matter of space: Flume drops the event and logs it.
-			s.env.Log().Error("netcatudp source dropped an event it could not put", "source", s.env.Name, "err", err)
+			s.rejects.Add(reasonPutDrop, "", "err", err)
 			return true
 		}
 		backoff = min(max(2*backoff, minFullBackoff), maxFullBackoff)

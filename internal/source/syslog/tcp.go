@@ -51,6 +51,8 @@ var (
 		Msg: "syslog source has no memory left for a long message (maxBytesInFlight reached); closed the connection"}
 	reasonPutFailed = listener.Reason{Level: slog.LevelError,
 		Msg: "syslog source dropped events it could not put"}
+	reasonStopping = listener.Reason{Level: slog.LevelWarn,
+		Msg: "syslog source stopped reading a connection: the agent is stopping; the messages read but not put are lost (syslog over TCP has no acknowledgement)"}
 )
 
 // buildFunc turns a frame into an event appended to the batch, with its
@@ -520,6 +522,12 @@ func (h *conn) put(ctx context.Context, eof bool) (committed bool, err error) {
 			return false, ctx.Err()
 		}
 		c.ChannelWriteFail.Add(1)
+		if errors.Is(err, flow.ErrStopping) {
+			// Nothing will be put any more: stop reading and close, so the
+			// sender keeps what it has not sent yet.
+			h.s.rejects.AddN(reasonStopping, int64(len(h.events)), h.lc.Peer())
+			return false, err
+		}
 		if !errors.Is(err, flow.ErrChannelFull) {
 			// Not a matter of space: Flume drops the events and logs it.
 			h.s.rejects.Add(reasonPutFailed, h.lc.Peer(), "events", len(h.events), "err", err)

@@ -63,7 +63,7 @@ var (
 	reasonUDPPutFailed = listener.Reason{Counter: "DatagramDropCount", Level: slog.LevelError,
 		Msg: "syslogudp source dropped events it could not put"}
 	reasonStopDrop = listener.Reason{Counter: "DatagramDropCount", Level: slog.LevelWarn,
-		Msg: "syslogudp stopped with datagrams read but not put (the channel refused them); they are lost"}
+		Msg: "syslogudp stopped with datagrams read but not put (the channel refused them, or the agent was stopping); they are lost"}
 )
 
 // NewUDP builds a syslogudp source from Flume's properties host (all
@@ -273,6 +273,9 @@ func (s *UDPSource) put(ctx context.Context, p flow.Processor, orig, batch []eve
 			return false
 		}
 		s.counters.ChannelWriteFail.Add(1)
+		if errors.Is(err, flow.ErrStopping) {
+			return false
+		}
 		if !errors.Is(err, flow.ErrChannelFull) {
 			s.rejects.AddN(reasonUDPPutFailed, int64(len(orig)), "", "err", err)
 			return true
