@@ -65,16 +65,58 @@ func text(raw json.RawMessage) (s string, ok bool, err error) {
 // *BadRequestError for input that is not such an array, naming where it went
 // wrong, and *UnsupportedCharsetError for another charset.
 func DecodeJSON(data []byte, charset string) ([]event.Event, error) {
+	return decode(data, charset, nil)
+}
+
+// decode is DecodeJSON asking reserve (when not nil) for the bytes each
+// step will allocate before it allocates them: a charset conversion, the
+// decoding (as scanShape bounds it), and, for input the fast decoder leaves
+// to encoding/json, that decoder's larger need. An error from reserve ends
+// decoding and is returned as it is.
+func decode(data []byte, charset string, reserve func(n int64) error) ([]event.Event, error) {
+	if reserve == nil {
+		reserve = func(int64) error { return nil }
+	}
 	cs, err := normCharset(charset)
 	if err != nil {
 		return nil, err
 	}
 	if cs != "utf-8" {
+		// The UTF-8 copy, then each body encoded back: at most twice the input.
+		if err := reserve(2 * int64(len(data))); err != nil {
+			return nil, err
+		}
 		data, err = toUTF8(data, cs)
 		if err != nil {
 			return nil, err
 		}
 	}
+	sh := scanShape(data)
+	cost := sh.cost(len(data))
+	if err := reserve(cost); err != nil {
+		return nil, err
+	}
+	if out, ok := decodeFast(data, sh.events); ok {
+		if cs != "utf-8" {
+			for i := range out {
+				out[i].Body = encodeBody(string(out[i].Body), cs)
+			}
+		}
+		return out, nil
+	}
+	// Invalid JSON is refused by the general decoder before it allocates,
+	// with the message that says where; only valid input needs its bytes.
+	if json.Valid(data) {
+		if err := reserve((generalFactor - 1) * cost); err != nil {
+			return nil, err
+		}
+	}
+	return decodeGeneral(data, cs)
+}
+
+// decodeGeneral is DecodeJSON through encoding/json, for every input
+// decodeFast leaves to it; it words the errors.
+func decodeGeneral(data []byte, cs string) ([]event.Event, error) {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
 		return nil, &BadRequestError{Msg: "request body is empty; send a JSON array of events such as [{\"headers\":{},\"body\":\"text\"}]"}

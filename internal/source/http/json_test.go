@@ -81,3 +81,41 @@ func FuzzJSONHandler(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeFast: whatever the fast decoder accepts, it decodes exactly as
+// the general (encoding/json) decoder does.
+func FuzzDecodeFast(f *testing.F) {
+	for _, s := range []string{
+		`[{"headers":{"a":"b"},"body":"text"}]`,
+		`[]`, ` [ ] `,
+		`[{"headers":{"n":1.50,"t":true,"f":false,"z":null},"body":"é \u00e9 \ud83d\ude00"}]`,
+		`[{"body":null},{}]`,
+		`[{"headers":{}},{"headers":null},{"headers":{"z":null}}]`,
+		`[{"headers":{"a":"1","a":"2"},"body":"dup"}]`,
+		`[{"headers":{"a":"1","a":null}}]`,
+		`[{"body":-0.5e+10},{"body":0},{"body":"\"q\" \\ \/ \b\f\n\r\t"}]`,
+		"[{\"body\":\"bad \xff utf8\"},{\"headers\":{\"\xfe\":\"k\"}}]",
+		`[{"Body":"case"}]`, `[{"other":1}]`, `[{"body":"x"},]`, `[01]`, `[{"body":1.}]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fast, ok := decodeFast(data, scanShape(data).events)
+		if !ok {
+			return
+		}
+		general, err := decodeGeneral(data, "utf-8")
+		if err != nil {
+			t.Fatalf("fast decoded %q, the general decoder refused it: %v", data, err)
+		}
+		if len(fast) != len(general) {
+			t.Fatalf("%q: %d events, general %d", data, len(fast), len(general))
+		}
+		for i := range fast {
+			if string(fast[i].Body) != string(general[i].Body) || (fast[i].Body == nil) != (general[i].Body == nil) ||
+				!maps.Equal(fast[i].Headers, general[i].Headers) || (fast[i].Headers == nil) != (general[i].Headers == nil) {
+				t.Fatalf("%q event %d: fast %q %v, general %q %v", data, i, fast[i].Body, fast[i].Headers, general[i].Body, general[i].Headers)
+			}
+		}
+	})
+}
