@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/avrorpc"
+	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 )
 
@@ -128,5 +129,41 @@ func TestInFlightBounded(t *testing.T) {
 	}
 	if !sourcetest.Eventually(func() bool { return s.inFlight() == 0 }, 5*time.Second) {
 		t.Errorf("%d bytes still in flight after every request ended", s.inFlight())
+	}
+}
+
+// TestStoppingRepliesFailed: once the agent closed the source's processor,
+// a call is answered FAILED (the sender keeps its events), and Stop then
+// closes the connection at once.
+func TestStoppingRepliesFailed(t *testing.T) {
+	pl := sourcetest.NewPipeline(t, 100, 100, 100*time.Millisecond)
+	s := newSource(t, nil)
+	if err := s.Start(context.Background(), pl.Processor); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, s.Addr().String(), avrorpc.ClientConfig{RequestTimeout: 3 * time.Second})
+	if st, err := c.AppendBatch(context.Background(), batch("a", 1)); err != nil || st != avrorpc.OK {
+		t.Fatal(st, err)
+	}
+	if err := pl.Processor.(*flow.ChannelProcessor).Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.AppendBatch(context.Background(), batch("b", 2)); err != nil || st != avrorpc.Failed {
+		t.Fatalf("a call after the processor closed: %v %v; want FAILED", st, err)
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("Stop took %v with an idle client connected", el)
+	}
+	if _, err := c.AppendBatch(context.Background(), batch("c", 1)); err == nil {
+		t.Error("the connection still works after Stop")
+	}
+	if n := pl.Channel.Len(); n != 1 {
+		t.Errorf("channel holds %d events, want the 1 acknowledged before the close", n)
 	}
 }

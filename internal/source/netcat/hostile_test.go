@@ -3,6 +3,7 @@ package netcat
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 )
 
@@ -321,5 +323,31 @@ func TestUDPDropsCountedAndLogged(t *testing.T) {
 	}
 	if n := logs.count("the kernel dropped datagrams"); n != 1 {
 		t.Errorf("%d drop warnings, want 1:\n%s", n, logs.String())
+	}
+}
+
+// TestStoppingAnswersFailed: once the agent closed the source's processor,
+// a line is answered FAILED (nothing kept) and the connection is closed,
+// instead of being retried as if the channel were full.
+func TestStoppingAnswersFailed(t *testing.T) {
+	pl := sourcetest.NewPipeline(t, 100, 100, time.Second)
+	s := newTCP(t, nil)
+	start(t, s, pl.Processor)
+	c := dial(t, s.Addr())
+	if err := pl.Processor.(*flow.ChannelProcessor).Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("late\n"))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if !strings.HasPrefix(line, "FAILED: agent is stopping") {
+		t.Fatalf("reply %q, %v; want FAILED saying the agent is stopping", line, err)
+	}
+	if _, err := r.ReadByte(); err == nil {
+		t.Error("the connection stayed open")
+	}
+	if n := pl.Channel.Len(); n != 0 {
+		t.Errorf("%d events put after the processor closed", n)
 	}
 }

@@ -2,6 +2,7 @@ package syslog
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 )
 
@@ -217,5 +219,28 @@ func TestUDPInvalidLogged(t *testing.T) {
 	}
 	if n := logs.count("without a valid <PRI> header"); n != 1 {
 		t.Errorf("%d invalid warnings, want 1:\n%s", n, logs.String())
+	}
+}
+
+// TestTCPStoppingCloses: once the agent closed the source's processor, a
+// connection that sends is no longer read and is closed, instead of being
+// held while the put is retried as if the channel were full.
+func TestTCPStoppingCloses(t *testing.T) {
+	pl := sourcetest.NewPipeline(t, 100, 100, time.Second)
+	_, _, addrs := newSource(t, "syslogtcp", nil, pl)
+	c, err := net.Dial("tcp", addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := pl.Processor.(*flow.ChannelProcessor).Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("<13>Jun 15 11:22:33 host app: late\n"))
+	if !closedByServer(c, 3*time.Second) {
+		t.Fatal("the connection was not closed")
+	}
+	if n := pl.Channel.Len(); n != 0 {
+		t.Errorf("%d events put after the processor closed", n)
 	}
 }
