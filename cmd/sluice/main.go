@@ -380,7 +380,7 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 	case errors.As(err, &dropped):
 		return exitDropped // each channel's count is logged already
 	default:
-		log.Error("agent failed", "err", err)
+		a.Logger().Error("agent failed", "err", err) // secrets redacted
 		return exitFailed
 	}
 }

@@ -242,6 +242,10 @@ func (a *Agent) build(srcs []config.Source) (*graph, error) {
 	return g, nil
 }
 
+// Logger returns the agent's logger: the one given in Options, with the
+// configuration's secrets (values read through config filters) replaced.
+func (a *Agent) Logger() *slog.Logger { return a.log }
+
 // Metrics returns the agent's metrics registry.
 func (a *Agent) Metrics() *metrics.Registry { return a.reg }
 
