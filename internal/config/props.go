@@ -287,7 +287,8 @@ func (p *Props) Split(key, sep string) []string {
 	return out
 }
 
-// Unused records a warning for every key below p that nothing read: Flume
+// Unused records a warning for every key below p that nothing read (an
+// error when the key looks like a security setting: see securityKey): Flume
 // ignores such keys, and real Flume configurations carry them (settings of
 // other versions, misspellings copied from articles), so they must not stop
 // the agent; but the user should learn that sluice does not read them. A
@@ -305,17 +306,50 @@ func (p *Props) Unused() {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		msg := "ignored: sluice does not read it"
-		if s := p.closest(k); s != "" {
-			msg += "; did you mean " + p.root + s + "?"
-		}
 		v := p.vals[k]
 		file := v.File
 		if file == "" {
 			file = p.File
 		}
+		suggest := ""
+		if s := p.closest(k); s != "" {
+			suggest = "did you mean " + p.root + s + "?"
+		}
+		if securityKey(k) {
+			// Running without a security setting the user wrote (a
+			// misspelt ssl, a keystore key this component lacks) would
+			// leave data less protected than configured: refuse.
+			msg := "sluice does not read it, and running without a security setting could leave data less protected than configured; "
+			if suggest != "" {
+				msg += suggest + " Fix it or remove it"
+			} else {
+				msg += "remove it, or check docs/components.md for this component's settings"
+			}
+			p.probs.Add(file, v.Line, p.root+k, "%s", msg)
+			continue
+		}
+		msg := "ignored: sluice does not read it"
+		if suggest != "" {
+			msg += "; " + suggest
+		}
 		p.probs.Warn(file, v.Line, p.root+k, "%s", msg)
 	}
+}
+
+// securityWords mark a key as a security setting.
+var securityWords = []string{"ssl", "tls", "keystore", "truststore", "password", "sasl", "jaas",
+	"kerberos", "keytab", "principal", "encrypt", "cipher", "trust-all", "certificate"}
+
+// securityKey reports whether an unread key looks like a security setting,
+// which is refused rather than ignored.
+func securityKey(k string) bool {
+	k = strings.ToLower(k)
+	for _, w := range securityWords {
+		if strings.Contains(k, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // closest returns the key a getter asked for that is nearest to k in edit
