@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -237,5 +239,28 @@ func TestSourcelessAgentDrainsFileChannel(t *testing.T) {
 		if l != fmt.Sprint(i) {
 			t.Fatalf("event %d is %q; want the seq source's bodies 0..499 exactly once", i, l)
 		}
+	}
+}
+
+// TestConfURIHTTPS: an https configuration URI is trusted through the JVM's
+// trust store property, as Flume's would be; without it the server's
+// self-signed certificate is refused.
+func TestConfURIHTTPS(t *testing.T) {
+	cs := &confServer{conf: netcatToNull(testutil.FreePort(t))}
+	srv := httptest.NewUnstartedServer(cs)
+	srv.Config.ErrorLog = stdlog.New(io.Discard, "", 0) // the refused handshake is expected
+	srv.StartTLS()
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	writeFile(t, ca, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
+	args := []string{"validate", "--conf-uri", srv.URL + "/a1.properties", "--conf-user", "flume", "--conf-password", "conf-pa55word", "-n", "a1"}
+
+	code, out, _ := runCLI(append(args, "-Djavax.net.ssl.trustStore="+ca, "-Djavax.net.ssl.trustStoreType=PEM")...)
+	if code != 0 || !strings.Contains(out, "agent a1 is valid") {
+		t.Fatalf("trusted: exit %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(args...)
+	if code != 1 || !strings.Contains(out, "certificate signed by unknown authority") {
+		t.Fatalf("untrusted: exit %d\n%s", code, out)
 	}
 }
