@@ -111,13 +111,15 @@ func listSegments(dir string) ([]uint64, error) {
 
 func segmentPath(dir string, n uint64) string { return filepath.Join(dir, segmentName(n)) }
 
-func encodeSegmentHeader(b []byte, seq uint64) {
+// encodeSegmentHeader writes the header of segment seq; prevEnd is the
+// size of segment seq-1 when seq was created (0: unknown or none).
+func encodeSegmentHeader(b []byte, seq uint64, prevEnd int64) {
 	_ = b[SegmentHeaderSize-1]
 	copy(b[0:4], segmentMagic)
 	binary.LittleEndian.PutUint16(b[4:6], segmentVersion)
 	binary.LittleEndian.PutUint16(b[6:8], 0)
 	binary.LittleEndian.PutUint64(b[8:16], seq)
-	binary.LittleEndian.PutUint32(b[16:20], 0)
+	binary.LittleEndian.PutUint32(b[16:20], uint32(prevEnd))
 	binary.LittleEndian.PutUint32(b[20:24], crc32.Checksum(b[0:20], castagnoli))
 }
 
@@ -141,6 +143,10 @@ func checkSegmentHeader(b []byte, seq uint64) string {
 	}
 	return ""
 }
+
+// headerPrevEnd returns the prev_end field of a valid segment header: how
+// long the segment before it was when it was created, or 0 if unknown.
+func headerPrevEnd(b []byte) int64 { return int64(binary.LittleEndian.Uint32(b[16:20])) }
 
 // appendFrame appends rec framed as a data record to dst.
 func appendFrame(dst, rec []byte) []byte {

@@ -7,9 +7,10 @@ import (
 )
 
 // Reader replays records in log order from a position up to the end of the
-// durable data at the time it was made. Damaged regions and missing
-// segments are skipped, logged and counted (in the Reader and in the Log's
-// Stats). A Reader is used by one goroutine; Close it when done.
+// durable data at the time it was made. Damaged regions, segments cut
+// short and missing segments are skipped, counted (in the Reader and in the
+// Log's Stats) and listed (Damage); the Reader logs them only at debug
+// level. A Reader is used by one goroutine; Close it when done.
 type Reader struct {
 	l    *Log
 	from Position
@@ -19,6 +20,10 @@ type Reader struct {
 	f   *os.File
 	sc  *scanner
 	buf []byte
+	// cut is how many bytes of the current segment are gone from its end
+	// (its successor's header says how long it was); reported when the
+	// scan reaches the end.
+	cut int64
 
 	pos Position
 	rec []byte
@@ -26,6 +31,7 @@ type Reader struct {
 
 	regions   int
 	lostBytes int64
+	damage    []Damage
 }
 
 // NewReader returns a Reader of the records at or after from. A from
@@ -51,7 +57,18 @@ func (r *Reader) Next() bool {
 		ok := r.sc.next()
 		if d := r.sc.regions - regions; d > 0 {
 			b := r.sc.lostBytes - lost
-			r.damage(d, b, "damaged records skipped", r.sc.off)
+			from := r.sc.recOff - b
+			if !ok {
+				from = r.sc.off - b
+			}
+			kind := Region
+			if !ok && r.sc.tail >= 0 && r.cut > 0 {
+				// The segment ends inside a record because its end was
+				// cut off: one damaged place, the torn record and the rest.
+				kind, b = Cut, b+r.cut
+				r.cut = 0
+			}
+			r.report(Damage{Kind: kind, Segment: r.seg, Offset: from, Bytes: b, OneRecord: ok && d == 1 && r.sc.oneRecord}, d)
 		}
 		if ok {
 			r.pos = Position{Segment: r.seg, Offset: r.sc.recOff}
@@ -61,6 +78,11 @@ func (r *Reader) Next() bool {
 		if r.sc.err != nil {
 			r.err = fmt.Errorf("wal: read %s: %w", r.f.Name(), r.sc.err)
 			return false
+		}
+		if r.cut > 0 {
+			// Cut at a record boundary: the scan alone cannot see it.
+			r.report(Damage{Kind: Cut, Segment: r.seg, Offset: r.sc.size, Bytes: r.cut}, 1)
+			r.cut = 0
 		}
 		r.buf = r.sc.buf
 		r.closeSegment()
@@ -76,7 +98,11 @@ func (r *Reader) openSegment() bool {
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			r.damage(1, 0, "segment missing", 0)
+			size := r.l.writtenSize(r.seg)
+			if size == 0 {
+				size = -1
+			}
+			r.report(Damage{Kind: Missing, Segment: r.seg, Bytes: size}, 1)
 			r.seg++
 			return false
 		}
@@ -84,6 +110,7 @@ func (r *Reader) openSegment() bool {
 		return false
 	}
 	size := r.end.Offset
+	r.cut = 0
 	if r.seg < r.end.Segment {
 		fi, err := f.Stat()
 		if err != nil {
@@ -92,10 +119,21 @@ func (r *Reader) openSegment() bool {
 			return false
 		}
 		size = fi.Size()
+		// The next segment's header says how long this one was written.
+		// Bytes past that are not part of the log (the unsynced tail of a
+		// failed write that could not be truncated); fewer bytes mean its
+		// end was cut off.
+		if w := r.l.writtenSize(r.seg); w > 0 {
+			if w < size {
+				size = w
+			} else {
+				r.cut = w - size
+			}
+		}
 	}
 	var hdr [SegmentHeaderSize]byte
 	if n, _ := f.ReadAt(hdr[:], 0); n < SegmentHeaderSize || checkSegmentHeader(hdr[:], r.seg) != "" {
-		r.damage(1, SegmentHeaderSize, "damaged segment header", 0)
+		r.report(Damage{Kind: BadHeader, Segment: r.seg, Bytes: SegmentHeaderSize}, 1)
 	}
 	start := int64(SegmentHeaderSize)
 	if r.seg == r.from.Segment && r.from.Offset > start {
@@ -113,12 +151,14 @@ func (r *Reader) closeSegment() {
 	r.f, r.sc = nil, nil
 }
 
-func (r *Reader) damage(regions int, bytes int64, what string, off int64) {
+// report records d, which counts as regions damaged regions.
+func (r *Reader) report(d Damage, regions int) {
+	bytes := max(d.Bytes, 0)
 	r.regions += regions
 	r.lostBytes += bytes
+	r.damage = append(r.damage, d)
 	r.l.countLoss(uint64(regions), uint64(bytes))
-	r.l.log.Warn("wal: "+what, "segment", segmentPath(r.l.dir, r.seg), "near_offset", off,
-		"regions", regions, "bytes", bytes)
+	r.l.log.Debug("wal: "+d.Kind.String(), "dir", r.l.dir, "damage", d.String())
 }
 
 // Record returns the current record's payload; it is valid until the next
@@ -135,6 +175,10 @@ func (r *Reader) Err() error { return r.err }
 // Damaged returns how many damaged regions (and missing segments) the
 // Reader has skipped so far, and their known size in bytes.
 func (r *Reader) Damaged() (regions int, bytes int64) { return r.regions, r.lostBytes }
+
+// Damage returns every damaged place the Reader has found so far, in log
+// order.
+func (r *Reader) Damage() []Damage { return r.damage }
 
 // Close releases the Reader's file.
 func (r *Reader) Close() error {

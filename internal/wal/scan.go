@@ -27,6 +27,10 @@ type scanner struct {
 	regions   int   // damaged regions skipped, including a torn tail
 	lostBytes int64 // bytes in those regions
 	tail      int64 // offset where a torn tail (no valid frame after) starts, or -1
+	// oneRecord says the last damaged region was exactly one record: its
+	// frame header is intact and its length spans the region (a payload
+	// that fails its checksum).
+	oneRecord bool
 	err       error // an I/O error; scanning stops
 }
 
@@ -118,6 +122,10 @@ func (s *scanner) next() bool {
 		}
 		if p := s.frameAt(o); p != nil {
 			s.damage(bad, o)
+			if h := s.window(bad, FrameHeaderSize); h != nil {
+				n := frameLen(h)
+				s.oneRecord = n >= 0 && bad+FrameSize(n) == o
+			}
 			s.recOff, s.rec = o, p
 			s.off = o + FrameHeaderSize + int64(len(p))
 			return true
@@ -133,6 +141,7 @@ func (s *scanner) next() bool {
 }
 
 func (s *scanner) damage(from, to int64) {
+	s.oneRecord = false
 	s.regions++
 	s.lostBytes += to - from
 }

@@ -4,9 +4,11 @@
 //
 // Append blocks until its records are durable (written and fdatasync'ed);
 // concurrent Appends share one write pass and one fdatasync. A write or sync
-// error sticks: every later Append fails with it until the Log is closed
-// and opened again. Open recovers from damage by itself and counts what it
-// could not keep in Stats.
+// error sticks: every later Append fails with it at once, until Recover
+// cuts the log back to its durable end and starts a fresh segment (or the
+// Log is closed and opened again). Open recovers from damage by itself; the
+// damage is counted in Stats and reported to the caller (OpenDamage,
+// Reader.Damage), who knows what the lost bytes held and says so.
 package wal
 
 import (
@@ -17,13 +19,18 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/logthrottle"
 )
 
 // Options configure a Log. The zero value is usable.
 type Options struct {
 	// SegmentSize is the most bytes a segment file may hold (header
 	// included); a segment is rotated before a record would exceed it.
-	// Default 64 MiB; at least 64 KiB.
+	// Default 64 MiB; at least 64 KiB, at most 4 GiB - 1 (a segment's
+	// header records the size of the one before it in 32 bits).
 	SegmentSize int64
 	// Logger receives recovery and error reports; default slog.Default().
 	Logger *slog.Logger
@@ -41,7 +48,10 @@ type Options struct {
 // DefaultSegmentSize is the segment size when Options.SegmentSize is 0.
 const DefaultSegmentSize = 64 << 20
 
-const minSegmentSize = 64 << 10
+const (
+	minSegmentSize = 64 << 10
+	maxSegmentSize = 1<<32 - 1
+)
 
 // SegmentFile is the part of a segment file the writer uses. It exists so
 // tests can inject write and sync failures (Options.OpenSegment).
@@ -85,10 +95,21 @@ type Stats struct {
 	// counted here too.
 	LostRegions uint64
 	LostBytes   uint64
+	// Failures counts write or sync errors that made the log refuse
+	// appends; Recoveries the times Recover brought it back.
+	Failures   uint64
+	Recoveries uint64
 }
 
 type stats struct {
 	appends, records, bytes, syncs, created, deleted, lostRegions, lostBytes atomic.Uint64
+	failures, recoveries                                                     atomic.Uint64
+}
+
+// lostRange is a run of tickets whose records a failure cut off.
+type lostRange struct {
+	from, to uint64 // inclusive
+	err      error
 }
 
 // chunk is the part of an Append's buffer that goes into one segment.
@@ -126,9 +147,15 @@ type Log struct {
 	doneSeq    uint64   // highest ticket the writer is done with (written or skipped)
 	durable    Position // end of the durable data
 	tail       Position // where the next record goes
-	err        error    // sticky write/sync error
+	err        error    // sticky write/sync error; cleared by Recover
+	failedAt   time.Time
+	epoch      uint64      // bumped by each recovery; the syncer drops results from an older one
+	lost       []lostRange // tickets cut off by recovered failures
 	closing    bool
 	first      uint64 // oldest segment still present
+	openDamage []Damage
+
+	recoverReq chan chan error // to the writer, which owns the files
 
 	wake       chan struct{} // cap 1; nudges the writer
 	syncWake   chan struct{} // cap 1; nudges the syncer
@@ -138,10 +165,13 @@ type Log struct {
 	// fileMu is held by the syncer around Datasync and by the writer while
 	// it replaces cur, so a sync never runs on a closed file.
 	fileMu sync.Mutex
-	// cur and curSeg are written only by the writer, under fileMu.
+	// cur and curSeg are written only by the writer, under fileMu; cur is
+	// nil while a failure has closed it and no new segment could be made.
 	cur    SegmentFile
 	curSeg uint64
 	curOff int64 // writer only: bytes written to cur
+
+	throttle *logthrottle.Throttle // failure reports, which a flapping disk repeats
 
 	rmu     sync.Mutex
 	readers map[uint64]*os.File // read-only handles by segment
@@ -159,6 +189,9 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	if opts.SegmentSize < minSegmentSize {
 		return nil, fmt.Errorf("wal: segment size %d is below the minimum %d", opts.SegmentSize, minSegmentSize)
+	}
+	if opts.SegmentSize > maxSegmentSize {
+		return nil, fmt.Errorf("wal: segment size %d is above the maximum %d", opts.SegmentSize, int64(maxSegmentSize))
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -183,6 +216,8 @@ func Open(dir string, opts Options) (*Log, error) {
 		writerDone: make(chan struct{}),
 		done:       make(chan struct{}),
 		readers:    make(map[uint64]*os.File),
+		recoverReq: make(chan chan error),
+		throttle:   logthrottle.New(time.Minute, 1),
 	}
 	l.cond.L = &l.mu
 	if err := l.recover(); err != nil {
@@ -200,21 +235,21 @@ func (l *Log) recover() error {
 	if err != nil {
 		return fmt.Errorf("wal: list %s: %w", l.dir, err)
 	}
-	next := uint64(1)
+	next, prevEnd := uint64(1), int64(0)
 	if len(segs) > 0 {
 		last := segs[len(segs)-1]
-		removed, err := l.repairLast(last)
+		size, removed, err := l.repairLast(last)
 		if err != nil {
 			return err
 		}
-		next = last + 1
+		next, prevEnd = last+1, size
 		if removed {
 			// Its number is reused so no gap appears; the segment before
 			// it is now the last one and may have a torn tail too.
-			next = last
+			next, prevEnd = last, 0
 			segs = segs[:len(segs)-1]
 			if len(segs) > 0 {
-				if _, err := l.repairLast(segs[len(segs)-1]); err != nil {
+				if prevEnd, _, err = l.repairLast(segs[len(segs)-1]); err != nil {
 					return err
 				}
 			}
@@ -223,110 +258,129 @@ func (l *Log) recover() error {
 		if len(segs) > 0 {
 			l.first = segs[0]
 		}
-		for i := 1; i < len(segs); i++ {
-			if segs[i] != segs[i-1]+1 {
-				l.log.Warn("wal: segments missing", "dir", l.dir, "from", segs[i-1]+1, "to", segs[i]-1)
-			}
-		}
 	} else {
 		l.first = 1
 	}
-	if err := l.createSegment(next); err != nil {
-		return err
+	if err := l.createSegment(next, prevEnd); err != nil {
+		if !outOfSpace(err) {
+			return err
+		}
+		// No room for a new segment: the log opens failed, as if a write
+		// had just failed, so what it holds can still be read; Recover
+		// starts the segment once there is room.
+		var end Position
+		if len(segs) > 0 {
+			end = Position{Segment: segs[len(segs)-1], Offset: prevEnd}
+		}
+		l.tail, l.durable, l.written = end, end, end
+		l.curSeg = end.Segment
+		l.failLocked(err)
+		return nil
 	}
 	l.tail = Position{Segment: next, Offset: SegmentHeaderSize}
 	l.durable, l.written = l.tail, l.tail
 	return nil
 }
 
-// repairLast scans segment n and truncates a torn tail; a file too short to
-// hold its header is removed (and removed is true).
-func (l *Log) repairLast(n uint64) (removed bool, err error) {
+// outOfSpace reports whether err says the disk (or the user's quota) is
+// full.
+func outOfSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// repairLast scans segment n, the last one, and cuts off a torn tail; it
+// returns the segment's size after that. A file too short to hold its
+// header is removed (and removed is true). Only the last segment can have
+// been torn by a crash: every older one was synced whole before the next
+// was created, and a clean Close leaves an empty segment after the last
+// one written, so damage there is never mistaken for a crash.
+func (l *Log) repairLast(n uint64) (size int64, removed bool, err error) {
 	path := segmentPath(l.dir, n)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
-		return false, fmt.Errorf("wal: open %s: %w", path, err)
+		return 0, false, fmt.Errorf("wal: open %s: %w", path, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return false, fmt.Errorf("wal: stat %s: %w", path, err)
+		return 0, false, fmt.Errorf("wal: stat %s: %w", path, err)
 	}
-	size := fi.Size()
+	size = fi.Size()
 	if size < SegmentHeaderSize {
 		// Crashed while creating it: no record in it was acknowledged.
-		l.log.Warn("wal: removing segment shorter than its header", "segment", path, "size", size)
+		l.log.Debug("wal: removing segment shorter than its header", "segment", path, "size", size)
+		l.openDamage = append(l.openDamage, Damage{Kind: ShortSegment, Segment: n, Bytes: size})
 		if size > 0 {
 			l.countLoss(1, uint64(size))
 		}
 		f.Close()
 		if err := os.Remove(path); err != nil {
-			return false, fmt.Errorf("wal: remove %s: %w", path, err)
+			return 0, false, fmt.Errorf("wal: remove %s: %w", path, err)
 		}
-		return true, syncDir(l.dir)
+		return 0, true, syncDir(l.dir)
 	}
-	var hdr [SegmentHeaderSize]byte
-	if _, err := f.ReadAt(hdr[:], 0); err != nil {
-		return false, fmt.Errorf("wal: read %s: %w", path, err)
-	}
-	if why := checkSegmentHeader(hdr[:], n); why != "" {
-		// Counted by the Reader that replays this segment.
-		l.log.Warn("wal: damaged segment header, scanning records anyway", "segment", path, "reason", why)
-	}
+	// A damaged header is counted by the Reader that replays this segment.
 	s := newScanner(f, size, SegmentHeaderSize, nil)
 	records := 0
 	for s.next() {
 		records++
 	}
 	if s.err != nil {
-		return false, fmt.Errorf("wal: read %s: %w", path, s.err)
-	}
-	if s.regions > 0 {
-		l.log.Warn("wal: recovered damaged last segment", "segment", path,
-			"damaged_regions", s.regions, "bytes_lost", s.lostBytes, "records_kept", records,
-			"truncated_at", s.tail)
+		return 0, false, fmt.Errorf("wal: read %s: %w", path, s.err)
 	}
 	if s.tail >= 0 {
 		// Damaged regions before the tail stay in the file and are counted
 		// by the Reader that replays them; the tail is counted here.
+		l.log.Debug("wal: cutting torn tail of the last segment", "segment", path,
+			"offset", s.tail, "bytes", size-s.tail, "records_kept", records)
+		l.openDamage = append(l.openDamage, Damage{Kind: TornTail, Segment: n, Offset: s.tail, Bytes: size - s.tail})
 		l.countLoss(1, uint64(size-s.tail))
 		if err := f.Truncate(s.tail); err != nil {
-			return false, fmt.Errorf("wal: truncate %s at %d: %w", path, s.tail, err)
+			return 0, false, fmt.Errorf("wal: truncate %s at %d: %w", path, s.tail, err)
 		}
 		if err := datasync(f); err != nil {
-			return false, fmt.Errorf("wal: sync %s: %w", path, err)
+			return 0, false, fmt.Errorf("wal: sync %s: %w", path, err)
 		}
+		size = s.tail
 	}
-	return false, nil
+	return size, false, nil
 }
+
+// OpenDamage returns what Open found and repaired in the last segment: a
+// torn tail cut off, a segment shorter than its header removed. Damage in
+// older segments is found by the Readers that replay them.
+func (l *Log) OpenDamage() []Damage { return l.openDamage }
 
 func (l *Log) countLoss(regions uint64, bytes uint64) {
 	l.st.lostRegions.Add(regions)
 	l.st.lostBytes.Add(bytes)
 }
 
-// createSegment creates segment n, writes its header and makes both the
-// file and its directory entry durable. It becomes the writer's current
-// segment.
-func (l *Log) createSegment(n uint64) error {
+// createSegment creates segment n, whose header records prevEnd (the size
+// of segment n-1), and makes both the file and its directory entry
+// durable. It becomes the writer's current segment. A file it could not
+// finish is removed, so that a later attempt can create it again.
+func (l *Log) createSegment(n uint64, prevEnd int64) error {
 	path := segmentPath(l.dir, n)
 	f, err := l.opts.OpenSegment(path)
 	if err != nil {
 		return fmt.Errorf("wal: create segment %s: %w", path, err)
 	}
-	var hdr [SegmentHeaderSize]byte
-	encodeSegmentHeader(hdr[:], n)
-	if _, err := f.Write(hdr[:]); err != nil {
+	fail := func(err error) error {
 		f.Close()
-		return fmt.Errorf("wal: write segment header %s: %w", path, err)
+		os.Remove(path)
+		return err
+	}
+	var hdr [SegmentHeaderSize]byte
+	encodeSegmentHeader(hdr[:], n, prevEnd)
+	if _, err := f.Write(hdr[:]); err != nil {
+		return fail(fmt.Errorf("wal: write segment header %s: %w", path, err))
 	}
 	if err := f.Datasync(); err != nil {
-		f.Close()
-		return fmt.Errorf("wal: sync %s: %w", path, err)
+		return fail(fmt.Errorf("wal: fdatasync %s: %w", path, err))
 	}
 	if err := syncDir(l.dir); err != nil {
-		f.Close()
-		return fmt.Errorf("wal: sync dir %s: %w", l.dir, err)
+		return fail(fmt.Errorf("wal: sync dir %s: %w", l.dir, err))
 	}
 	l.st.bytes.Add(SegmentHeaderSize)
 	l.st.syncs.Add(1)
@@ -482,12 +536,19 @@ func (l *Log) enqueue(p *pending, pos []Position, n int, frame func(int) int64) 
 }
 
 // wait blocks until the Append with ticket seq is durable, or the log
-// failed and the writer is done with that Append's buffer.
+// failed and the writer is done with that Append's buffer. A ticket whose
+// records a failure cut off fails with that failure's error, also after
+// the log recovered.
 func (l *Log) wait(seq uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for l.doneSeq < seq || (l.durableSeq < seq && l.err == nil) {
 		l.cond.Wait()
+	}
+	for i := len(l.lost) - 1; i >= 0; i-- {
+		if r := l.lost[i]; seq >= r.from && seq <= r.to {
+			return r.err
+		}
 	}
 	if l.durableSeq < seq {
 		return l.err
@@ -573,7 +634,11 @@ func (l *Log) runWriter() {
 				return
 			}
 			l.mu.Unlock()
-			<-l.wake
+			select {
+			case <-l.wake:
+			case reply := <-l.recoverReq:
+				reply <- l.repair()
+			}
 			l.mu.Lock()
 		}
 		batch := l.queue
@@ -618,17 +683,24 @@ func (l *Log) runSyncer() {
 	var synced uint64
 	for {
 		l.mu.Lock()
-		seq, end, failed := l.writtenSeq, l.written, l.err != nil
+		seq, end, failed, epoch := l.writtenSeq, l.written, l.err != nil, l.epoch
 		l.mu.Unlock()
 		if seq > synced && !failed {
 			l.fileMu.Lock()
-			err := l.cur.Datasync()
+			err := errors.New("no segment open")
+			if l.cur != nil {
+				err = l.cur.Datasync()
+			}
 			seg := l.curSeg
 			l.fileMu.Unlock()
 			l.mu.Lock()
-			if err != nil {
+			switch {
+			case l.epoch != epoch:
+				// A recovery replaced the segment meanwhile: this result
+				// is about data it cut off.
+			case err != nil:
 				l.failLocked(fmt.Errorf("wal: fdatasync segment %d: %w", seg, err))
-			} else if l.err == nil {
+			case l.err == nil:
 				l.st.syncs.Add(1)
 				l.durableSeq, l.durable = seq, end
 			}
@@ -652,11 +724,15 @@ func (l *Log) runSyncer() {
 
 // failLocked makes err the log's sticky error. From then on nothing more
 // becomes durable (after a failed fdatasync Linux may drop dirty pages and
-// report a later sync as clean), so every waiting Append fails. Lock mu.
+// report a later sync as clean), so every waiting Append fails, until
+// Recover. Lock mu.
 func (l *Log) failLocked(err error) {
 	if l.err == nil {
 		l.err = err
-		l.log.Error("wal: write failed; the log refuses appends until reopened", "dir", l.dir, "err", err)
+		l.failedAt = time.Now()
+		l.st.failures.Add(1)
+		l.throttle.Log(l.log, slog.LevelError, "wal failed "+l.dir,
+			"wal: write failed; appends are refused until the log recovers", "dir", l.dir, "err", err)
 	}
 	l.cond.Broadcast()
 }
@@ -690,9 +766,9 @@ func (l *Log) writeBatch(batch []*pending) error {
 	return nil
 }
 
-// rotate makes the current segment durable, closes it and creates segment
-// n. The syncer waits meanwhile, so its next fdatasync covers the new
-// segment and everything before it is already durable.
+// rotate makes the current segment durable, creates segment n and closes
+// the old one. The syncer waits meanwhile, so its next fdatasync covers the
+// new segment and everything before it is already durable.
 func (l *Log) rotate(n uint64) error {
 	if n != l.curSeg+1 {
 		return fmt.Errorf("wal: BUG: rotate from segment %d to %d", l.curSeg, n)
@@ -703,13 +779,136 @@ func (l *Log) rotate(n uint64) error {
 		return fmt.Errorf("wal: fdatasync segment %d: %w", l.curSeg, err)
 	}
 	l.st.syncs.Add(1)
-	if err := l.cur.Close(); err != nil {
-		return fmt.Errorf("wal: close segment %d: %w", l.curSeg, err)
+	old, oldSeg := l.cur, l.curSeg
+	if err := l.createSegment(n, l.curOff); err != nil {
+		return err
 	}
-	return l.createSegment(n)
+	if err := old.Close(); err != nil {
+		return fmt.Errorf("wal: close segment %d: %w", oldSeg, err)
+	}
+	return nil
 }
 
-// Err returns the sticky error, if any.
+// Recover brings a log that failed (Err is not nil) back into use, and
+// returns nil once it is usable, or why it still is not. It cuts the log
+// back to its durable end: the segment that failed is truncated there,
+// segments begun after it are removed, and a fresh segment is created
+// after it, whose header records where the old one ends, so readers ignore
+// whatever of the failed writes is still in it (truncating is best effort:
+// on a broken disk it may fail too). Creating that segment (write, fdatasync,
+// directory fsync) is the probe: if it fails, the log stays failed and
+// Recover may be called again later.
+//
+// Appends that failed stay failed: their records are gone, and
+// WaitDurable on their tickets keeps returning the failure. Callers that
+// must keep such records append them again after Recover.
+func (l *Log) Recover() error {
+	l.mu.Lock()
+	err, closing := l.err, l.closing
+	l.mu.Unlock()
+	if err == nil {
+		return nil
+	}
+	if closing {
+		return ErrClosed
+	}
+	reply := make(chan error, 1)
+	select {
+	case l.recoverReq <- reply:
+		return <-reply
+	case <-l.writerDone:
+		return ErrClosed
+	}
+}
+
+// repair is Recover's work, in the writer goroutine (which owns the
+// segment files) between write passes.
+func (l *Log) repair() error {
+	l.mu.Lock()
+	failure, d, since := l.err, l.durable, l.failedAt
+	l.mu.Unlock()
+	if failure == nil {
+		return nil
+	}
+	// The syncer leaves durable alone while err is set, and the writer is
+	// here: the files are ours.
+	l.fileMu.Lock()
+	err := l.cutBack(d)
+	l.fileMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("%w (failing since %s: %v)", err, since.Format(time.RFC3339), failure)
+	}
+	l.mu.Lock()
+	if l.nextSeq > l.durableSeq {
+		l.lost = append(l.lost, lostRange{from: l.durableSeq + 1, to: l.nextSeq, err: failure})
+	}
+	// Every ticket issued so far is settled: durable, or lost above.
+	l.writtenSeq, l.durableSeq, l.doneSeq = l.nextSeq, l.nextSeq, l.nextSeq
+	l.tail = Position{Segment: d.Segment + 1, Offset: SegmentHeaderSize}
+	l.written, l.durable = l.tail, l.tail
+	l.err = nil
+	l.epoch++
+	l.st.recoveries.Add(1)
+	l.cond.Broadcast()
+	l.mu.Unlock()
+	l.log.Info("wal: recovered; appends accepted again", "dir", l.dir, "segment", segmentName(d.Segment+1),
+		"failed_for", time.Since(since).Round(time.Millisecond).String())
+	return nil
+}
+
+// cutBack ends the log at d, which must be durable: it closes the current
+// segment, removes every segment after d's, truncates d's segment at d
+// (best effort) and creates the next one, which records d as the end of
+// the one before. Only the writer calls it, or Close after the writer
+// stopped; lock fileMu.
+func (l *Log) cutBack(d Position) error {
+	if l.cur != nil {
+		l.cur.Close() // its error is the failure we are recovering from, or one like it
+		l.cur = nil
+	}
+	segs, err := listSegments(l.dir)
+	if err != nil {
+		return fmt.Errorf("wal: list %s: %w", l.dir, err)
+	}
+	removed := false
+	for _, s := range segs {
+		if s > d.Segment {
+			if err := os.Remove(segmentPath(l.dir, s)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("wal: remove unacknowledged segment: %w", err)
+			}
+			removed = true
+		}
+	}
+	if removed {
+		if err := syncDir(l.dir); err != nil {
+			return fmt.Errorf("wal: sync dir %s: %w", l.dir, err)
+		}
+	}
+	if err := truncateFile(segmentPath(l.dir, d.Segment), d.Offset); err != nil {
+		// The next segment's header says where this one ends; readers
+		// stop there.
+		l.log.Debug("wal: could not truncate the failed segment", "segment", segmentName(d.Segment), "err", err)
+	}
+	return l.createSegment(d.Segment+1, d.Offset)
+}
+
+func truncateFile(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	if err == nil {
+		err = datasync(f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Err returns the sticky error, if any: the log refuses appends until
+// Recover succeeds.
 func (l *Log) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -745,6 +944,8 @@ func (l *Log) Stats() Stats {
 		SegmentsDeleted: l.st.deleted.Load(),
 		LostRegions:     l.st.lostRegions.Load(),
 		LostBytes:       l.st.lostBytes.Load(),
+		Failures:        l.st.failures.Load(),
+		Recoveries:      l.st.recoveries.Load(),
 	}
 }
 
@@ -795,6 +996,11 @@ func (l *Log) TruncateBefore(n uint64) error {
 
 // Close waits for queued Appends to finish, stops the writer and closes
 // every file. Appends after Close fail with ErrClosed.
+//
+// It leaves an empty segment after the last one written (a failed log is
+// first cut back to its durable end), so that segment is never the last
+// one at the next Open: a torn end found in it then is damage to data
+// that had been acknowledged, not a crash during a write.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closing {
@@ -810,6 +1016,7 @@ func (l *Log) Close() error {
 	}
 	<-l.done
 	var errs []error
+	l.seal()
 	if l.cur != nil {
 		errs = append(errs, l.cur.Close())
 	}
@@ -821,6 +1028,75 @@ func (l *Log) Close() error {
 	l.rmu.Unlock()
 	errs = append(errs, l.lock.Close())
 	return errors.Join(errs...)
+}
+
+// seal creates the empty segment Close leaves after the data, unless the
+// current segment is already empty. Failing to is harmless (the next Open
+// then takes a torn end for a crash, as it had to before), so it is only
+// logged. The writer and syncer have stopped.
+func (l *Log) seal() {
+	l.mu.Lock()
+	failed, d := l.err != nil, l.durable
+	l.mu.Unlock()
+	var err error
+	switch {
+	case failed:
+		err = l.cutBack(d)
+	case l.cur != nil && l.curOff > SegmentHeaderSize:
+		old := l.cur
+		err = l.createSegment(l.curSeg+1, l.curOff)
+		if err == nil {
+			old.Close()
+		}
+	}
+	if err != nil {
+		l.log.Debug("wal: could not leave an empty segment at close", "dir", l.dir, "err", err)
+	}
+}
+
+// SegmentInfo describes one segment file present in the log's directory.
+type SegmentInfo struct {
+	Seq  uint64
+	Size int64 // bytes in the file now
+	// Written is how long the segment was when the next one was created,
+	// read from that one's header: what it should hold. 0 when unknown
+	// (no next segment, its header damaged, or written before the field
+	// existed).
+	Written int64
+}
+
+// Segments lists the segments present, oldest first. Gaps in Seq are
+// missing segments.
+func (l *Log) Segments() ([]SegmentInfo, error) {
+	segs, err := listSegments(l.dir)
+	if err != nil {
+		return nil, fmt.Errorf("wal: list %s: %w", l.dir, err)
+	}
+	out := make([]SegmentInfo, 0, len(segs))
+	for _, s := range segs {
+		si := SegmentInfo{Seq: s}
+		if fi, err := os.Stat(segmentPath(l.dir, s)); err == nil {
+			si.Size = fi.Size()
+		}
+		si.Written = l.writtenSize(s)
+		out = append(out, si)
+	}
+	return out, nil
+}
+
+// writtenSize reads from segment n+1's header how long segment n was when
+// n+1 was created; 0 when it cannot tell.
+func (l *Log) writtenSize(n uint64) int64 {
+	f, err := os.Open(segmentPath(l.dir, n+1))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	var hdr [SegmentHeaderSize]byte
+	if k, _ := f.ReadAt(hdr[:], 0); k < SegmentHeaderSize || checkSegmentHeader(hdr[:], n+1) != "" {
+		return 0
+	}
+	return headerPrevEnd(hdr[:])
 }
 
 // readerFor returns a read-only handle on segment n, cached.
@@ -865,6 +1141,26 @@ func (l *Log) ReadAt(pos Position, buf []byte) ([]byte, error) {
 		return buf[:start], &CorruptionError{Path: f.Name(), Offset: pos.Offset, Reason: "checksum mismatch"}
 	}
 	return buf, nil
+}
+
+// RecordEnd reads the frame header of the record at pos and returns the
+// offset just past that record, without reading or checking its payload:
+// enough to tell whether a record lies wholly inside a segment that was cut
+// short. It fails when the header cannot be read or is not a valid one.
+func (l *Log) RecordEnd(pos Position) (int64, error) {
+	f, err := l.readerFor(pos.Segment)
+	if err != nil {
+		return 0, fmt.Errorf("wal: read %v: %w", pos, err)
+	}
+	var h [FrameHeaderSize]byte
+	if _, err := f.ReadAt(h[:], pos.Offset); err != nil {
+		return 0, fmt.Errorf("wal: read %v: %w", pos, err)
+	}
+	n := frameLen(h[:])
+	if n < 0 {
+		return 0, &CorruptionError{Path: f.Name(), Offset: pos.Offset, Reason: "bad frame header"}
+	}
+	return pos.Offset + FrameSize(n), nil
 }
 
 func (l *Log) readErr(f *os.File, pos Position, err error) error {

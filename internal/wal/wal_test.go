@@ -228,6 +228,7 @@ type fileHooks struct {
 	hold      chan struct{} // when set, the next Datasync waits for it to close
 	held      chan struct{} // closed when a Datasync is waiting on hold
 	failWrite error
+	partial   bool // a failing write writes half its bytes first, as a filling disk does
 	failSync  error
 	writes    int
 }
@@ -235,10 +236,14 @@ type fileHooks struct {
 func (f gateFile) Write(p []byte) (int, error) {
 	h := f.hooks
 	h.mu.Lock()
-	err := h.failWrite
+	err, partial := h.failWrite, h.partial
 	h.writes++
 	h.mu.Unlock()
 	if err != nil {
+		if partial {
+			n, _ := f.SegmentFile.Write(p[:len(p)/2])
+			return n, err
+		}
 		return 0, err
 	}
 	return f.SegmentFile.Write(p)
@@ -345,12 +350,19 @@ func TestGroupCommitUnderLoad(t *testing.T) {
 	}
 }
 
-func TestStickyErrors(t *testing.T) {
+// A write or sync error sticks: every Append fails at once, without
+// touching the disk, even once the disk works again, until Recover. Recover
+// fails while the disk still does, then cuts off what was not durable and
+// starts a fresh segment: the failed records are gone (also after a
+// reopen, with no damage reported), their tickets stay failed, and new
+// appends are durable.
+func TestFailureAndRecover(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		set  func(h *fileHooks, err error)
 	}{
 		{"write", func(h *fileHooks, err error) { h.failWrite = err }},
+		{"partial write", func(h *fileHooks, err error) { h.failWrite, h.partial = err, true }},
 		{"sync", func(h *fileHooks, err error) { h.failSync = err }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -361,12 +373,25 @@ func TestStickyErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if err := l.Recover(); err != nil {
+				t.Fatalf("Recover on a healthy log: %v", err)
+			}
 			boom := errors.New("disk on fire")
 			h.mu.Lock()
 			tc.set(h, boom)
 			h.mu.Unlock()
+			lostTicket, err := l.AppendAsync([]byte("lost async"))
+			if err != nil {
+				t.Fatal(err)
+			}
 			if _, err := l.Append([]byte("during")); !errors.Is(err, boom) {
 				t.Fatalf("Append during failure = %v", err)
+			}
+			if err := l.WaitDurable(lostTicket); !errors.Is(err, boom) {
+				t.Fatalf("WaitDurable of a record written into the failure = %v", err)
+			}
+			if err := l.Recover(); err == nil || l.Err() == nil {
+				t.Fatalf("Recover while the disk still fails = %v, Err %v", err, l.Err())
 			}
 			// Healed disk, but the error sticks and fails fast.
 			h.mu.Lock()
@@ -389,17 +414,143 @@ func TestStickyErrors(t *testing.T) {
 			if !errors.Is(l.Err(), boom) {
 				t.Fatalf("Err() = %v", l.Err())
 			}
+
+			if err := l.Recover(); err != nil {
+				t.Fatalf("Recover on a healed disk: %v", err)
+			}
+			if l.Err() != nil {
+				t.Fatalf("Err() after Recover = %v", l.Err())
+			}
+			if err := l.WaitDurable(lostTicket); !errors.Is(err, boom) {
+				t.Fatalf("WaitDurable of a lost record after Recover = %v", err)
+			}
+			newPos, err := l.Append([]byte("recovered"))
+			if err != nil {
+				t.Fatalf("Append after Recover: %v", err)
+			}
+			if newPos.Segment != okPos.Segment+1 {
+				t.Fatalf("first record after Recover at %v, want the start of segment %d", newPos, okPos.Segment+1)
+			}
+			tk, err := l.AppendAsync([]byte("recovered async"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.WaitDurable(tk); err != nil {
+				t.Fatal(err)
+			}
+			if st := l.Stats(); st.Failures != 1 || st.Recoveries != 1 {
+				t.Fatalf("stats %+v, want 1 failure and 1 recovery", st)
+			}
 			l.Close()
 
-			l = mustOpen(t, dir, quietOpts(0)) // reopening clears it
+			l = mustOpen(t, dir, quietOpts(0))
 			defer l.Close()
-			if b, err := l.ReadAt(okPos, nil); err != nil || string(b) != "before" {
-				t.Fatalf("acked record after reopen: %q %v", b, err)
+			var got []string
+			r := l.NewReader(Position{})
+			for r.Next() {
+				got = append(got, string(r.Record()))
 			}
-			if _, err := l.Append([]byte("again")); err != nil {
-				t.Fatalf("Append after reopen: %v", err)
+			if fmt.Sprint(got) != "[before recovered recovered async]" || len(r.Damage()) != 0 || len(l.OpenDamage()) != 0 {
+				t.Fatalf("after reopen: %q, damage %v %v", got, r.Damage(), l.OpenDamage())
 			}
+			r.Close()
 		})
+	}
+}
+
+// When the failed segment cannot be truncated (a broken disk), the fresh
+// segment's header still says where it ends: whatever of the failed writes
+// is in the file is never read back.
+func TestRecoverIgnoresAFailedTailThatStayed(t *testing.T) {
+	dir := t.TempDir()
+	h := &fileHooks{}
+	l := mustOpen(t, dir, hookedOpts(h))
+	p, err := l.Append([]byte("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	h.failSync = errors.New("EIO")
+	h.mu.Unlock()
+	if _, err := l.Append([]byte("failed")); err == nil {
+		t.Fatal("append on a failing sync succeeded")
+	}
+	h.mu.Lock()
+	h.failSync = nil
+	h.mu.Unlock()
+	if err := l.Recover(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append([]byte("later")); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	// Put back what truncation removed: a whole, valid record.
+	f, err := os.OpenFile(segmentPath(dir, p.Segment), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(appendFrame(nil, []byte("failed")))
+	f.Close()
+	l = mustOpen(t, dir, quietOpts(0))
+	defer l.Close()
+	var got []string
+	for _, r := range readAll(t, l, Position{}) {
+		got = append(got, string(r.b))
+	}
+	if fmt.Sprint(got) != "[kept later]" || l.Stats().LostRegions != 0 {
+		t.Fatalf("read %q, LostRegions %d", got, l.Stats().LostRegions)
+	}
+}
+
+// A failure while rotating (no room for the next segment's header) is
+// recovered like any other, with no gap in the segment numbers.
+func TestRecoverFromFailedRotation(t *testing.T) {
+	dir := t.TempDir()
+	h := &fileHooks{}
+	o := hookedOpts(h)
+	o.SegmentSize = 64 << 10
+	l := mustOpen(t, dir, o)
+	var acked []string
+	for i := 0; ; i++ {
+		if i == 20 {
+			h.mu.Lock()
+			h.failWrite = errors.New("ENOSPC")
+			h.mu.Unlock()
+		}
+		body := fmt.Sprintf("%d:%s", i, bytes.Repeat([]byte("x"), 10000))
+		if _, err := l.Append([]byte(body)); err != nil {
+			break
+		}
+		acked = append(acked, body)
+	}
+	h.mu.Lock()
+	h.failWrite = nil
+	h.mu.Unlock()
+	if err := l.Recover(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		body := fmt.Sprintf("after %d:%s", i, bytes.Repeat([]byte("y"), 10000))
+		if _, err := l.Append([]byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, body)
+	}
+	l.Close()
+	l = mustOpen(t, dir, quietOpts(64<<10))
+	defer l.Close()
+	var got []string
+	for _, r := range readAll(t, l, Position{}) {
+		got = append(got, string(r.b))
+	}
+	if len(got) != len(acked) || l.Stats().LostRegions != 0 {
+		t.Fatalf("read %d records, %d acknowledged; LostRegions %d", len(got), len(acked), l.Stats().LostRegions)
+	}
+	for i := range got {
+		if got[i] != acked[i] {
+			t.Fatalf("record %d differs", i)
+		}
 	}
 }
 
