@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/internal/wal"
@@ -19,7 +21,8 @@ import (
 // faultyDisk makes every segment file's writes fail while armed.
 type faultyDisk struct {
 	fail   atomic.Bool
-	writes atomic.Int64
+	writes atomic.Int64 // writes of records
+	probes atomic.Int64 // writes of a segment header: a new segment, or a recovery probe
 }
 
 type faultyFile struct {
@@ -28,7 +31,11 @@ type faultyFile struct {
 }
 
 func (f faultyFile) Write(p []byte) (int, error) {
-	f.d.writes.Add(1)
+	if len(p) == wal.SegmentHeaderSize {
+		f.d.probes.Add(1)
+	} else {
+		f.d.writes.Add(1)
+	}
 	if f.d.fail.Load() {
 		return 0, &pathErr{syscall.EIO}
 	}
@@ -61,13 +68,28 @@ func metricsOf(reg *metrics.Registry) map[string]string {
 	return out
 }
 
-// A failed disk write makes the channel unhealthy: the put fails, and every
-// later commit fails fast (without touching the disk) even once the disk
-// works again, until the channel is restarted, which brings back every
-// event acknowledged before the failure.
-func TestDiskWriteFailureIsSticky(t *testing.T) {
+// waitFor polls cond every 10 ms for up to d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A failed disk write makes the channel refuse puts, fast and without
+// touching the disk, and say so in Health and Unhealthy; takes go on, and
+// their commits succeed, so a sink never delivers the same batch twice
+// because of the disk. Once the disk works again the channel recovers by
+// itself, without a restart: puts are accepted, Health is nil again, and
+// the takes made during the failure are in the log, so even a full replay
+// without the checkpoint gives back exactly the events not taken.
+func TestDiskWriteFailureRecovers(t *testing.T) {
 	d := newDirs(t)
-	c, reg := build(t, d, nil)
+	c, reg := build(t, d, map[string]string{"checkpointOnClose": "false"})
 	disk := &faultyDisk{}
 	disk.install(c)
 	m := metricsOf(reg)
@@ -84,62 +106,79 @@ func TestDiskWriteFailureIsSticky(t *testing.T) {
 	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if m := metricsOf(reg); m["Closed"] != "0" || m["Unhealthy"] != "0" {
-		t.Fatalf("running channel: Closed %s Unhealthy %s", m["Closed"], m["Unhealthy"])
+	defer stop(t, c)
+	if m := metricsOf(reg); m["Closed"] != "0" || m["Unhealthy"] != "0" || c.Health() != nil {
+		t.Fatalf("running channel: Closed %s Unhealthy %s Health %v", m["Closed"], m["Unhealthy"], c.Health())
 	}
 	putN(t, c, "ok", 20, 10)
 
 	disk.fail.Store(true)
+	disk.probes.Store(0)
 	err := testutil.PutCommit(c, testutil.Events("lost", 5))
-	if !errors.Is(err, syscall.EIO) {
-		t.Fatalf("put on a failing disk: %v", err)
+	if !errors.Is(err, syscall.EIO) || !errors.Is(err, flow.ErrChannelFull) {
+		t.Fatalf("put on a failing disk: %v, want EIO that pushes back as a full channel", err)
 	}
-	disk.fail.Store(false) // the disk heals; the channel must not trust it
 	writes := disk.writes.Load()
 	for range 3 {
 		t0 := time.Now()
-		err := testutil.PutCommit(c, testutil.Events("after", 5))
-		if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "until the channel restarts") {
+		err := testutil.PutCommit(c, testutil.Events("refused", 5))
+		if !errors.Is(err, flow.ErrChannelFull) || !strings.Contains(err.Error(), "cannot be written") {
 			t.Fatalf("put after the failure: %v", err)
 		}
 		if d := time.Since(t0); d > 100*time.Millisecond {
 			t.Fatalf("put after the failure took %v, want it to fail fast", d)
 		}
 	}
-	// Takes read what is held, but their commit cannot be recorded.
-	tx := c.Begin()
-	got, err := tx.Take(context.Background(), nil, 5)
-	if err != nil || len(got) != 5 {
-		t.Fatalf("take: %d events, %v", len(got), err)
-	}
-	if err := tx.Commit(); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("take commit after the failure: %v", err)
-	}
-	tx.Rollback()
 	if n := disk.writes.Load(); n != writes {
-		t.Fatalf("%d writes after the sticky error", n-writes)
+		t.Fatalf("%d writes by puts refused after the failure", n-writes)
+	}
+	if err := c.Health(); err == nil || !strings.Contains(err.Error(), "input/output error") {
+		t.Fatalf("Health during the failure: %v", err)
+	}
+	// Takes go on, and their commit is not refused: the sink delivered the
+	// events and must not deliver them again.
+	for i := range 2 {
+		got, err := testutil.TakeCommit(c, 5, time.Second)
+		if err != nil || strings.Join(testutil.Bodies(got), ",") != strings.Join(bodies("ok", 5*i, 5*i+5), ",") {
+			t.Fatalf("take %d during the failure: %q, %v", i, testutil.Bodies(got), err)
+		}
 	}
 	m = metricsOf(reg)
-	if m["Unhealthy"] != "1" || m["EventPutErrorCount"] != "4" || m["EventTakeErrorCount"] != "1" {
-		t.Fatalf("after the failure: Unhealthy %s EventPutErrorCount %s EventTakeErrorCount %s",
+	if m["Unhealthy"] != "1" || m["EventPutErrorCount"] != "4" || m["EventTakeErrorCount"] != "0" {
+		t.Fatalf("during the failure: Unhealthy %s EventPutErrorCount %s EventTakeErrorCount %s",
 			m["Unhealthy"], m["EventPutErrorCount"], m["EventTakeErrorCount"])
 	}
 
-	if err := c.Stop(context.Background()); err != nil {
-		t.Logf("stop after the failure: %v", err) // the last checkpoint may fail; the log is replayed
+	// The watcher probes the broken disk (a new segment's header) and
+	// fails; the channel stays refusing.
+	waitFor(t, 10*time.Second, "a probe of the broken disk", func() bool { return disk.probes.Load() > 0 })
+	if c.Health() == nil {
+		t.Fatal("healthy after a failed probe")
 	}
-	if m := metricsOf(reg); m["Closed"] != "1" {
-		t.Fatalf("Closed = %s after Stop", m["Closed"])
-	}
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer stop(t, c)
-	if m := metricsOf(reg); m["Unhealthy"] != "0" || m["Closed"] != "0" {
-		t.Fatalf("after restart: Unhealthy %s Closed %s", m["Unhealthy"], m["Closed"])
-	}
+	disk.fail.Store(false) // the disk heals: the channel finds out by itself
+	waitFor(t, 10*time.Second, "puts accepted after the disk healed", func() bool {
+		return testutil.PutCommit(c, testutil.Events("back", 0)) == nil && c.Health() == nil
+	})
 	putN(t, c, "again", 3, 3)
-	wantAll(t, c, append(bodies("ok", 0, 20), bodies("again", 0, 3)...))
+	if m := metricsOf(reg); m["Unhealthy"] != "0" || m["LogFailureCount"] != "1" {
+		t.Fatalf("after recovery: Unhealthy %s LogFailureCount %s", m["Unhealthy"], m["LogFailureCount"])
+	}
+	if got, err := testutil.TakeCommit(c, 2, time.Second); err != nil || len(got) != 2 {
+		t.Fatalf("take after recovery: %d, %v", len(got), err)
+	}
+	want := append(bodies("ok", 12, 20), bodies("again", 0, 3)...)
+
+	// A restart, and a full replay without the checkpoint, give back
+	// exactly what was not taken: the takes made during the failure were
+	// written once the log was back.
+	stop(t, c)
+	os.Remove(filepath.Join(d.ck, wal.CheckpointFile))
+	c2 := start(t, d, nil)
+	defer stop(t, c2)
+	if c2.lostEvents.Load() != 0 {
+		t.Fatalf("RecoveryLostEventCount = %d after the failure", c2.lostEvents.Load())
+	}
+	wantAll(t, c2, want)
 }
 
 // A checkpoint that cannot be written is counted; the backup's failures

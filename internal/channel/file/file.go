@@ -71,6 +71,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/wal"
 )
@@ -120,32 +121,51 @@ type Channel struct {
 	ckMu sync.RWMutex
 
 	// takeMu orders take records with lastTake: per dir, the ticket of the
-	// newest take record, which the next take commit waits for.
+	// newest take record, which the next take commit waits for. unsure
+	// holds, per dir, the take records appended but not yet known durable,
+	// and owed the records a failed log could not take (disk.go); both are
+	// written when the log is back.
 	takeMu   sync.Mutex
 	lastTake []wal.Ticket
+	unsure   [][]takeRec
+	owed     [][][]byte
+
+	// throttle keeps repeated reports (space crossing the limit, events
+	// lost to damage when taken) from flooding the log.
+	throttle *logthrottle.Throttle
 
 	mu sync.Mutex
 	// Lock mu for everything below.
-	logs       []*wal.Log // one per data dir; nil while stopped
-	queue      deque
-	reserved   int // queued + taken by open transactions + being committed: what capacity limits
-	cached     int64
-	live       []map[uint64]int // per dir: events not yet taken-and-committed, by segment
-	open       map[*tx]struct{}
-	nextTx     uint64
-	notEmpty   chan struct{} // closed at the next put commit; nil while no taker waits
-	notFull    chan struct{} // closed when capacity is freed; nil while no committer waits
-	running    bool
-	lastSpace  time.Time
-	lowSpace   []bool // per dir: below minimumRequiredSpace at the last look
-	ckRequest  chan struct{}
-	stop       chan struct{}
-	ckLoopDone chan struct{}
+	logs      []*wal.Log // one per data dir; nil while stopped
+	queue     deque
+	reserved  int // queued + taken by open transactions + being committed: what capacity limits
+	cached    int64
+	live      []map[uint64]int // per dir: events not yet taken-and-committed, by segment
+	open      map[*tx]struct{}
+	nextTx    uint64
+	notEmpty  chan struct{} // closed at the next put commit; nil while no taker waits
+	notFull   chan struct{} // closed when capacity is freed; nil while no committer waits
+	running   bool
+	lastSpace time.Time
+	spaceAt   time.Time // when the free space figures in use were read
+	lowSpace  []bool    // per dir: below minimumRequiredSpace at the last look
+	free      []int64   // per dir: free bytes at the last look
+	// takenSinceCk is set by take commits and cleared by a checkpoint;
+	// lastFreeing is when the watcher last asked for a checkpoint to free
+	// space.
+	takenSinceCk bool
+	lastFreeing  time.Time
+	ckRequest    chan struct{}
+	stop         chan struct{}
+	ckLoopDone   chan struct{}
+	watchNudge   chan struct{}
+	watchDone    chan struct{}
 }
 
 var (
-	_ flow.Channel    = (*Channel)(nil)
-	_ flow.TxCapacity = (*Channel)(nil)
+	_ flow.Channel        = (*Channel)(nil)
+	_ flow.TxCapacity     = (*Channel)(nil)
+	_ flow.HealthReporter = (*Channel)(nil)
 )
 
 // entry is one event in the channel: where its put record is (data dir
@@ -160,7 +180,7 @@ type entry struct {
 
 // New builds a file channel from its properties; it touches no file.
 func New(env flow.Env, p *config.Props) (flow.Channel, error) {
-	c := &Channel{name: env.Name, log: env.Log(), freeSpace: diskFree}
+	c := &Channel{name: env.Name, log: env.Log(), freeSpace: diskFree, throttle: logthrottle.New(time.Minute, 1)}
 	home, _ := os.UserHomeDir()
 	c.ckDir = expandHome(p.String("checkpointDir", filepath.Join(home, ".flume/file-channel/checkpoint")), home)
 	dirs := p.Split("dataDirs", ",")
@@ -204,6 +224,12 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 		p.Errorf("maxFileSize", "%d bytes is too small for a log segment; use at least 1048576", c.maxFileSize)
 		c.maxFileSize = DefaultMaxFileSize
 	}
+	if c.maxFileSize > DefaultMaxFileSize {
+		// Flume caps it the same way, without a word; sluice says so.
+		c.log.Warn("file channel: maxFileSize is above its maximum; using the maximum, as Flume does",
+			"channel", env.Name, "maxFileSize", c.maxFileSize, "maximum", int64(DefaultMaxFileSize))
+		c.maxFileSize = DefaultMaxFileSize
+	}
 	c.minFree = p.Int64("minimumRequiredSpace", DefaultMinimumRequiredSpace)
 	if c.minFree < 0 {
 		p.Errorf("minimumRequiredSpace", "%d is negative; give a number of bytes", c.minFree)
@@ -227,7 +253,10 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	c.ckBackupErrs = s.Counter("CheckpointBackupWriteErrorCount")
 	c.lostEvents = s.Counter("RecoveryLostEventCount")
 	s.Gauge("Closed", func() string { return boolDigit(!c.isRunning()) })
-	s.Gauge("Unhealthy", func() string { return boolDigit(c.unhealthy() != nil) })
+	// Unhealthy is what /healthz says: 1 while puts are refused for lack
+	// of disk space or a failing disk.
+	s.Gauge("Unhealthy", func() string { return boolDigit(c.Health() != nil) })
+	s.Gauge("LogFailureCount", func() string { return strconv.FormatUint(c.walStats().Failures, 10) })
 	// sluice extensions: the log underneath.
 	s.Gauge("LogSyncCount", func() string { return strconv.FormatUint(c.walStats().Syncs, 10) })
 	s.Gauge("LogBytesWritten", func() string { return strconv.FormatUint(c.walStats().BytesWritten, 10) })
@@ -289,27 +318,16 @@ func (c *Channel) walStats() wal.Stats {
 		sum.SegmentsDeleted += st.SegmentsDeleted
 		sum.LostRegions += st.LostRegions
 		sum.LostBytes += st.LostBytes
+		sum.Failures += st.Failures
+		sum.Recoveries += st.Recoveries
 	}
 	return sum
 }
 
-// unhealthy returns the sticky write error of a log, if one has failed:
-// then every commit fails fast with it until the channel is restarted.
-func (c *Channel) unhealthy() error {
-	c.mu.Lock()
-	logs := c.logs
-	c.mu.Unlock()
-	for _, w := range logs {
-		if err := w.Err(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Start opens the log, replays it from the last checkpoint and starts the
-// checkpointer. After a Stop it reopens everything, which also clears a
-// sticky write error.
+// checkpointer and the disk watcher. A disk too full to start a new
+// segment does not stop it: the channel starts refusing puts, hands out
+// what it holds, and takes puts once space returns.
 func (c *Channel) Start(ctx context.Context) error {
 	c.mu.Lock()
 	if c.running {
@@ -350,10 +368,14 @@ func (c *Channel) Start(ctx context.Context) error {
 	}
 	c.takeMu.Lock()
 	c.lastTake = make([]wal.Ticket, len(logs))
+	c.unsure = make([][]takeRec, len(logs))
+	c.owed = st.owed
 	c.takeMu.Unlock()
 	c.mu.Lock()
 	c.logs = logs
 	c.lowSpace = make([]bool, len(logs))
+	c.free = make([]int64, len(logs))
+	c.warnLowSpace()
 	c.queue = st.queue
 	c.reserved = st.queue.len()
 	c.cached = st.cached
@@ -365,6 +387,8 @@ func (c *Channel) Start(ctx context.Context) error {
 	c.ckRequest = make(chan struct{}, 1)
 	c.stop = make(chan struct{})
 	c.ckLoopDone = make(chan struct{})
+	c.watchNudge = make(chan struct{}, 1)
+	c.watchDone = make(chan struct{})
 	c.mu.Unlock()
 	c.log.Info("file channel started", "channel", c.name, "events", st.queue.len(),
 		"replayed_records", st.records, "from_checkpoint", st.fromCheckpoint, "took", st.took.String())
@@ -374,6 +398,7 @@ func (c *Channel) Start(ctx context.Context) error {
 		c.log.Warn("file channel: checkpoint after replay failed", "channel", c.name, "err", err)
 	}
 	go c.checkpointLoop()
+	go c.watch(c.stop, c.watchNudge, c.watchDone)
 	return nil
 }
 
@@ -390,9 +415,17 @@ func (c *Channel) Stop(ctx context.Context) error {
 	close(c.stop)
 	c.wakeTakers()
 	c.wakeCommitters()
-	done := c.ckLoopDone
+	done, watchDone, logs := c.ckLoopDone, c.watchDone, c.logs
 	c.mu.Unlock()
 	<-done
+	<-watchDone
+	// One last chance for a log that failed to take the records it owes,
+	// so the next start need not deliver those takes again.
+	for i, w := range logs {
+		if w.Recover() == nil {
+			c.flushOwed(i, w)
+		}
+	}
 	var errs []error
 	if c.ckOnClose {
 		errs = append(errs, c.checkpoint())
@@ -400,7 +433,6 @@ func (c *Channel) Stop(ctx context.Context) error {
 	// Commits in flight finish before the log closes.
 	c.ckMu.Lock()
 	c.mu.Lock()
-	logs := c.logs
 	c.logs = nil
 	c.queue = deque{}
 	c.mu.Unlock()
@@ -457,7 +489,8 @@ func (c *Channel) checkpointLoop() {
 		case <-c.ckRequest:
 		}
 		if err := c.checkpoint(); err != nil {
-			c.log.Warn("file channel: checkpoint failed", "channel", c.name, "err", err)
+			c.throttle.Log(c.log, slog.LevelWarn, "checkpoint "+c.name, "file channel: checkpoint failed; the next one retries",
+				"channel", c.name, "err", err)
 		}
 	}
 }
@@ -503,6 +536,8 @@ func (c *Channel) checkpoint() error {
 	}
 	c.queue.each(func(e *entry) { held = append(held, ckEntry{dir: int(e.dir), pos: e.pos}) })
 	nextTx := c.nextTx
+	taken := c.takenSinceCk
+	c.takenSinceCk = false
 	c.mu.Unlock()
 	c.ckMu.Unlock()
 
@@ -510,12 +545,18 @@ func (c *Channel) checkpoint() error {
 	ck := wal.Checkpoint{Position: dirs[0].from, Payload: encodeCheckpoint(nextTx, dirs, held)}
 	if err := wal.WriteCheckpoint(c.ckDir, ck); err != nil {
 		c.ckErrors.Add(1)
+		if taken {
+			c.mu.Lock()
+			c.takenSinceCk = true // still to be freed
+			c.mu.Unlock()
+		}
 		return err
 	}
 	if c.backupDir != "" {
 		if err := wal.WriteCheckpoint(c.backupDir, ck); err != nil {
 			c.ckBackupErrs.Add(1)
-			c.log.Warn("file channel: backup checkpoint failed", "channel", c.name, "err", err)
+			c.throttle.Log(c.log, slog.LevelWarn, "backup checkpoint "+c.name, "file channel: backup checkpoint failed",
+				"channel", c.name, "err", err)
 		}
 	}
 	var errs []error
@@ -534,54 +575,6 @@ func (c *Channel) checkpoint() error {
 	}
 	c.mu.Unlock()
 	return errors.Join(errs...)
-}
-
-// pickDir chooses the data dir of put transaction txid: dir txid mod n,
-// or the next one whose disk has at least minimumRequiredSpace free. With
-// every dir below it, puts fail with a "channel full" error (the source
-// pushes back) while takes go on. Free space is read with statfs at most
-// every 100 ms. Lock must be held.
-func (c *Channel) pickDir(txid uint64) (int, error) {
-	n := len(c.dataDirs)
-	if c.minFree > 0 {
-		if now := time.Now(); now.Sub(c.lastSpace) >= 100*time.Millisecond {
-			c.lastSpace = now
-			for i, d := range c.dataDirs {
-				c.lookAtSpace(i, d)
-			}
-		}
-	}
-	for k := range n {
-		i := int((txid + uint64(k)) % uint64(n))
-		if !c.lowSpace[i] {
-			return i, nil
-		}
-	}
-	c.requestCheckpoint() // deletes fully taken segments
-	return 0, flow.FullErrorf("file channel %s: every data dir (%s) has less than minimumRequiredSpace %d bytes free; "+
-		"puts are refused until space is freed (takes go on)", c.name, strings.Join(c.dataDirs, ", "), c.minFree)
-}
-
-// lookAtSpace updates lowSpace[i]. Lock must be held.
-func (c *Channel) lookAtSpace(i int, dir string) {
-	free, err := c.freeSpace(dir)
-	switch {
-	case err != nil:
-		c.lowSpace[i] = false // cannot tell: do not block puts on it
-		c.log.Warn("file channel: cannot read free disk space", "channel", c.name, "dir", dir, "err", err)
-	case free < c.minFree:
-		if !c.lowSpace[i] {
-			c.log.Warn("file channel: disk almost full, refusing puts to this data dir", "channel", c.name, "dir", dir,
-				"free", free, "minimumRequiredSpace", c.minFree)
-		}
-		c.lowSpace[i] = true
-		c.requestCheckpoint()
-	default:
-		if c.lowSpace[i] {
-			c.log.Info("file channel: disk space back, accepting puts to this data dir", "channel", c.name, "dir", dir, "free", free)
-		}
-		c.lowSpace[i] = false
-	}
 }
 
 // reserve waits up to keep-alive until n more events fit, then reserves
@@ -739,6 +732,7 @@ func (t *tx) take(ctx context.Context, dst []event.Event, max int) (_ []event.Ev
 	// Read back the events that were not kept in memory.
 	var buf []byte
 	var dead []int
+	var deadErr error
 	for i, e := range t.takes[start:] {
 		if e.ev != nil {
 			dst = append(dst, *e.ev)
@@ -753,7 +747,9 @@ func (t *tx) take(ctx context.Context, dst []event.Event, max int) (_ []event.Ev
 		var ce *wal.CorruptionError
 		if errors.As(err, &ce) || errors.Is(err, errBadRecord) || errors.Is(err, os.ErrNotExist) {
 			c.lostEvents.Add(1)
-			c.log.Error("file channel: event lost to log damage", "channel", c.name, "position", e.pos.String(), "err", err)
+			if deadErr == nil {
+				deadErr = fmt.Errorf("data dir %s, position %s: %w", c.dataDirs[e.dir], e.pos, err)
+			}
 			dead = append(dead, start+i)
 			continue
 		}
@@ -766,6 +762,11 @@ func (t *tx) take(ctx context.Context, dst []event.Event, max int) (_ []event.Ev
 	}
 	lostSome = len(dead) > 0
 	if len(dead) > 0 {
+		// Damage recovery could not see (a record gone bad since it was
+		// checkpointed); one line per take, throttled, never one per event.
+		c.throttle.Log(c.log, slog.LevelError, "lost at take "+c.name,
+			"file channel: acknowledged events lost to log damage, found when taken; counted in RecoveryLostEventCount",
+			"channel", c.name, "events", len(dead), "first", deadErr)
 		// Unreadable events are recorded as taken at commit, never returned.
 		c.mu.Lock()
 		kept := t.takes[:start]
@@ -823,10 +824,6 @@ func (c *Channel) unreserve(n int) {
 func (t *tx) commitPuts() error {
 	c := t.c
 	n := len(t.puts)
-	if err := c.unhealthy(); err != nil {
-		c.putErrors.Add(1)
-		return fmt.Errorf("file channel %s: commit: the log failed earlier and refuses writes until the channel restarts: %w", c.name, err)
-	}
 	c.mu.Lock()
 	if !c.running {
 		c.mu.Unlock()
@@ -835,6 +832,7 @@ func (t *tx) commitPuts() error {
 	dir, err := c.pickDir(c.nextTx + 1)
 	if err != nil {
 		c.mu.Unlock()
+		c.putErrors.Add(1)
 		return err
 	}
 	if err := c.reserve(n); err != nil {
@@ -877,8 +875,18 @@ func (t *tx) commitPuts() error {
 	if err != nil {
 		c.ckMu.RUnlock()
 		c.unreserve(n)
+		if errors.Is(err, flow.ErrClosed) || errors.Is(err, wal.ErrClosed) {
+			return fmt.Errorf("file channel %s: commit: %w", c.name, flow.ErrClosed)
+		}
+		// The log failed (no space, a broken disk): nothing of this
+		// transaction was acknowledged; the source keeps the events and
+		// retries, and the watcher brings the log back.
 		c.putErrors.Add(1)
-		return fmt.Errorf("file channel %s: commit: %w", c.name, err)
+		c.mu.Lock()
+		c.nudgeWatcher()
+		c.mu.Unlock()
+		return &refusedError{msg: fmt.Sprintf("file channel %s: commit to data dir %s failed, nothing of it was kept; "+
+			"puts are refused until the disk can be written again: %v", c.name, c.dataDirs[dir], err), cause: err}
 	}
 	var kept []event.Event // one allocation for the events kept in memory
 	c.mu.Lock()
@@ -906,12 +914,13 @@ func (t *tx) commitPuts() error {
 
 // commitTakes records the take in the log of each data dir the events came
 // from (one take record per dir), so each dir's log stays self-contained.
+// It does not fail because a log has failed: the sink has delivered the
+// events, and failing would make it deliver them again, in a loop for as
+// long as the disk is broken. The record is then kept (owed) and written
+// when the log works again; until then the take is in memory only, so a
+// crash delivers those events again (at least once), never loses them.
 func (t *tx) commitTakes() error {
 	c := t.c
-	if err := c.unhealthy(); err != nil {
-		c.takeErrors.Add(1)
-		return fmt.Errorf("file channel %s: commit: the log failed earlier and refuses writes until the channel restarts: %w", c.name, err)
-	}
 	all := append(t.takes, t.dead...)
 	var byDir map[int32][]wal.Position
 	first := all[0].dir
@@ -939,43 +948,49 @@ func (t *tx) commitTakes() error {
 	c.mu.Lock()
 	logs := c.logs
 	c.mu.Unlock()
-	var err error
+	if logs == nil {
+		c.ckMu.RUnlock()
+		c.takeErrors.Add(1)
+		return fmt.Errorf("file channel %s: commit: %w", c.name, flow.ErrClosed)
+	}
 	// A take commit waits for the previous take record of each log, not
 	// for its own: a sink's next batch then overlaps this record's
 	// fdatasync, instead of every sink commit costing a disk round trip.
 	// A record lost in a crash only makes its events be delivered again
 	// (the sink had them acknowledged before committing), and at most the
-	// newest take commit of each log is acknowledged but not yet durable.
-	if logs == nil {
-		err = flow.ErrClosed
-	} else {
-		var list []error
-		prev := make(map[int32]wal.Ticket, len(byDir))
-		c.takeMu.Lock()
-		for d, pos := range byDir {
-			tk, err := logs[d].AppendAsync(appendTake(nil, pos))
-			if err != nil {
-				list = append(list, err)
-				continue
-			}
-			prev[d], c.lastTake[d] = c.lastTake[d], tk
+	// newest take commit of each log is acknowledged but not yet durable
+	// (while a log is failed, every take since the failure is).
+	prev := make(map[int32]wal.Ticket, len(byDir))
+	c.takeMu.Lock()
+	for d, pos := range byDir {
+		rec := appendTake(nil, pos)
+		tk, err := logs[d].AppendAsync(rec)
+		if err != nil {
+			c.owed[d] = append(c.owed[d], rec)
+			continue
 		}
-		c.takeMu.Unlock()
-		for d, tk := range prev {
-			list = append(list, logs[d].WaitDurable(tk))
-		}
-		err = errors.Join(list...)
+		c.unsure[d] = append(c.unsure[d], takeRec{ticket: tk, rec: rec})
+		prev[d], c.lastTake[d] = c.lastTake[d], tk
 	}
-	if err != nil {
-		c.ckMu.RUnlock()
-		c.takeErrors.Add(1)
-		return fmt.Errorf("file channel %s: commit: %w", c.name, err)
+	c.takeMu.Unlock()
+	for d, tk := range prev {
+		if tk == 0 {
+			continue
+		}
+		// An error means a failure cut that record off; it stays in
+		// unsure and is written again when the log is back.
+		if logs[d].WaitDurable(tk) == nil {
+			c.takeMu.Lock()
+			c.pruneTakes(int(d), logs[d], tk)
+			c.takeMu.Unlock()
+		}
 	}
 	c.mu.Lock()
 	for _, e := range all {
 		c.live[e.dir][e.pos.Segment]--
 	}
 	c.reserved -= len(all)
+	c.takenSinceCk = true
 	delete(c.open, t)
 	t.isOpen = false
 	c.wakeCommitters()

@@ -273,10 +273,13 @@ func TestDiskFull(t *testing.T) {
 	if got := testutil.TakeAll(t, c, 5, 5, time.Second); len(got) != 5 { // takes go on
 		t.Fatalf("take on a full disk got %d events", len(got))
 	}
+	if h := c.Health(); h == nil || !strings.Contains(h.Error(), "has 999999 bytes (976.6 KiB) free, less than minimumRequiredSpace 1000000") {
+		t.Fatalf("Health on a full disk: %v", h)
+	}
+	// Space returns: the watcher sees it without any put, and /healthz
+	// with it.
 	free.Store(1 << 30)
-	c.mu.Lock()
-	c.lastSpace = time.Time{}
-	c.mu.Unlock()
+	waitFor(t, 5*time.Second, "Health nil once space returned", func() bool { return c.Health() == nil })
 	putN(t, c, "c", 3, 3)
 	wantAll(t, c, []string{"a5", "a6", "a7", "a8", "a9", "c0", "c1", "c2"})
 }
