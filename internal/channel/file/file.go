@@ -20,7 +20,8 @@
 //	checkpointInterval     30000    ms between checkpoints
 //	maxFileSize            2146435071  bytes per log segment
 //	minimumRequiredSpace   524288000   bytes that must stay free on the data disk; below it puts
-//	                                   fail (takes go on) until space returns
+//	                                   fail (takes go on) until space returns; Start warns when
+//	                                   a dir is already below it
 //	keep-alive             3        seconds a commit waits for capacity
 //	checkpointOnClose      true     write a checkpoint when the channel stops
 //	use-fast-replay, fsyncPerTransaction  accepted for compatibility; sluice always syncs every
@@ -45,12 +46,17 @@
 // bodies up to cacheBytes. A segment is deleted at the first checkpoint
 // after every event in it was taken and committed.
 //
+// A full or failing disk needs no person either (disk.go): puts are
+// refused (as a full channel) while no data dir can take them, takes and
+// their commits go on, and a watcher brings each failed log back as soon
+// as it can be written, with no restart. Health says why puts are refused.
+//
 // Recovery never needs a person: a torn or damaged record, a truncated or
 // missing segment, a missing or corrupt checkpoint each have a defined
 // outcome (docs/format/wal.md) that keeps every intact event; what was lost
-// is logged and counted in the channel's RecoveryLostEventCount (events)
-// and LogDamagedRegionCount (damaged regions of the log, torn tails
-// included).
+// is said in one line per start and counted in the channel's
+// RecoveryLostEventCount (events) and LogDamagedRegionCount (damaged
+// regions of the log, torn tails included).
 package file
 
 import (
