@@ -125,7 +125,7 @@ func TestDiskWriteFailureRecovers(t *testing.T) {
 		if !errors.Is(err, flow.ErrChannelFull) || !strings.Contains(err.Error(), "cannot be written") {
 			t.Fatalf("put after the failure: %v", err)
 		}
-		if d := time.Since(t0); d > 100*time.Millisecond {
+		if d := time.Since(t0); d > time.Second { // no disk write, no keep-alive wait
 			t.Fatalf("put after the failure took %v, want it to fail fast", d)
 		}
 	}
