@@ -27,6 +27,11 @@ import (
 // prefix); stagingDir defaults into the test's temp dir.
 func newTestSink(t *testing.T, env flow.Env, props map[string]string) *Sink {
 	t.Helper()
+	return newBenchSink(t, env, props)
+}
+
+func newBenchSink(t testing.TB, env flow.Env, props map[string]string) *Sink {
+	t.Helper()
 	if _, ok := props["hdfs.stagingDir"]; !ok {
 		props["hdfs.stagingDir"] = filepath.Join(t.TempDir(), "staging")
 	}
