@@ -103,7 +103,9 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 	opt.MaxOpenFiles = p.IntRange("hdfs.maxOpenFiles", DefaultMaxOpenFiles, 1, math.MaxInt32)
 	opt.CallTimeout = time.Duration(p.Int64("hdfs.callTimeout", DefaultCallTimeout.Milliseconds())) * time.Millisecond
 	opt.Threads = p.IntRange("hdfs.threadsPoolSize", DefaultThreads, 1, 1000)
-	p.IntRange("hdfs.rollTimerPoolSize", 1, 1, 1000) // one timer goroutine does it all
+	p.Ignored("hdfs.rollTimerPoolSize", "one timer goroutine rolls every file")
+	p.Ignored("hdfs.minBlockReplicas", "sluice does not roll on under-replicated blocks; replication is the cluster's setting")
+	p.Ignored("hdfs.useRawLocalFileSystem", "local files are written directly, without Hadoop's checksum files")
 	opt.CloseTries = p.IntRange("hdfs.closeTries", 0, 0, math.MaxInt32)
 	opt.RetryInterval = seconds("hdfs.retryInterval", DefaultRetry)
 	opt.MaxPendingBytes = p.Int64("hdfs.maxPendingBytes", DefaultMaxPendingBytes)
