@@ -322,6 +322,9 @@ func scanBlocks(data []byte, decode func(chunk []byte, room int) (int, error)) i
 	for pos+4 <= len(data) {
 		want := int(binary.BigEndian.Uint32(data[pos:]))
 		pos += 4
+		if want > maxBlockInput {
+			return good // not a block sluice (or Hadoop, with 256 KiB buffers) writes
+		}
 		// Hadoop's reader decodes chunks until the block's length came out.
 		got := 0
 		for got < want {
@@ -347,6 +350,10 @@ func scanBlocks(data []byte, decode func(chunk []byte, room int) (int, error)) i
 	}
 	return good
 }
+
+// maxBlockInput bounds the uncompressed size of one block that recovery
+// believes (Hadoop's buffers are 256 KiB).
+const maxBlockInput = 16 << 20
 
 func scanSnappy(data []byte) int {
 	return scanBlocks(data, func(chunk []byte, room int) (int, error) {

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -209,12 +211,22 @@ a1.sinks.k1.hdfs.fileType = DataStream
 		t.Logf("agent log (tail):\n%s", b[max(0, len(b)-6000):])
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
+	httpAddr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
+	metricsNow := func() string {
+		resp, err := http.Get("http://" + httpAddr + "/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
 	snd := newLineSender(addr, 2)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	var cmd *exec.Cmd
 	for round := 0; round <= kills; round++ {
 		fmt.Fprintf(logf, "==== start %d\n", round)
-		cmd = exec.Command(bin, "agent", "-f", confPath, "-n", "a1", "--no-reload-conf")
+		cmd = exec.Command(bin, "agent", "-f", confPath, "-n", "a1", "--no-reload-conf", "--http", httpAddr)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -251,6 +263,7 @@ a1.sinks.k1.hdfs.fileType = DataStream
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	t.Logf("metrics before SIGTERM: %s", metricsNow())
 	cmd.Process.Signal(syscall.SIGTERM)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -334,7 +347,7 @@ func crashKills() int {
 //	SLUICE_LONG=1 go test -run 'TestCrash' -v -count=1 ./internal/sink/hdfs/
 func TestCrashLocalFiles(t *testing.T) {
 	out := t.TempDir()
-	crashRun(t, crashKills(), fmt.Sprintf("a1.sinks.k1.hdfs.path = %s/%%{missing}logs\na1.sinks.k1.hdfs.rollCount = 700\na1.sinks.k1.hdfs.rollInterval = 1\n", out),
+	crashRun(t, crashKills(), fmt.Sprintf("a1.sinks.k1.hdfs.path = %s/%%{missing}logs\na1.sinks.k1.hdfs.rollCount = 700\na1.sinks.k1.hdfs.rollSize = 0\na1.sinks.k1.hdfs.rollInterval = 1\n", out),
 		func() (map[string]int, []string) {
 			bodies := map[string]int{}
 			var inUse []string

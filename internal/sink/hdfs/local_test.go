@@ -48,9 +48,9 @@ func newBenchSink(t testing.TB, env flow.Env, props map[string]string) *Sink {
 	return s.(*Sink)
 }
 
-func startWriter(t *testing.T, props map[string]string) *Writer {
+func startWriter(t testing.TB, props map[string]string) *Writer {
 	t.Helper()
-	s := newTestSink(t, flow.Env{}, props)
+	s := newBenchSink(t, flow.Env{}, props)
 	if err := s.w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -221,23 +221,60 @@ func readVLong(p []byte) (int64, int) {
 
 var errSeqHeader = errors.New("not a SequenceFile header")
 
+// seqHeaderLen walks a SequenceFile header (magic, key and value class
+// names, two flags, the codec class when compressed, metadata, sync) and
+// returns its length; ok is false when data ends inside it.
+func seqHeaderLen(data []byte) (int, bool) {
+	pos := 4
+	text := func() bool {
+		l, n := readVLong(data[pos:])
+		if n == 0 || l < 0 || l > int64(len(data)) || pos+n+int(l) > len(data) {
+			return false
+		}
+		pos += n + int(l)
+		return true
+	}
+	if !text() || !text() || pos+2 > len(data) {
+		return 0, false
+	}
+	compressed := data[pos] != 0
+	pos += 2
+	if compressed && !text() {
+		return 0, false
+	}
+	if pos+4 > len(data) {
+		return 0, false
+	}
+	meta := int(binary.BigEndian.Uint32(data[pos:]))
+	pos += 4
+	if meta < 0 || meta > len(data) {
+		return 0, false
+	}
+	for range 2 * meta {
+		if !text() {
+			return 0, false
+		}
+	}
+	if pos+16 > len(data) {
+		return 0, false
+	}
+	return pos + 16, true
+}
+
 // scanSeq returns the length of the longest prefix of a SequenceFile made
 // of its header and complete records, sync entries and blocks, for
 // recovery after a crash (a batch whose write was torn is cut off; its
 // events were not committed and come again). A whole file that is not a
 // SequenceFile gives 0.
 func scanSeq(data []byte, c *codec) (int, error) {
-	hdr := len(appendSeqHeader(nil, c, false, [16]byte{}))
-	if len(data) < 4 || string(data[:4]) != "SEQ\x06" {
-		if len(data) < 4 {
-			return 0, nil
-		}
+	if len(data) < 4 {
+		return 0, nil
+	}
+	if string(data[:4]) != "SEQ\x06" {
 		return 0, errSeqHeader
 	}
-	// The value class differs in length between Writable and Text.
-	vcls, n1 := readVLong(data[4+1+len(classLong):])
-	hdr += int(vcls) - len(classBytes)
-	if n1 == 0 || len(data) < hdr {
+	hdr, ok := seqHeaderLen(data)
+	if !ok {
 		return 0, nil
 	}
 	var sync [16]byte
