@@ -12,9 +12,10 @@
 // compressed with a Hadoop codec).
 //
 // Delivery: a batch's take commits only after the bytes of every file it
-// touched are durable: fdatasync'ed on local disks, fdatasync'ed into a
+// touched are durable: fdatasync'ed on local disks, or fdatasync'ed into a
 // local staging file for S3 (which cannot append; the file is uploaded,
-// multipart when large, when it rolls), or hflushed on HDFS. Every file
+// multipart when large, when it rolls) and HDFS (whose Go client has no
+// hflush; the file is copied, closed and renamed when it rolls). Every file
 // being written or waiting to be finished is recorded in a journal in the
 // staging directory first, so the next start after a crash cuts each such
 // file after its last complete batch and finishes it: no ".tmp" file and

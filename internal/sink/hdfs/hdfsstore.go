@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/colinmarc/hdfs/v2"
 	"github.com/colinmarc/hdfs/v2/hadoopconf"
@@ -27,12 +29,15 @@ func loadHadoopConf(dir string) map[string]string {
 	return conf
 }
 
-// hdfsStore writes files on HDFS with github.com/colinmarc/hdfs/v2, as
-// Flume does: the in-use file is created, each batch is hflushed (the
-// datanodes hold it; a reader sees it), and a closed file is renamed.
-// HDFS cannot cut a file, so a batch whose write failed, or was torn by a
-// crash, stays in the file (its events are written again: duplicates,
-// never loss).
+// hdfsStore writes files to HDFS with github.com/colinmarc/hdfs/v2. That
+// client has no hflush: its Flush hands packets to the datanode pipeline
+// without waiting for their acknowledgement, so a batch "flushed" with it
+// could still be lost after its take committed. The sink therefore stages
+// each file locally, fdatasync'ed per batch like S3, and on roll copies it
+// to HDFS under its in-use name, closes it (Close waits for every
+// datanode acknowledgement and completes the file with the namenode) and
+// renames it to its target, as Flume renames on close. Readers see a file
+// on HDFS only once it is rolled.
 type hdfsStore struct {
 	opts hdfs.ClientOptions
 	name string
@@ -93,38 +98,80 @@ func (s *hdfsStore) drop(c *hdfs.Client) {
 }
 
 func (s *hdfsStore) create(_ context.Context, rec *record) (pendingFile, error) {
-	c, err := s.get()
-	if err != nil {
-		return nil, err
-	}
-	if err := c.MkdirAll(path.Dir(rec.InUse), 0o755); err != nil {
-		s.drop(c)
-		return nil, err
-	}
-	w, err := c.Create(rec.InUse)
-	if err != nil {
-		s.drop(c)
-		return nil, err
-	}
-	return &hdfsFile{w: w}, nil
+	return createLocal(rec.InUse)
 }
 
-func (s *hdfsStore) trim(context.Context, *record) error { return nil }
+func (s *hdfsStore) trim(_ context.Context, rec *record) error {
+	_, err := trimLocal(rec.InUse, rec.Format)
+	return err
+}
 
+// finish copies the staged file to HDFS as <dir>/<inUse name>, closes it
+// and renames it to the target. After a crash it may find the copy done
+// (the target exists with the staged file's size) or half done (the
+// in-use file exists: it is written again).
 func (s *hdfsStore) finish(_ context.Context, rec *record, _ *journal) error {
-	if rec.InUse == rec.Target {
+	f, err := os.Open(rec.InUse)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
 	}
 	c, err := s.get()
 	if err != nil {
 		return err
 	}
-	if _, err := c.Stat(rec.InUse); errors.Is(err, fs.ErrNotExist) {
-		return nil
+	if fi, err := c.Stat(rec.Target); err == nil {
+		if fi.Size() != st.Size() {
+			return fmt.Errorf("cannot finish %s: it exists with %d bytes, the staged file has %d", rec.Target, fi.Size(), st.Size())
+		}
+	} else {
+		if err := s.copy(c, f, rec); err != nil {
+			s.drop(c)
+			return err
+		}
 	}
-	if err := c.Rename(rec.InUse, rec.Target); err != nil {
-		s.drop(c)
+	f.Close()
+	return os.Remove(rec.InUse)
+}
+
+func (s *hdfsStore) copy(c *hdfs.Client, f *os.File, rec *record) error {
+	inUse := rec.HDFSInUse
+	if err := c.MkdirAll(path.Dir(inUse), 0o755); err != nil {
 		return err
+	}
+	if err := c.Remove(inUse); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	w, err := c.Create(inUse)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(w, f); err != nil {
+		w.Close()
+		return fmt.Errorf("write %s: %w", inUse, err)
+	}
+	err = w.Close()
+	for range 10 {
+		if !hdfs.IsErrReplicating(err) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+		err = w.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("close %s: %w", inUse, err)
+	}
+	if inUse != rec.Target {
+		if err := c.Rename(inUse, rec.Target); err != nil {
+			return fmt.Errorf("rename %s: %w", inUse, err)
+		}
 	}
 	return nil
 }
@@ -138,22 +185,4 @@ func (s *hdfsStore) close() error {
 		return err
 	}
 	return nil
-}
-
-type hdfsFile struct{ w *hdfs.FileWriter }
-
-func (f *hdfsFile) Write(p []byte) (int, error) { return f.w.Write(p) }
-
-// Sync is hflush: the datanodes have the data.
-func (f *hdfsFile) Sync() error          { return f.w.Flush() }
-func (f *hdfsFile) Truncate(int64) error { return errors.ErrUnsupported }
-func (f *hdfsFile) Close() error {
-	err := f.w.Close()
-	for range 5 {
-		if !hdfs.IsErrReplicating(err) {
-			break
-		}
-		err = f.w.Close()
-	}
-	return err
 }

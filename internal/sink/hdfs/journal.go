@@ -25,8 +25,11 @@ type record struct {
 	InUse  string `json:"inUse"`  // where it is written: a path in the store, or the staging file
 	Target string `json:"target"` // its finished name in the store
 	Format format `json:"format"`
-	// Staged is true when InUse is a local staging file (S3).
+	// Staged is true when InUse is a local staging file (S3, HDFS).
 	Staged bool `json:"staged,omitempty"`
+	// HDFSInUse is the in-use name on HDFS a staged file is copied to
+	// before its rename.
+	HDFSInUse string `json:"hdfsInUse,omitempty"`
 	// Upload is the multipart upload in progress, if any.
 	Upload *upload `json:"upload,omitempty"`
 	// Closed is true once the file is complete and only waits to be

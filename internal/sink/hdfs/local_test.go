@@ -5,6 +5,7 @@ import (
 	"compress/zlib"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/internal/testutil/sinktest"
 )
 
@@ -493,5 +495,59 @@ func TestConfigErrors(t *testing.T) {
 		if err := p.Err(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want %q", tc.props, err, tc.want)
 		}
+	}
+}
+
+// TestHDFSWithoutNamenode writes to an hdfs:// path where no NameNode
+// answers: batches still commit (they are durable in staging), the files
+// wait in the journal with their data, and /healthz would tell once the
+// grace period passed. (No NameNode can run here; see docs/components.md.)
+func TestHDFSWithoutNamenode(t *testing.T) {
+	staging := filepath.Join(t.TempDir(), "staging")
+	port := testutil.FreePort(t)
+	w := startWriter(t, map[string]string{"hdfs.path": fmt.Sprintf("hdfs://127.0.0.1:%d/flume/%%{host}", port), "hdfs.fileType": "DataStream",
+		"hdfs.rollCount": "5", "hdfs.stagingDir": staging})
+	if got := w.store.String(); got != fmt.Sprintf("hdfs://127.0.0.1:%d", port) {
+		t.Fatalf("store %q", got)
+	}
+	if err := w.Write(context.Background(), events(0, 12, 1)); err != nil {
+		t.Fatalf("a batch did not commit with the NameNode away: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	w.Stop(ctx)
+	recs := files(t, filepath.Join(staging, "open"))
+	if len(recs) != 3 {
+		t.Fatalf("journal %v, want the 3 files (5+5+2 events)", recs)
+	}
+	var all []string
+	for _, n := range files(t, filepath.Join(staging, "data")) {
+		b, _ := os.ReadFile(filepath.Join(staging, "data", n))
+		all = append(all, strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")...)
+	}
+	if len(all) != 12 {
+		t.Fatalf("staged %d events, want 12", len(all))
+	}
+	j, _ := openJournal(staging)
+	defer j.close()
+	rs, _ := j.list()
+	if !strings.HasPrefix(rs[0].HDFSInUse, "/flume/web1/FlumeData.") || !strings.HasSuffix(rs[0].HDFSInUse, ".tmp") ||
+		rs[0].Target != strings.TrimSuffix(rs[0].HDFSInUse, ".tmp") {
+		t.Fatalf("record %+v", rs[0])
+	}
+}
+
+func TestHDFSStoreSettings(t *testing.T) {
+	loc, _ := parseLocation("hdfs://nn1/flume", "")
+	st, err := newHDFSStore(loc, map[string]string{})
+	if err != nil || st.String() != "hdfs://nn1:8020" {
+		t.Fatalf("%v %v", st, err)
+	}
+	loc, _ = parseLocation("/flume", "hdfs://nn2:9000")
+	if loc.scheme != "hdfs" || loc.host != "nn2:9000" || loc.path != "/flume" {
+		t.Fatalf("fs.defaultFS: %+v", loc)
+	}
+	if _, err := newHDFSStore(location{scheme: "hdfs"}, map[string]string{"hadoop.security.authentication": "kerberos", "fs.defaultFS": "hdfs://nn"}); err == nil || !strings.Contains(err.Error(), "Kerberos") {
+		t.Fatalf("kerberos: %v", err)
 	}
 }

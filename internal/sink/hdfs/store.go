@@ -19,8 +19,8 @@ import (
 type store interface {
 	// String names the store (its URL prefix) for logs and the journal.
 	String() string
-	// create starts rec's file. Stores that cannot append (S3) stage it in
-	// a local file instead.
+	// create starts rec's file. Stores that cannot append durably (S3, and
+	// HDFS through a client without hflush) stage it in a local file.
 	create(ctx context.Context, rec *record) (pendingFile, error)
 	// trim cuts an in-use file left by a crash after its last complete
 	// batch (n = keep), where the store can.
@@ -34,8 +34,8 @@ type store interface {
 // pendingFile is a file being written.
 type pendingFile interface {
 	io.Writer
-	// Sync makes everything written durable: fsync (local, staging) or
-	// hflush (HDFS).
+	// Sync makes everything written durable: fdatasync, of the file itself
+	// or of its local staging copy (S3, HDFS).
 	Sync() error
 	// Truncate cuts the file back to size after a failed batch;
 	// errors.ErrUnsupported where the store cannot.

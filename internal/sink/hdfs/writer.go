@@ -349,8 +349,12 @@ func (w *Writer) open(ctx context.Context, b *bucket, now time.Time) error {
 	}
 	rec := &record{ID: w.j.newID(), Store: w.store.String(), Format: w.opt.Format,
 		Target: path.Join(loc.path, name), InUse: path.Join(loc.path, w.opt.InUsePrefix+name+w.opt.InUseSuffix)}
-	if loc.scheme == "s3a" || loc.scheme == "s3" || loc.scheme == "s3n" {
+	switch loc.scheme {
+	case "s3a", "s3", "s3n":
 		rec.Target = trimSlash(rec.Target)
+		rec.Staged, rec.InUse = true, w.j.stagingPath(rec.ID)
+	case "hdfs":
+		rec.HDFSInUse = rec.InUse
 		rec.Staged, rec.InUse = true, w.j.stagingPath(rec.ID)
 	}
 	if err := w.j.put(rec); err != nil {
