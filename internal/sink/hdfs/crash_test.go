@@ -138,7 +138,11 @@ func (s *lineSender) session(c net.Conn) {
 		default:
 		}
 		n := s.next.Add(1) - 1
-		inflight <- n
+		select {
+		case inflight <- n:
+		case <-done: // the connection broke (a kill): n was never sent
+			return
+		}
 		fmt.Fprintf(bw, "event-%d %s\n", n, pad)
 		if len(inflight) > 100 || rand.IntN(4) == 0 {
 			if err := bw.Flush(); err != nil {
