@@ -866,6 +866,17 @@ func (l *Log) cutBack(d Position) error {
 		l.cur.Close() // its error is the failure we are recovering from, or one like it
 		l.cur = nil
 	}
+	// No record past d was acknowledged, so no reader should have opened
+	// those segments; drop any handle all the same, since their numbers
+	// are about to be reused.
+	l.rmu.Lock()
+	for s, f := range l.readers {
+		if s > d.Segment {
+			f.Close()
+			delete(l.readers, s)
+		}
+	}
+	l.rmu.Unlock()
 	segs, err := listSegments(l.dir)
 	if err != nil {
 		return fmt.Errorf("wal: list %s: %w", l.dir, err)
