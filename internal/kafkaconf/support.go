@@ -5,21 +5,34 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
+// LogEvery is how often a Kafka component repeats a log line that keeps
+// coming (a broker that stays down, a fetch that keeps failing): the first
+// goes out at once, then one line per interval with the count held back.
+const LogEvery = 10 * time.Second
+
 // Logger adapts slog to kgo's logger. kgo's info messages (every
 // connection, every rebalance step) go to slog's debug level; its warnings
-// and errors keep their level.
-func Logger(l *slog.Logger) kgo.Logger { return kgoLogger{l} }
+// and errors keep their level and go through th, keyed by message, so a
+// broker that stays down for an hour ("unable to open connection to
+// broker", twice a second) is told once and then summarised every
+// interval.
+func Logger(l *slog.Logger, th *logthrottle.Throttle) kgo.Logger { return kgoLogger{l, th} }
 
-type kgoLogger struct{ l *slog.Logger }
+type kgoLogger struct {
+	l  *slog.Logger
+	th *logthrottle.Throttle
+}
 
 func (k kgoLogger) Level() kgo.LogLevel {
 	switch {
@@ -39,7 +52,12 @@ func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	case kgo.LogLevelWarn:
 		lv = slog.LevelWarn
 	}
-	k.l.Log(context.Background(), lv, "kafka client: "+msg, keyvals...)
+	msg = "kafka client: " + msg
+	if lv < slog.LevelWarn || k.th == nil {
+		k.l.Log(context.Background(), lv, msg, keyvals...)
+		return
+	}
+	k.th.Log(k.l, lv, msg, msg, keyvals...)
 }
 
 // The Flume event format: a Kafka record's value holding one binary
@@ -100,6 +118,22 @@ func (l *Lag) Forget(revoked map[string][]int32) {
 		for _, p := range ps {
 			delete(l.hw, tp{t, p})
 			delete(l.next, tp{t, p})
+		}
+	}
+}
+
+// ForgetTopic drops every partition of topic.
+func (l *Lag) ForgetTopic(topic string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.hw {
+		if k.topic == topic {
+			delete(l.hw, k)
+		}
+	}
+	for k := range l.next {
+		if k.topic == topic {
+			delete(l.next, k)
 		}
 	}
 }

@@ -186,7 +186,7 @@ func (c *Channel) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kafka channel %s: %w", c.env.Name, err)
 	}
-	popts = append(popts, kgo.DefaultProduceTopic(c.topic), kgo.WithLogger(kafkaconf.Logger(c.log)))
+	popts = append(popts, kgo.DefaultProduceTopic(c.topic), kgo.WithLogger(kafkaconf.Logger(c.log, nil)))
 	prod, err := kgo.NewClient(popts...)
 	if err != nil {
 		return fmt.Errorf("kafka channel %s: %w", c.env.Name, err)
@@ -199,7 +199,7 @@ func (c *Channel) Start(context.Context) error {
 	}
 	copts = append(copts,
 		kgo.ConsumeTopics(c.topic),
-		kgo.WithLogger(kafkaconf.Logger(c.log)),
+		kgo.WithLogger(kafkaconf.Logger(c.log, nil)),
 		kgo.OnPartitionsAssigned(c.assigned),
 		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { c.revoked(ctx, cl, m, true) }),
 		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { c.revoked(ctx, cl, m, false) }),

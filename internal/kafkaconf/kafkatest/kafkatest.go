@@ -1,14 +1,21 @@
 // Package kafkatest runs an in-process Kafka (franz-go's kfake) for the
 // Kafka components' tests, with the one fault a real broker cannot be asked
-// for: becoming unreachable and coming back on the same address.
+// for: becoming unreachable and coming back on the same address. It also
+// holds what those tests measure: the process's CPU time and the log lines
+// a component writes.
 package kafkatest
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,37 +31,48 @@ type Cluster struct {
 	*kfake.Cluster
 	Addrs []string
 
-	mu  sync.Mutex
-	lns []*switchListener
+	opts []kfake.Opt // without the ports, for RestartEmpty
+	mu   sync.Mutex
+	lns  []*switchListener
 }
 
 // New starts a cluster of brokers brokers with topics seeded with
 // partitions partitions each, and stops it at the end of the test.
 func New(tb testing.TB, brokers int, partitions int32, topics ...string) *Cluster {
 	tb.Helper()
-	return newCluster(tb, brokers, partitions, topics, nil)
+	return newCluster(tb, brokers, partitions, topics, true, nil)
 }
 
 // NewSASL starts a one-broker cluster that requires SASL (mechanism PLAIN,
 // SCRAM-SHA-256 or SCRAM-SHA-512) with user and pass as superuser.
 func NewSASL(tb testing.TB, mechanism, user, pass string, topics ...string) *Cluster {
 	tb.Helper()
-	return newCluster(tb, 1, 1, topics, []kfake.Opt{kfake.EnableSASL(), kfake.Superuser(mechanism, user, pass)})
+	return newCluster(tb, 1, 1, topics, true, []kfake.Opt{kfake.EnableSASL(), kfake.Superuser(mechanism, user, pass)})
 }
 
 // NewTLS starts a one-broker cluster that speaks TLS with cfg.
 func NewTLS(tb testing.TB, cfg *tls.Config, topics ...string) *Cluster {
 	tb.Helper()
-	return newCluster(tb, 1, 1, topics, []kfake.Opt{kfake.TLS(cfg)})
+	return newCluster(tb, 1, 1, topics, true, []kfake.Opt{kfake.TLS(cfg)})
 }
 
-func newCluster(tb testing.TB, brokers int, partitions int32, topics []string, extra []kfake.Opt) *Cluster {
+// NewNoAutoCreate is New for a cluster that does not create topics on
+// demand (auto.create.topics.enable = false, as many production clusters
+// run): a deleted topic stays missing until it is created again.
+func NewNoAutoCreate(tb testing.TB, brokers int, partitions int32, topics ...string) *Cluster {
+	tb.Helper()
+	return newCluster(tb, brokers, partitions, topics, false, nil)
+}
+
+func newCluster(tb testing.TB, brokers int, partitions int32, topics []string, autoCreate bool, extra []kfake.Opt) *Cluster {
 	c := &Cluster{}
 	opts := []kfake.Opt{
 		kfake.NumBrokers(brokers),
 		kfake.ListenFn(c.listen),
-		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(int(partitions)),
+	}
+	if autoCreate {
+		opts = append(opts, kfake.AllowAutoTopicCreation())
 	}
 	if len(topics) > 0 {
 		opts = append(opts, kfake.SeedTopics(partitions, topics...))
@@ -64,10 +82,73 @@ func newCluster(tb testing.TB, brokers int, partitions int32, topics []string, e
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c.Cluster = kc
+	c.Cluster, c.opts = kc, opts
 	c.Addrs = kc.ListenAddrs()
 	tb.Cleanup(kc.Close)
 	return c
+}
+
+// RestartEmpty replaces the cluster by a new one on the same addresses
+// that knows nothing of the old one's records, topic IDs and consumer
+// groups, as a broker whose disk was wiped does; the topics it was seeded
+// with exist again, empty, under new topic IDs. Connections to the old
+// cluster are reset.
+func (c *Cluster) RestartEmpty(tb testing.TB) {
+	tb.Helper()
+	c.Down()
+	c.Cluster.Close()
+	ports := make([]int, len(c.Addrs))
+	for i, a := range c.Addrs {
+		_, p, err := net.SplitHostPort(a)
+		if err == nil {
+			ports[i], err = strconv.Atoi(p)
+		}
+		if err != nil {
+			tb.Fatalf("broker address %q: %v", a, err)
+		}
+	}
+	c.mu.Lock()
+	c.lns = nil
+	c.mu.Unlock()
+	var kc *kfake.Cluster
+	var err error
+	for i := 0; i < 50; i++ { // the old listeners may take a moment to release the ports
+		if kc, err = kfake.NewCluster(append(c.opts[:len(c.opts):len(c.opts)], kfake.Ports(ports...))...); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		tb.Fatalf("restart the cluster on %v: %v", c.Addrs, err)
+	}
+	c.Cluster = kc
+	tb.Cleanup(kc.Close)
+}
+
+// Recreate deletes topic and creates it again with partitions partitions:
+// the new topic has the old name and a new topic ID, as after
+// kafka-topics.sh --delete and --create, or a cluster restarted empty.
+func (c *Cluster) Recreate(tb testing.TB, topic string, partitions int32) {
+	tb.Helper()
+	c.Delete(tb, topic)
+	c.Create(tb, topic, partitions)
+}
+
+// Delete deletes topic, with the records it holds and the consumer groups'
+// offsets for it.
+func (c *Cluster) Delete(tb testing.TB, topic string) {
+	tb.Helper()
+	if err := c.DeleteTopic(topic); err != nil {
+		tb.Fatalf("delete topic %s: %v", topic, err)
+	}
+}
+
+// Create creates topic with partitions partitions.
+func (c *Cluster) Create(tb testing.TB, topic string, partitions int32) {
+	tb.Helper()
+	if err := c.CreateTopic(topic, partitions, nil); err != nil {
+		tb.Fatalf("create topic %s: %v", topic, err)
+	}
 }
 
 // Brokers is the bootstrap.servers value for the cluster.
@@ -310,4 +391,55 @@ func Produce(tb testing.TB, brokers []string, recs ...*kgo.Record) {
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		tb.Fatalf("produce: %v", err)
 	}
+}
+
+// CPUTime is the CPU time (user and system) the test process has used: the
+// component under test and the in-process cluster together, so a component
+// that spins shows however it spins.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Logs is where a component under test logs (Logger), for tests that
+// count what it says.
+type Logs struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *Logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// Logger logs text lines at info level and above into l.
+func (l *Logs) Logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// Lines returns the lines logged so far.
+func (l *Logs) Lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := strings.TrimSpace(l.buf.String())
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// Count is how many lines logged so far contain substr.
+func (l *Logs) Count(substr string) int {
+	n := 0
+	for _, line := range l.Lines() {
+		if strings.Contains(line, substr) {
+			n++
+		}
+	}
+	return n
 }

@@ -150,7 +150,7 @@ func (w *Writer) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kafka sink: %w", err)
 	}
-	opts = append(opts, kgo.WithLogger(kafkaconf.Logger(w.log)), kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}))
+	opts = append(opts, kgo.WithLogger(kafkaconf.Logger(w.log, nil)), kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka sink: %w", err)

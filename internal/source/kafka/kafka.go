@@ -140,7 +140,7 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	opts = append(opts,
 		kgo.ConsumeTopics(s.topics...),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.WithLogger(kafkaconf.Logger(s.log)),
+		kgo.WithLogger(kafkaconf.Logger(s.log, nil)),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.lag.Forget(m) }),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.lag.Forget(m) }),
 	)
