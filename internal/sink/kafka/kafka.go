@@ -10,6 +10,15 @@
 // unreachable a batch waits (up to delivery.timeout.ms) and is sent as soon
 // as a broker answers again; meanwhile the channel fills and its sources
 // push back.
+//
+// A topic deleted and created again (a new topic ID, or a cluster that
+// restarted empty) fails the batch in hand with UNKNOWN_TOPIC_ID: the sink
+// then drops the client's state of that topic, and the batch, which went
+// back into the channel, is produced to the topic as it is now on the next
+// attempt. Records the old topic had acknowledged are gone with it (deleting
+// a topic is the operator's act); nothing the channel still holds is lost.
+// The sink reports through Health when it cannot reach its brokers, or
+// deliver, for longer than healthGraceMillis.
 package kafkasink
 
 import (
@@ -19,6 +28,7 @@ import (
 	"log/slog"
 	"math"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +41,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/kafkaconf"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -53,6 +64,9 @@ type Options struct {
 	PartitionHeader     string
 	TimestampHeader     string
 	HeaderMap           map[string]string // Flume header -> Kafka record header
+	// HealthGrace is how long the sink may fail to reach its brokers or
+	// to deliver before Health reports it (healthGraceMillis).
+	HealthGrace time.Duration
 }
 
 // Writer produces batches to Kafka for a flow.BatchSink.
@@ -64,15 +78,32 @@ type Writer struct {
 	send     *atomic.Int64 // KafkaEventSendTimer, ms
 	rollback *atomic.Int64 // RollbackCount
 
-	cl      *kgo.Client
-	recs    []kgo.Record
-	recsBad bool // a record of recs may still be in the client
-	values  []byte
+	cl        *kgo.Client
+	probeStop context.CancelFunc
+	probeDone chan struct{}
+	recs      []kgo.Record
+	recsBad   bool // a record of recs may still be in the client
+	values    []byte
 
-	mu       sync.Mutex // guards err
+	health   *kafkaconf.Health
+	throttle *logthrottle.Throttle
+
+	mu       sync.Mutex // guards err and gone
 	err      error
+	gone     map[string]bool // topics whose records failed with a stale topic ID
 	failures int
 }
+
+// Sink is the Kafka sink: the shared batch loop over a Writer, which also
+// reports the Writer's health.
+type Sink struct {
+	*flow.BatchSink
+	w *Writer
+}
+
+// Health reports whether the sink reaches its brokers and delivers (see
+// flow.HealthReporter).
+func (s *Sink) Health() error { return s.w.Health() }
 
 // manualKey marks a record's context when the record carries its own
 // partition (partitionIdHeader or defaultPartitionId).
@@ -83,7 +114,8 @@ type manualKey struct{}
 // kafka.topic (default-flume-topic; %{header} escapes), flumeBatchSize
 // (100), useFlumeEventFormat (false), allowTopicOverride (true),
 // topicHeader (topic), partitionIdHeader, defaultPartitionId,
-// timestampHeader and header.<flume header> = <Kafka header>. Flume 1.6's
+// timestampHeader, header.<flume header> = <Kafka header> and sluice's
+// healthGraceMillis (30000). Flume 1.6's
 // brokerList, topic, batchSize and requiredAcks are read when the new names
 // are not set.
 func New(env flow.Env, p *config.Props) (flow.Sink, error) {
@@ -103,6 +135,7 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 		opt.DefaultPartition = p.IntRange("defaultPartitionId", 0, 0, math.MaxInt32)
 	}
 	opt.TimestampHeader = p.String("timestampHeader", "")
+	opt.HealthGrace = kafkaconf.ReadHealthGrace(p)
 	for _, k := range p.Keys("header.") {
 		name := strings.TrimPrefix(k, "header.")
 		v := strings.TrimSpace(p.String(k, ""))
@@ -121,13 +154,22 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 	}
 
 	c := metrics.NewSinkCounters(env.Name, env.Type)
-	w := &Writer{
-		opt: opt, producer: producer, topic: tt, log: env.Log(),
-		send:     c.Counter("KafkaEventSendTimer"),
-		rollback: c.Counter("RollbackCount"),
-	}
+	w := newWriter(opt, producer, tt, env.Log().With("sink", env.Name))
+	w.send, w.rollback = c.Counter("KafkaEventSendTimer"), c.Counter("RollbackCount")
 	env.Registry().Add(c.Set)
-	return flow.NewBatchSink(env, w, batch, c), nil
+	return &Sink{BatchSink: flow.NewBatchSink(env, w, batch, c), w: w}, nil
+}
+
+func newWriter(opt Options, producer *kafkaconf.Producer, tt topicTemplate, log *slog.Logger) *Writer {
+	if opt.HealthGrace <= 0 {
+		opt.HealthGrace = kafkaconf.DefaultHealthGrace
+	}
+	return &Writer{
+		opt: opt, producer: producer, topic: tt, log: log,
+		send: new(atomic.Int64), rollback: new(atomic.Int64),
+		health:   kafkaconf.NewHealth(opt.HealthGrace),
+		throttle: logthrottle.New(kafkaconf.LogEvery, 1),
+	}
 }
 
 // NewWriter returns a Writer, for tests and benchmarks that drive it
@@ -140,8 +182,12 @@ func NewWriter(opt Options, producer *kafkaconf.Producer, log *slog.Logger) (*Wr
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Writer{opt: opt, producer: producer, topic: tt, log: log, send: new(atomic.Int64), rollback: new(atomic.Int64)}, nil
+	return newWriter(opt, producer, tt, log), nil
 }
+
+// Health returns nil unless, for longer than the grace period, no broker
+// answered or no batch was acknowledged, and then why.
+func (w *Writer) Health() error { return w.health.Err() }
 
 // Start builds the Kafka client. It does not wait for a broker: the first
 // batch connects, and waits while none answers.
@@ -150,18 +196,26 @@ func (w *Writer) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kafka sink: %w", err)
 	}
-	opts = append(opts, kgo.WithLogger(kafkaconf.Logger(w.log, nil)), kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}))
+	opts = append(opts, kgo.WithLogger(kafkaconf.Logger(w.log, w.throttle)), kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka sink: %w", err)
 	}
 	w.cl = cl
+	// The probe tells an idle sink (or one whose batch waits for a dead
+	// broker) whether Kafka answers.
+	ctx, cancel := context.WithCancel(context.Background())
+	w.probeStop, w.probeDone = cancel, make(chan struct{})
+	probe := &kafkaconf.Probe{Client: cl, Brokers: w.opt.Brokers, Health: w.health, Interval: kafkaconf.ProbeInterval(w.opt.HealthGrace)}
+	go func() { defer close(w.probeDone); probe.Run(ctx) }()
 	return nil
 }
 
 // Stop closes the client; records still buffered fail.
 func (w *Writer) Stop(context.Context) error {
 	if w.cl != nil {
+		w.probeStop()
+		<-w.probeDone
 		w.cl.Close()
 		w.cl = nil
 	}
@@ -187,6 +241,7 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 	var manual context.Context
 	w.mu.Lock()
 	w.err = nil
+	clear(w.gone)
 	w.mu.Unlock()
 
 	var wg sync.WaitGroup
@@ -195,6 +250,12 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 			w.mu.Lock()
 			if w.err == nil {
 				w.err = fmt.Errorf("topic %s partition %d: %w", r.Topic, r.Partition, err)
+			}
+			if kafkaconf.TopicGone(err) {
+				if w.gone == nil {
+					w.gone = map[string]bool{}
+				}
+				w.gone[r.Topic] = true
 			}
 			w.mu.Unlock()
 		}
@@ -260,22 +321,45 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("kafka sink: stopped while waiting for acknowledgements: %w", ctx.Err())
 		}
+		w.health.Fail("delivery", fmt.Errorf("Kafka does not acknowledge batches within delivery.timeout.ms (%v)", w.producer.DeliveryTimeout), 0)
 		return fmt.Errorf("kafka sink: batch of %d not acknowledged within delivery.timeout.ms (%v)", n, w.producer.DeliveryTimeout)
 	}
 	w.send.Add(time.Since(start).Milliseconds())
 	w.mu.Lock()
 	err := w.err
+	var gone []string
+	for t := range w.gone {
+		gone = append(gone, t)
+	}
 	w.mu.Unlock()
 	if err != nil {
 		w.rollback.Add(1)
 		w.failures++
+		if len(gone) > 0 {
+			w.forget(gone, err)
+		}
+		w.health.Fail("delivery", fmt.Errorf("Kafka refuses batches: %w", err), 0)
 		return fmt.Errorf("kafka sink: batch of %d not acknowledged: %w", n, err)
 	}
+	w.health.OK("delivery")
 	if w.failures > 0 {
 		w.log.Info("kafka sink: delivering again", "failures", w.failures)
 		w.failures = 0
 	}
 	return nil
+}
+
+// forget drops the client's state of topics that were deleted (and perhaps
+// created again under a new ID): franz-go keeps failing a topic whose ID
+// changed until it is purged, and produces to the topic as it is now once
+// it is. Every promise of the batch has returned, so none of its records is
+// still in the client.
+func (w *Writer) forget(topics []string, err error) {
+	sort.Strings(topics)
+	w.throttle.Log(w.log, slog.LevelWarn, "topic gone",
+		"kafka sink: a topic was deleted or re-created under the sink (its topic ID changed); the batch stays in the channel and goes to the topic as it is now. Records the old topic held are gone with it",
+		"topics", topics, "err", err)
+	w.cl.PurgeTopicsFromProducing(topics...)
 }
 
 // topicOf is the topic header (when allowed and present) or kafka.topic

@@ -47,13 +47,19 @@ var quiet = func() *slog.Logger {
 // servers added).
 func newSink(t *testing.T, kc *kafkatest.Cluster, pl *sourcetest.Pipeline, props map[string]string) (flow.Sink, *metrics.Registry) {
 	t.Helper()
+	return newSinkLog(t, kc, pl, props, quiet)
+}
+
+// newSinkLog is newSink logging to log.
+func newSinkLog(t *testing.T, kc *kafkatest.Cluster, pl *sourcetest.Pipeline, props map[string]string, log *slog.Logger) (flow.Sink, *metrics.Registry) {
+	t.Helper()
 	m := map[string]string{"kafka.bootstrap.servers": kc.Brokers()}
 	for k, v := range props {
 		m[k] = v
 	}
 	p := config.FromMap("a1.sinks.k1.", m)
 	reg := metrics.NewRegistry("a1")
-	s, err := New(flow.Env{Agent: "a1", Name: "k1", Type: "kafka", Logger: quiet, Metrics: reg, Channel: pl.Channel}, p)
+	s, err := New(flow.Env{Agent: "a1", Name: "k1", Type: "kafka", Logger: log, Metrics: reg, Channel: pl.Channel}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,10 +430,10 @@ func startFlow(t *testing.T, kc *kafkatest.Cluster, capacity int, rate int, prop
 				if err == nil {
 					break
 				}
+				if ctx.Err() != nil {
+					return
+				}
 				if !errors.Is(err, flow.ErrChannelFull) {
-					if ctx.Err() != nil {
-						return
-					}
 					t.Errorf("put: %v", err)
 					return
 				}

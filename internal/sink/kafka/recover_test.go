@@ -1,0 +1,210 @@
+package kafkasink
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/kafkaconf/kafkatest"
+	"github.com/sluicehq/sluice/internal/source/sourcetest"
+)
+
+// outage is how long a test keeps a topic missing or the brokers down:
+// a few seconds by default, long with SLUICE_LONG=1.
+func outage() time.Duration {
+	if os.Getenv("SLUICE_LONG") != "" {
+		return 30 * time.Second
+	}
+	return 3 * time.Second
+}
+
+// put puts events named prefix0..prefixN-1 into the sink's channel.
+func put(t *testing.T, pl *sourcetest.Pipeline, prefix string, n int) {
+	t.Helper()
+	evs := make([]event.Event, n)
+	for i := range evs {
+		evs[i] = event.Event{Body: []byte(prefix + strconv.Itoa(i)), ReceivedAt: event.Now()}
+	}
+	if err := pl.Processor.Process(context.Background(), evs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// healthOf is x's Health, or, for a component that does not report its
+// health, a func that says so (so that a test checks the rest regardless).
+func healthOf(x any) func() error {
+	if h, ok := x.(flow.HealthReporter); ok {
+		return h.Health
+	}
+	return func() error { return fmt.Errorf("%T does not report its health (flow.HealthReporter)", x) }
+}
+
+// runSink drives the sink with the agent's SinkRunner (its backoff after
+// failures included) until the test ends.
+func runSink(t *testing.T, s flow.Sink, log *slog.Logger) {
+	r := flow.NewSinkRunner("k1", s, log)
+	r.Start()
+	t.Cleanup(func() { r.Stop(context.Background()) })
+}
+
+// The topic is deleted under a running sink and created again later, on a
+// cluster that does not create topics by itself: while it is missing the
+// sink fails, holds the events in the channel, uses no CPU to speak of,
+// logs a few lines and, after the grace period, reports it through Health;
+// once the topic is back (with a new topic ID) every held event goes to it
+// within seconds and Health is nil again. Before the sink purged the stale
+// topic from its client it failed with UNKNOWN_TOPIC_ID for good.
+func TestSinkTopicRecreated(t *testing.T) {
+	kc := kafkatest.NewNoAutoCreate(t, 1, 2, "re")
+	logs := &kafkatest.Logs{}
+	pl := sourcetest.NewPipeline(t, 10000, 1000, 100*time.Millisecond)
+	s, reg := newSinkLog(t, kc, pl, map[string]string{"kafka.topic": "re", "healthGraceMillis": "1000"}, logs.Logger())
+	runSink(t, s, logs.Logger())
+	health := healthOf(s)
+
+	put(t, pl, "a", 100)
+	if !sourcetest.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 100 }, 10*time.Second) {
+		t.Fatalf("only %d of 100 events delivered before the topic was deleted", counter(reg, "EventDrainSuccessCount"))
+	}
+	kc.Delete(t, "re")
+	put(t, pl, "b", 300)
+	time.Sleep(300 * time.Millisecond) // the first failures
+	cpu0, t0 := kafkatest.CPUTime(), time.Now()
+	time.Sleep(outage())
+	cpu, window := kafkatest.CPUTime()-cpu0, time.Since(t0)
+	t.Logf("topic missing: CPU %v over %v (%.1f%%)", cpu, window.Round(time.Millisecond), 100*cpu.Seconds()/window.Seconds())
+	if cpu > window/10 {
+		t.Errorf("the process used %v of CPU in %v while the topic was missing: the sink spins", cpu, window)
+	}
+	// The batch being retried is out of the channel only while it is tried.
+	if n := pl.Channel.Len(); n < 200 {
+		t.Errorf("the channel holds %d events while the topic is missing, want the 300 put after the deletion less the batch in hand", n)
+	}
+	if err := health(); err == nil || !strings.Contains(err.Error(), "topic re ") {
+		t.Errorf("Health() = %v while the topic is missing, want the failure", err)
+	} else {
+		t.Logf("health while missing: %v", err)
+	}
+
+	if n := len(logs.Lines()); n > 10 {
+		t.Errorf("%d log lines while the topic was missing, want a few:\n%s", n, strings.Join(logs.Lines()[:min(n, 20)], "\n"))
+	}
+	kc.Create(t, "re", 2)
+	back := time.Now()
+	got := map[string]bool{}
+	kafkatest.ReadUntil(t, kc.Addrs, []string{"re"}, 20*time.Second, func(recs []*kgo.Record) bool {
+		for _, r := range recs {
+			got[string(r.Value)] = true
+		}
+		return len(got) >= 300
+	})
+	t.Logf("the 300 held events reached the re-created topic %v after it was created", time.Since(back).Round(time.Millisecond))
+	for i := range 300 {
+		if !got["b"+strconv.Itoa(i)] {
+			t.Fatalf("event b%d did not reach the re-created topic (%d of 300 did)", i, len(got))
+		}
+	}
+	if took := time.Since(back); took > 10*time.Second {
+		t.Errorf("delivery resumed %v after the topic was re-created, want within seconds", took)
+	}
+	if !sourcetest.Eventually(func() bool { return health() == nil }, 5*time.Second) {
+		t.Errorf("Health() = %v after delivery resumed", health())
+	}
+	lines := logs.Lines()
+	t.Logf("%d log lines:\n%s", len(lines), strings.Join(lines, "\n"))
+	if len(lines) > 10 {
+		t.Errorf("%d log lines for one topic re-creation, want a few", len(lines))
+	}
+}
+
+// The brokers go away under a sink that has events to deliver: after the
+// grace period Health says no broker answers, the connection errors are
+// logged throttled (not twice a second), and once the brokers are back
+// everything is delivered and Health is nil again.
+func TestSinkBrokerOutageHealth(t *testing.T) {
+	kc := kafkatest.New(t, 1, 1, "down")
+	logs := &kafkatest.Logs{}
+	pl := sourcetest.NewPipeline(t, 10000, 1000, 100*time.Millisecond)
+	s, reg := newSinkLog(t, kc, pl, map[string]string{"kafka.topic": "down", "healthGraceMillis": "1000",
+		"kafka.producer.delivery.timeout.ms": "2000"}, logs.Logger())
+	runSink(t, s, logs.Logger())
+	health := healthOf(s)
+	put(t, pl, "a", 10)
+	if !sourcetest.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 10 }, 10*time.Second) {
+		t.Fatal("events not delivered before the outage")
+	}
+	if err := health(); err != nil {
+		t.Errorf("Health() = %v with the brokers up", err)
+	}
+	kc.Down()
+	down := time.Now()
+	put(t, pl, "b", 100)
+	time.Sleep(500 * time.Millisecond)
+	if err := health(); err != nil {
+		t.Errorf("Health() = %v %v into the outage, before the 1s grace period", err, time.Since(down))
+	}
+	if !sourcetest.Eventually(func() bool { return health() != nil }, 5*time.Second) {
+		t.Error("Health() stayed nil with the brokers down past the grace period")
+	}
+	t.Logf("unhealthy %v into the outage: %v", time.Since(down).Round(time.Millisecond), health())
+	time.Sleep(time.Until(down.Add(outage())))
+	refused := logs.Count("unable to open connection")
+	kc.Up(t)
+	up := time.Now()
+	if !sourcetest.Eventually(func() bool { return health() == nil }, 10*time.Second) {
+		t.Errorf("Health() = %v 10s after the brokers came back", health())
+	}
+	t.Logf("healthy %v after the brokers came back", time.Since(up).Round(time.Millisecond))
+	if !sourcetest.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 110 }, 10*time.Second) {
+		t.Fatalf("%d of 110 events delivered after the outage", counter(reg, "EventDrainSuccessCount"))
+	}
+	t.Logf("%d log lines, %d of them on refused connections:\n%s", len(logs.Lines()), refused, strings.Join(logs.Lines(), "\n"))
+	if refused < 1 {
+		t.Error("the refused connections were not logged at all")
+	}
+	if max := 2 + int(outage()/(10*time.Second)); refused > max {
+		t.Errorf("refused connections logged %d times in a %v outage, want at most %d (throttled)", refused, outage(), max)
+	}
+}
+
+// The cluster restarts empty under the sink (its topic is there again,
+// empty, under a new topic ID): the events the channel holds go to it
+// within seconds.
+func TestSinkBrokerRestartedEmpty(t *testing.T) {
+	kc := kafkatest.NewNoAutoCreate(t, 1, 2, "wiped")
+	pl := sourcetest.NewPipeline(t, 10000, 1000, 100*time.Millisecond)
+	s, reg := newSink(t, kc, pl, map[string]string{"kafka.topic": "wiped"})
+	runSink(t, s, quiet)
+	put(t, pl, "a", 50)
+	if !sourcetest.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 50 }, 10*time.Second) {
+		t.Fatal("events not delivered before the restart")
+	}
+	kc.RestartEmpty(t)
+	back := time.Now()
+	put(t, pl, "b", 100)
+	got := map[string]bool{}
+	kafkatest.ReadUntil(t, kc.Addrs, []string{"wiped"}, 20*time.Second, func(recs []*kgo.Record) bool {
+		for _, r := range recs {
+			got[string(r.Value)] = true
+		}
+		return len(got) >= 100
+	})
+	for i := range 100 {
+		if !got["b"+strconv.Itoa(i)] {
+			t.Fatalf("event b%d did not reach the restarted cluster (%d of 100 did)", i, len(got))
+		}
+	}
+	t.Logf("delivery resumed %v after the cluster restarted empty", time.Since(back).Round(time.Millisecond))
+	if took := time.Since(back); took > 10*time.Second {
+		t.Errorf("delivery resumed %v after the restart, want within seconds", took)
+	}
+}
