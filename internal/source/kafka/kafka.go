@@ -12,6 +12,18 @@
 // channel holds back for longer than max.poll.interval.ms gets the member
 // dropped from the group, and that batch (only) is delivered again by the
 // partition's next owner.
+//
+// A topic deleted and created again under a running source (a new topic ID,
+// or a cluster that restarted empty) makes its fetches fail with
+// UNKNOWN_TOPIC_ID, which franz-go keeps returning until the topic is
+// purged from the client: the source purges it and subscribes again, and
+// reads the new topic from its start (its records were all written after
+// the re-creation, whatever auto.offset.reset says; with kafka.topics.regex
+// the client finds the new topic at its next metadata refresh,
+// metadata.max.age.ms, as any new topic that matches). Records of the old
+// topic that were not yet read are gone with it. Failing polls back off
+// instead of spinning, and the source reports through Health when it cannot
+// reach its brokers or topics for longer than healthGraceMillis.
 package kafkasource
 
 import (
@@ -21,6 +33,7 @@ import (
 	"log/slog"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +46,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/kafkaconf"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -42,7 +56,6 @@ const (
 	DefaultBatchDuration = 1000 * time.Millisecond
 	DefaultGroup         = "flume"
 	DefaultTopicHeader   = "topic"
-	logEvery             = 10 * time.Second
 	commitTimeout        = 10 * time.Second
 )
 
@@ -64,23 +77,26 @@ type Source struct {
 	emptyCount            *atomic.Int64
 	lag                   *kafkaconf.Lag
 	log                   *slog.Logger
-	lastLog               time.Time
+	throttle              *logthrottle.Throttle
+	health                *kafkaconf.Health
+	recreated             kafkaconf.Recreated
 
-	mu     sync.Mutex
-	cl     *kgo.Client
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu        sync.Mutex
+	cl        *kgo.Client
+	cancel    context.CancelFunc
+	done      chan struct{}
+	probeDone chan struct{}
 }
 
 // New builds a Kafka source from its properties: kafka.bootstrap.servers
 // (required), kafka.topics (a comma list) or kafka.topics.regex,
 // kafka.consumer.group.id (flume), batchSize (1000), batchDurationMillis
 // (1000), useFlumeEventFormat (false), setTopicHeader (true), topicHeader
-// (topic), and kafka.consumer.* (see kafkaconf.ReadConsumer; the offset
-// reset is Kafka's latest unless set). Flume 1.6's topic and groupId are
-// read when the new names are not set.
+// (topic), sluice's healthGraceMillis (30000), and kafka.consumer.* (see
+// kafkaconf.ReadConsumer; the offset reset is Kafka's latest unless set).
+// Flume 1.6's topic and groupId are read when the new names are not set.
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
-	s := &Source{env: env, log: env.Log()}
+	s := &Source{env: env, log: env.Log().With("source", env.Name), throttle: logthrottle.New(kafkaconf.LogEvery, 1)}
 	s.brokers = kafkaconf.Brokers(p, "")
 	legacyTopic := p.String("topic", "")
 	regex := strings.TrimSpace(p.String("kafka.topics.regex", ""))
@@ -111,6 +127,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.useFlumeFormat = p.Bool("useFlumeEventFormat", false)
 	s.setTopicHeader = p.Bool("setTopicHeader", true)
 	s.topicHeader = p.String("topicHeader", DefaultTopicHeader)
+	s.health = kafkaconf.NewHealth(kafkaconf.ReadHealthGrace(p))
 
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.getTimer = s.counters.Counter("KafkaEventGetTimer")
@@ -124,6 +141,10 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 // BatchSize reports batchSize, so the agent can check it against the
 // channels' transactionCapacity.
 func (s *Source) BatchSize() int { return s.batchSize }
+
+// Health reports whether the source reaches its brokers and reads its
+// topics (see flow.HealthReporter).
+func (s *Source) Health() error { return s.health.Err() }
 
 // Start joins the consumer group and polls in a goroutine that Stop ends.
 // It does not wait for a broker.
@@ -140,9 +161,10 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	opts = append(opts,
 		kgo.ConsumeTopics(s.topics...),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.WithLogger(kafkaconf.Logger(s.log, nil)),
+		kgo.WithLogger(kafkaconf.Logger(s.log, s.throttle)),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.lag.Forget(m) }),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.lag.Forget(m) }),
+		kgo.AdjustFetchOffsetsFn(s.recreated.AdjustOffsets),
 	)
 	if s.regex {
 		opts = append(opts, kgo.ConsumeRegex())
@@ -154,8 +176,13 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	s.counters.Started()
 	s.lag.Register()
 	ctx, cancel := context.WithCancel(context.Background())
-	s.cl, s.cancel, s.done = cl, cancel, make(chan struct{})
+	s.cl, s.cancel, s.done, s.probeDone = cl, cancel, make(chan struct{}), make(chan struct{})
 	go s.run(ctx, cl, p, s.done)
+	probe := &kafkaconf.Probe{Client: cl, Brokers: s.brokers, Health: s.health, Interval: kafkaconf.ProbeInterval(s.health.Grace())}
+	if !s.regex {
+		probe.Topics = s.topics
+	}
+	go func(done chan struct{}) { defer close(done); probe.Run(ctx) }(s.probeDone)
 	return nil
 }
 
@@ -164,13 +191,14 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 // group.
 func (s *Source) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	cl, cancel, done := s.cl, s.cancel, s.done
+	cl, cancel, done, probeDone := s.cl, s.cancel, s.done, s.probeDone
 	s.cl = nil
 	s.mu.Unlock()
 	if cl == nil {
 		return nil
 	}
 	cancel()
+	<-probeDone
 	var err error
 	select {
 	case <-done:
@@ -189,6 +217,12 @@ func (s *Source) Stop(ctx context.Context) error {
 func (s *Source) run(ctx context.Context, cl *kgo.Client, p flow.Processor, done chan struct{}) {
 	defer close(done)
 	events := make([]event.Event, 0, s.batchSize)
+	// A poll that brings only errors is followed by a pause, growing while
+	// they last: kgo returns a partition's error at once on every poll, so
+	// polling again straight away would spin a core.
+	stale := kafkaconf.FetchStale(s.health.Grace())
+	retry := kafkaconf.FetchBackoff(s.health.Grace())
+	failedPolls := 0
 	for ctx.Err() == nil {
 		t0 := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, s.batchDur)
@@ -199,37 +233,88 @@ func (s *Source) run(ctx context.Context, cl *kgo.Client, p flow.Processor, done
 			cl.AllowRebalance()
 			return
 		}
+		var gone []string
+		failed := false
 		fs.EachError(func(t string, part int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				s.warn("kafka source: fetch failed", "topic", t, "partition", part, "err", err)
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
 			}
+			failed = true
+			s.health.Fail("fetch "+t, kafkaconf.FetchError(t, part, err), stale)
+			if kafkaconf.TopicGone(err) {
+				if !slices.Contains(gone, t) {
+					gone = append(gone, t)
+				}
+				return
+			}
+			s.throttle.Log(s.log, slog.LevelWarn, "fetch failed", "kafka source: fetch failed; retrying",
+				"topic", t, "partition", part, "err", err)
 		})
 		s.lag.Observe(fs)
 		recs := fs.Records()
-		if len(recs) == 0 {
+		for i, r := range recs {
+			if i == 0 || r.Topic != recs[i-1].Topic {
+				s.health.OK("fetch " + r.Topic)
+			}
+		}
+		if len(recs) > 0 {
+			if !s.deliver(ctx, cl, p, recs, events) {
+				cl.AllowRebalance()
+				return // stopping: the offsets stay uncommitted, the batch comes again
+			}
+		} else {
 			s.emptyCount.Add(1)
-			cl.AllowRebalance()
+		}
+		cl.AllowRebalance()
+		if len(gone) > 0 {
+			s.forget(cl, gone)
+		}
+		if !failed || len(recs) > 0 {
+			failedPolls = 0
 			continue
 		}
-		n := int64(len(recs))
-		s.counters.EventReceived.Add(n)
-		if !s.put(ctx, p, recs, events) {
-			cl.AllowRebalance()
-			return // stopping: the offsets stay uncommitted, the batch comes again
+		failedPolls++
+		if !kafkaconf.Sleep(ctx, retry(failedPolls)) {
+			return
 		}
-		s.counters.EventAccepted.Add(n)
-		t1 := time.Now()
-		// Not ctx: a Stop during the commit must not lose it (Stop waits).
-		cctx, ccancel := context.WithTimeout(context.Background(), commitTimeout)
-		err := cl.CommitRecords(cctx, recs...)
-		ccancel()
-		if err != nil {
-			s.warn("kafka source: offset commit failed; the batch will be delivered again after a restart or rebalance",
-				"events", n, "err", err)
-		}
-		s.commitTimer.Add(time.Since(t1).Milliseconds())
-		cl.AllowRebalance()
 	}
+}
+
+// deliver puts a polled batch into the channels and commits its offsets;
+// false means the source is stopping.
+func (s *Source) deliver(ctx context.Context, cl *kgo.Client, p flow.Processor, recs []*kgo.Record, events []event.Event) bool {
+	n := int64(len(recs))
+	s.counters.EventReceived.Add(n)
+	if !s.put(ctx, p, recs, events) {
+		return false
+	}
+	s.counters.EventAccepted.Add(n)
+	t1 := time.Now()
+	// Not ctx: a Stop during the commit must not lose it (Stop waits).
+	cctx, ccancel := context.WithTimeout(context.Background(), commitTimeout)
+	err := cl.CommitRecords(cctx, recs...)
+	ccancel()
+	if err != nil {
+		s.throttle.Log(s.log, slog.LevelWarn, "commit failed",
+			"kafka source: offset commit failed; the batch will be delivered again after a restart or rebalance (unless its topic was deleted)",
+			"events", n, "err", err)
+	}
+	s.commitTimer.Add(time.Since(t1).Milliseconds())
+	return true
+}
+
+// forget drops the client's state of topics that were deleted (and perhaps
+// created again under a new topic ID) and subscribes to them again, so the
+// source goes on with the topics as they are now. franz-go keeps failing a
+// topic whose ID changed until it is purged.
+func (s *Source) forget(cl *kgo.Client, topics []string) {
+	s.throttle.Log(s.log, slog.LevelWarn, "topic gone",
+		"kafka source: a topic was deleted or re-created under the source (its topic ID changed); subscribing again and reading it from its start. Records of the old topic not yet read are gone with it",
+		"topics", topics)
+	s.recreated.Mark(topics...)
+	cl.PurgeTopicsFromClient(topics...)
+	// With a regex the client finds the topic again by itself.
+	cl.AddConsumeTopics(topics...)
 }
 
 // put hands the records to the processor, retrying with backoff while the
@@ -248,7 +333,8 @@ func (s *Source) put(ctx context.Context, p flow.Processor, recs []*kgo.Record, 
 			return false
 		}
 		s.counters.ChannelWriteFail.Add(1)
-		s.warn("kafka source: channel refused a batch; holding it and retrying", "events", len(recs), "err", err, "retry_in", wait)
+		s.throttle.Log(s.log, slog.LevelWarn, "channel refused", "kafka source: channel refused a batch; holding it and retrying",
+			"events", len(recs), "err", err, "retry_in", wait)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -272,7 +358,7 @@ func (s *Source) toEvents(recs []*kgo.Record, dst []event.Event) []event.Event {
 			fe, err := kafkaconf.DecodeFlumeEvent(r.Value)
 			if err != nil {
 				s.counters.EventReadFail.Add(1)
-				s.warn("kafka source: record is not in the Flume event format (useFlumeEventFormat = true); delivering its value as the body",
+				s.throttle.Log(s.log, slog.LevelWarn, "not flume", "kafka source: record is not in the Flume event format (useFlumeEventFormat = true); delivering its value as the body",
 					"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 				e.Body = r.Value
 			} else {
@@ -305,13 +391,4 @@ func setIfAbsent(h map[string]string, k, v string) {
 	if _, ok := h[k]; !ok {
 		h[k] = v
 	}
-}
-
-// warn logs at most once per logEvery.
-func (s *Source) warn(msg string, args ...any) {
-	if time.Since(s.lastLog) < logEvery {
-		return
-	}
-	s.lastLog = time.Now()
-	s.log.Warn(msg, append(args, "source", s.env.Name)...)
 }

@@ -24,6 +24,12 @@ var quiet = slog.New(slog.DiscardHandler)
 
 func newSource(t *testing.T, kc *kafkatest.Cluster, reg *metrics.Registry, name string, props map[string]string) *Source {
 	t.Helper()
+	return newSourceLog(t, kc, reg, name, props, quiet)
+}
+
+// newSourceLog is newSource logging to log.
+func newSourceLog(t *testing.T, kc *kafkatest.Cluster, reg *metrics.Registry, name string, props map[string]string, log *slog.Logger) *Source {
+	t.Helper()
 	m := map[string]string{
 		"kafka.bootstrap.servers":              kc.Brokers(),
 		"kafka.consumer.auto.offset.reset":     "earliest",
@@ -34,7 +40,7 @@ func newSource(t *testing.T, kc *kafkatest.Cluster, reg *metrics.Registry, name 
 		m[k] = v
 	}
 	p := config.FromMap("a1.sources."+name+".", m)
-	s, err := New(flow.Env{Agent: "a1", Name: name, Type: "kafka", Logger: quiet, Metrics: reg}, p)
+	s, err := New(flow.Env{Agent: "a1", Name: name, Type: "kafka", Logger: log, Metrics: reg}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
