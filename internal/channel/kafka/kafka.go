@@ -25,6 +25,20 @@
 // Order is Kafka's: FIFO within a partition (use a one-partition topic for
 // a strict FIFO channel). Len is -1 (the channel cannot count a topic
 // cheaply); ChannelSize reports the consumer group's lag.
+//
+// The topic deleted and created again under a running channel (a new topic
+// ID, or a cluster that restarted empty): franz-go keeps failing a topic
+// whose ID changed until it is purged from the client. A put that fails so
+// purges it from the producer (the put fails, its source retries it, and the
+// retry goes to the new topic); a fetch that fails so purges it from the
+// consumer, which subscribes again and reads the new topic from its start.
+// What the channel still holds is not lost: records it had fetched from the
+// old topic stay in its buffer and in open transactions and are taken as
+// usual (their offsets are not committed: the old topic is gone). Records of
+// the old topic it had not fetched are gone with the topic: deleting it is
+// the operator's act. Failing polls back off instead of spinning, and the
+// channel reports through Health when it cannot reach its brokers or its
+// topic for longer than healthGraceMillis.
 package kafkachannel
 
 import (
@@ -47,6 +61,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/kafkaconf"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -76,6 +91,12 @@ type Channel struct {
 	producer    *kafkaconf.Producer
 	consumer    *kafkaconf.Consumer
 	log         *slog.Logger
+	throttle    *logthrottle.Throttle
+	health      *kafkaconf.Health
+	recreated   kafkaconf.Recreated
+	// prodGen counts the purges of the topic from the producer, so that
+	// several puts failing at once purge it once.
+	prodGen atomic.Int64
 
 	counters                                    *metrics.ChannelCounters
 	sendTimer, getTimer, commitTimer, rollbacks *atomic.Int64
@@ -84,6 +105,7 @@ type Channel struct {
 	prod, cons *kgo.Client
 	pollCancel context.CancelFunc
 	pollDone   chan struct{}
+	probeDone  chan struct{}
 	commitMu   sync.Mutex // serialises offset commits, so offsets never go back
 	// pollMu is held by the poller from a poll until its records are
 	// buffered, and by a revocation, so an in-flight poll cannot buffer
@@ -95,7 +117,10 @@ type Channel struct {
 	notEmpty chan struct{}
 	space    chan struct{}
 	parts    map[tp]*partState
-	stopped  bool
+	// orphans are partitions of a deleted topic whose records the channel
+	// still holds: taken as usual, never committed.
+	orphans []*partState
+	stopped bool
 }
 
 type tp struct {
@@ -125,12 +150,13 @@ type rec struct {
 // New builds a Kafka channel from its properties: kafka.bootstrap.servers
 // (required), kafka.topic (flume-channel), kafka.consumer.group.id (flume),
 // parseAsFlumeEvent (true), pollTimeout (500 ms), sluice's
-// transactionCapacity (10000), and kafka.producer.* / kafka.consumer.*
+// transactionCapacity (10000) and healthGraceMillis (30000), and kafka.producer.* / kafka.consumer.*
 // (see kafkaconf; acks default all, delivery.timeout.ms 10000 and
 // auto.offset.reset earliest here: a channel must not skip the events put
 // before its consumer group first joined, which Kafka's latest does).
 func New(env flow.Env, p *config.Props) (flow.Channel, error) {
-	c := &Channel{env: env, log: env.Log(), parts: map[tp]*partState{}}
+	c := &Channel{env: env, log: env.Log().With("channel", env.Name), parts: map[tp]*partState{},
+		throttle: logthrottle.New(kafkaconf.LogEvery, 1)}
 	c.brokers = kafkaconf.Brokers(p, "")
 	c.topic = strings.TrimSpace(p.String("kafka.topic", DefaultTopic))
 	if c.topic == "" {
@@ -145,6 +171,7 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	p.String("topic", "")
 	p.String("groupId", "")
 	p.String("readSmallestOffset", "")
+	c.health = kafkaconf.NewHealth(kafkaconf.ReadHealthGrace(p))
 
 	c.counters = metrics.NewChannelCounters(env.Name, env.Type)
 	c.sendTimer = c.counters.Counter("KafkaEventSendTimer")
@@ -157,6 +184,10 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	return c, nil
 }
 
+// Health reports whether the channel reaches its brokers and its topic (see
+// flow.HealthReporter).
+func (c *Channel) Health() error { return c.health.Err() }
+
 // TransactionCapacity is the most events one transaction may put or take.
 func (c *Channel) TransactionCapacity() int { return c.txCap }
 
@@ -168,12 +199,18 @@ func (c *Channel) Len() int { return -1 }
 func (c *Channel) size() int64 {
 	c.mu.Lock()
 	n := int64(0)
-	for _, ps := range c.parts {
+	count := func(ps *partState) {
 		for _, r := range ps.open {
 			if !r.done {
 				n++
 			}
 		}
+	}
+	for _, ps := range c.parts {
+		count(ps)
+	}
+	for _, ps := range c.orphans {
+		count(ps)
 	}
 	c.mu.Unlock()
 	return n + c.lag.Total()
@@ -186,7 +223,7 @@ func (c *Channel) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kafka channel %s: %w", c.env.Name, err)
 	}
-	popts = append(popts, kgo.DefaultProduceTopic(c.topic), kgo.WithLogger(kafkaconf.Logger(c.log, nil)))
+	popts = append(popts, kgo.DefaultProduceTopic(c.topic), kgo.WithLogger(kafkaconf.Logger(c.log, c.throttle)))
 	prod, err := kgo.NewClient(popts...)
 	if err != nil {
 		return fmt.Errorf("kafka channel %s: %w", c.env.Name, err)
@@ -199,7 +236,8 @@ func (c *Channel) Start(context.Context) error {
 	}
 	copts = append(copts,
 		kgo.ConsumeTopics(c.topic),
-		kgo.WithLogger(kafkaconf.Logger(c.log, nil)),
+		kgo.WithLogger(kafkaconf.Logger(c.log, c.throttle)),
+		kgo.AdjustFetchOffsetsFn(c.recreated.AdjustOffsets),
 		kgo.OnPartitionsAssigned(c.assigned),
 		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { c.revoked(ctx, cl, m, true) }),
 		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { c.revoked(ctx, cl, m, false) }),
@@ -213,8 +251,11 @@ func (c *Channel) Start(context.Context) error {
 	c.counters.Started()
 	c.lag.Register()
 	ctx, cancel := context.WithCancel(context.Background())
-	c.pollCancel, c.pollDone = cancel, make(chan struct{})
+	c.pollCancel, c.pollDone, c.probeDone = cancel, make(chan struct{}), make(chan struct{})
 	go c.poll(ctx)
+	probe := &kafkaconf.Probe{Client: prod, Brokers: c.brokers, Health: c.health,
+		Interval: kafkaconf.ProbeInterval(c.health.Grace()), Topics: []string{c.topic}}
+	go func() { defer close(c.probeDone); probe.Run(ctx) }()
 	return nil
 }
 
@@ -231,7 +272,7 @@ func (c *Channel) ensureTopic(cl *kgo.Client) {
 	t.Topic = kmsg.StringPtr(c.topic)
 	req.Topics = append(req.Topics, t)
 	if _, err := req.RequestWith(ctx, cl); err != nil {
-		c.log.Debug("kafka channel: topic metadata at start", "channel", c.env.Name, "err", err)
+		c.log.Debug("kafka channel: topic metadata at start", "err", err)
 	}
 }
 
@@ -243,6 +284,7 @@ func (c *Channel) Stop(context.Context) error {
 	}
 	c.pollCancel()
 	<-c.pollDone
+	<-c.probeDone
 	c.mu.Lock()
 	c.stopped = true
 	c.wake()
@@ -270,6 +312,9 @@ func (c *Channel) maxBuffered() int { return max(2*min(c.txCap, 10000), 1000) }
 // poll fetches records into buf while it has room.
 func (c *Channel) poll(ctx context.Context) {
 	defer close(c.pollDone)
+	stale := kafkaconf.FetchStale(c.health.Grace())
+	retry := kafkaconf.FetchBackoff(c.health.Grace())
+	failedPolls := 0
 	for ctx.Err() == nil {
 		c.mu.Lock()
 		room := c.maxBuffered() - len(c.buf)
@@ -298,10 +343,19 @@ func (c *Channel) poll(ctx context.Context) {
 			c.pollMu.Unlock()
 			return
 		}
+		failed, gone := false, false
 		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				c.log.Warn("kafka channel: fetch failed", "channel", c.env.Name, "topic", t, "partition", p, "err", err)
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
 			}
+			failed = true
+			c.health.Fail("fetch", kafkaconf.FetchError(t, p, err), stale)
+			if kafkaconf.TopicGone(err) && t == c.topic {
+				gone = true
+				return
+			}
+			c.throttle.Log(c.log, slog.LevelWarn, "fetch failed", "kafka channel: fetch failed; retrying",
+				"topic", t, "partition", p, "err", err)
 		})
 		c.lag.Observe(fs)
 		c.mu.Lock()
@@ -322,7 +376,50 @@ func (c *Channel) poll(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		c.pollMu.Unlock()
+		if fs.NumRecords() > 0 {
+			c.health.OK("fetch")
+		}
+		if gone {
+			c.forgetConsumed()
+		}
+		if !failed || added > 0 {
+			failedPolls = 0
+			continue
+		}
+		failedPolls++
+		if !kafkaconf.Sleep(ctx, retry(failedPolls)) {
+			return
+		}
 	}
+}
+
+// forgetConsumed drops the consumer's state of the topic, which was deleted
+// (and perhaps created again under a new topic ID), and subscribes to it
+// again. The records the channel holds from the old topic stay takeable;
+// their partitions become orphans, whose offsets are never committed (a
+// commit would go to the new topic, or fail).
+func (c *Channel) forgetConsumed() {
+	c.throttle.Log(c.log, slog.LevelWarn, "topic gone",
+		"kafka channel: the channel's topic was deleted or re-created (its topic ID changed); subscribing again and reading it from its start. The events the channel had fetched stay in it; events of the old topic it had not fetched are gone with the topic",
+		"topic", c.topic)
+	c.pollMu.Lock()
+	c.mu.Lock()
+	for k, ps := range c.parts {
+		if k.topic != c.topic {
+			continue
+		}
+		delete(c.parts, k)
+		ps.commitOffset() // drop what is done
+		if len(ps.open) > 0 {
+			c.orphans = append(c.orphans, ps)
+		}
+	}
+	c.mu.Unlock()
+	c.pollMu.Unlock()
+	c.lag.ForgetTopic(c.topic)
+	c.recreated.Mark(c.topic)
+	c.cons.PurgeTopicsFromClient(c.topic)
+	c.cons.AddConsumeTopics(c.topic)
 }
 
 func (c *Channel) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
@@ -368,8 +465,7 @@ func (c *Channel) revoked(ctx context.Context, _ *kgo.Client, m map[string][]int
 		c.mu.Lock()
 	}
 	if busy(states) && !c.stopped {
-		c.log.Warn("kafka channel: partitions revoked while transactions still hold their events; the next owner will deliver those again",
-			"channel", c.env.Name)
+		c.log.Warn("kafka channel: partitions revoked while transactions still hold their events; the next owner will deliver those again")
 	}
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	for _, s := range states {
@@ -428,6 +524,20 @@ func (s *partState) commitOffset() (int64, bool) {
 	return s.done, true
 }
 
+// pruneOrphans forgets partitions of a deleted topic once every record the
+// channel held from them was taken for good. Caller holds mu.
+func (c *Channel) pruneOrphans() {
+	kept := c.orphans[:0]
+	for _, ps := range c.orphans {
+		ps.commitOffset()
+		if len(ps.open) > 0 {
+			kept = append(kept, ps)
+		}
+	}
+	clear(c.orphans[len(kept):])
+	c.orphans = kept
+}
+
 // commitOffsets commits offsets, or (nil) every owned partition's
 // committable offset. Commits are serialised so an older offset never
 // overwrites a newer one.
@@ -461,8 +571,9 @@ func (c *Channel) commitOffsets(offsets map[string]map[int32]kgo.EpochOffset) {
 	})
 	c.commitTimer.Add(time.Since(t0).Milliseconds())
 	if cerr != nil {
-		c.log.Warn("kafka channel: offset commit failed; it is retried with the next commit, and a restart before then delivers those events again",
-			"channel", c.env.Name, "err", cerr)
+		c.throttle.Log(c.log, slog.LevelWarn, "commit failed",
+			"kafka channel: offset commit failed; it is retried with the next commit, and a restart before then delivers those events again",
+			"err", cerr)
 		return
 	}
 	c.mu.Lock()
@@ -579,8 +690,8 @@ func (c *Channel) toEvent(r *kgo.Record) event.Event {
 		if err == nil {
 			e = fe
 		} else {
-			c.log.Warn("kafka channel: record is not a Flume event (parseAsFlumeEvent = true); taking its value as the body",
-				"channel", c.env.Name, "partition", r.Partition, "offset", r.Offset, "err", err)
+			c.throttle.Log(c.log, slog.LevelWarn, "not flume", "kafka channel: record is not a Flume event (parseAsFlumeEvent = true); taking its value as the body",
+				"partition", r.Partition, "offset", r.Offset, "err", err)
 			e.Body = r.Value
 		}
 	} else {
@@ -614,6 +725,7 @@ func (t *tx) Commit() error {
 			x.done = true
 			x.ps.taken--
 		}
+		c.pruneOrphans()
 		c.mu.Unlock()
 		c.counters.EventTakeSuccess.Add(int64(len(t.takes)))
 		t.takes = nil
@@ -627,6 +739,7 @@ func (t *tx) Commit() error {
 func (t *tx) produce() error {
 	c := t.c
 	t0 := time.Now()
+	gen := c.prodGen.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), c.producer.DeliveryTimeout)
 	defer cancel()
 	bctx, bcancel := context.WithTimeout(ctx, max(c.producer.MaxBlock, time.Millisecond))
@@ -646,6 +759,7 @@ func (t *tx) produce() error {
 		wg       sync.WaitGroup
 		mu       sync.Mutex
 		firstErr error
+		gone     bool
 	)
 	promise := func(_ *kgo.Record, err error) {
 		if err != nil {
@@ -653,6 +767,7 @@ func (t *tx) produce() error {
 			if firstErr == nil {
 				firstErr = err
 			}
+			gone = gone || kafkaconf.TopicGone(err)
 			mu.Unlock()
 		}
 		wg.Done()
@@ -681,10 +796,30 @@ func (t *tx) produce() error {
 	}
 	c.sendTimer.Add(time.Since(t0).Milliseconds())
 	if firstErr != nil {
-		return flow.FullErrorf("channel %s: Kafka did not acknowledge a put of %d events within %v: %v",
+		if gone && c.prodGen.CompareAndSwap(gen, gen+1) {
+			c.forgetProduced(firstErr)
+		}
+		c.health.Fail("put", fmt.Errorf("puts fail: Kafka refuses them or does not acknowledge them within %v (delivery.timeout.ms): %w",
+			c.producer.DeliveryTimeout, firstErr), c.health.Grace()/2)
+		return flow.FullErrorf("channel %s: Kafka refused a put of %d events, or did not acknowledge it within %v (delivery.timeout.ms): %v",
 			c.env.Name, len(t.puts), c.producer.DeliveryTimeout, firstErr)
 	}
+	c.health.OK("put")
 	return nil
+}
+
+// forgetProduced drops the producer's state of the topic, which was deleted
+// (and perhaps created again under a new topic ID): franz-go fails every
+// record for a topic whose ID changed until it is purged, and produces to
+// the topic as it is now once it is. The failed put goes back to its
+// source, which retries it. Puts that fail the same way at the same time
+// (gen) purge once: a later purge would fail records already on their way
+// to the new topic.
+func (c *Channel) forgetProduced(err error) {
+	c.throttle.Log(c.log, slog.LevelWarn, "topic gone (put)",
+		"kafka channel: the channel's topic was deleted or re-created (its topic ID changed); the failed put goes back to its source and is retried into the topic as it is now",
+		"topic", c.topic, "err", err)
+	c.prod.PurgeTopicsFromProducing(c.topic)
 }
 
 func (t *tx) Rollback() error {

@@ -33,6 +33,12 @@ var seq atomic.Int64
 
 func build(t testing.TB, kc *kafkatest.Cluster, topic, group string, props map[string]string) *Channel {
 	t.Helper()
+	return buildLog(t, kc, topic, group, props, quiet)
+}
+
+// buildLog is build logging to log.
+func buildLog(t testing.TB, kc *kafkatest.Cluster, topic, group string, props map[string]string, log *slog.Logger) *Channel {
+	t.Helper()
 	m := map[string]string{
 		"kafka.bootstrap.servers":              kc.Brokers(),
 		"kafka.topic":                          topic,
@@ -45,7 +51,7 @@ func build(t testing.TB, kc *kafkatest.Cluster, topic, group string, props map[s
 		m[k] = v
 	}
 	p := config.FromMap("a1.channels.c1.", m)
-	ch, err := New(flow.Env{Agent: "a1", Name: "c1", Type: "kafka", Logger: quiet, Metrics: metrics.NewRegistry("a1")}, p)
+	ch, err := New(flow.Env{Agent: "a1", Name: "c1", Type: "kafka", Logger: log, Metrics: metrics.NewRegistry("a1")}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
