@@ -147,7 +147,7 @@ type Log struct {
 	doneSeq    uint64   // highest ticket the writer is done with (written or skipped)
 	durable    Position // end of the durable data
 	tail       Position // where the next record goes
-	err        error    // sticky write/sync error; cleared by Recover
+	err        error    // sticky write/sync error; cleared by Recover; mirrored in errNow
 	failedAt   time.Time
 	epoch      uint64      // bumped by each recovery; the syncer drops results from an older one
 	lost       []lostRange // tickets cut off by recovered failures
@@ -172,6 +172,10 @@ type Log struct {
 	curOff int64 // writer only: bytes written to cur
 
 	throttle *logthrottle.Throttle // failure reports, which a flapping disk repeats
+
+	// errNow is err, readable without mu: Err is called on every put
+	// commit (is this dir usable?) and must not contend with appends.
+	errNow atomic.Pointer[error]
 
 	rmu     sync.Mutex
 	readers map[uint64]*os.File // read-only handles by segment
@@ -729,6 +733,7 @@ func (l *Log) runSyncer() {
 func (l *Log) failLocked(err error) {
 	if l.err == nil {
 		l.err = err
+		l.errNow.Store(&err)
 		l.failedAt = time.Now()
 		l.st.failures.Add(1)
 		l.throttle.Log(l.log, slog.LevelError, "wal failed "+l.dir,
@@ -847,6 +852,7 @@ func (l *Log) repair() error {
 	l.tail = Position{Segment: d.Segment + 1, Offset: SegmentHeaderSize}
 	l.written, l.durable = l.tail, l.tail
 	l.err = nil
+	l.errNow.Store(nil)
 	l.epoch++
 	l.st.recoveries.Add(1)
 	l.cond.Broadcast()
@@ -921,9 +927,10 @@ func truncateFile(path string, size int64) error {
 // Err returns the sticky error, if any: the log refuses appends until
 // Recover succeeds.
 func (l *Log) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
+	if p := l.errNow.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // End returns the position after the last durable record: where a
