@@ -12,10 +12,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 )
 
@@ -643,4 +646,55 @@ func FuzzLineReader(f *testing.F) {
 			t.Fatalf("offset %d past the %d bytes", total, len(data))
 		}
 	})
+}
+
+// stoppingProcessor refuses every put as a closed intake gate does.
+type stoppingProcessor struct{ calls atomic.Int64 }
+
+func (p *stoppingProcessor) Process(context.Context, []event.Event) error {
+	p.calls.Add(1)
+	return fmt.Errorf("source r1: %w", flow.ErrStopping)
+}
+
+// TestIntakeClosed: once the agent closes the source's intake (a stop or a
+// reload), the source puts nothing more, does not log the refusal as a
+// failed put, records no progress, and stops at once when asked.
+func TestIntakeClosed(t *testing.T) {
+	fx := newFixture(t, nil)
+	fx.write("a", "x\ny\n", time.Time{})
+	proc := &stoppingProcessor{}
+	p := config.FromMap("a1.sources.r1.", fx.props)
+	env := sourcetest.Env("r1", "spooldir")
+	env.Logger = slog.New(slog.NewTextHandler(fx.logs, nil))
+	s, err := New(env, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background(), proc); err != nil {
+		t.Fatal(err)
+	}
+	if !sourcetest.Eventually(func() bool { return proc.calls.Load() > 0 }, 5*time.Second) {
+		t.Fatal("no put was tried")
+	}
+	time.Sleep(600 * time.Millisecond) // longer than the first retry would wait
+	t0 := time.Now()
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("Stop took %v", d)
+	}
+	if n := proc.calls.Load(); n != 1 {
+		t.Errorf("%d puts tried after the intake closed, want 1", n)
+	}
+	if strings.Contains(fx.logs.String(), "could not put") {
+		t.Errorf("the closed intake was logged as a failed put: %s", fx.logs.String())
+	}
+	c := s.(*Source).counters
+	if c.ChannelWriteFail.Load() != 0 || c.GenericProcessingFail.Load() != 0 {
+		t.Errorf("ChannelWriteFail %d, GenericProcessingFail %d; want 0", c.ChannelWriteFail.Load(), c.GenericProcessingFail.Load())
+	}
+	if prog, err := loadProgress(filepath.Join(fx.dir, ".flumespool", progressName)); err != nil || len(prog.entries) != 0 {
+		t.Errorf("progress recorded for a batch never put: %+v, %v", prog, err)
+	}
 }

@@ -777,6 +777,12 @@ func (t *tailer) put(ctx context.Context, tf *tailFile, slab []byte, chunks []ch
 		if ctx.Err() != nil {
 			return false
 		}
+		if errors.Is(err, flow.ErrStopping) {
+			// The agent is stopping or replacing the source: nothing more
+			// will be put; wait for Stop, which reads on from here next time.
+			<-ctx.Done()
+			return false
+		}
 		if errors.Is(err, flow.ErrChannelFull) || errors.Is(err, flow.ErrClosed) {
 			c.ChannelWriteFail.Add(1)
 		} else {

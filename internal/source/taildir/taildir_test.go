@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -840,4 +841,47 @@ func FuzzSplitLines(f *testing.F) {
 			t.Fatalf("chunks end at %d with piece %d; splitLines says %d and %d", pos, p, consumed, next)
 		}
 	})
+}
+
+// stoppingProcessor refuses every put as a closed intake gate does.
+type stoppingProcessor struct{ calls atomic.Int64 }
+
+func (p *stoppingProcessor) Process(context.Context, []event.Event) error {
+	p.calls.Add(1)
+	return fmt.Errorf("source r1: %w", flow.ErrStopping)
+}
+
+// TestIntakeClosed: once the agent closes the source's intake (a stop or a
+// reload), the source puts nothing more, does not log the refusal as a
+// failed put, keeps its position, and stops at once when asked.
+func TestIntakeClosed(t *testing.T) {
+	fx := newFixture(t, nil)
+	fx.append("app.log", "x\ny\n")
+	proc := &stoppingProcessor{}
+	p := config.FromMap("a1.sources.r1.", fx.props)
+	env := sourcetest.Env("r1", "taildir")
+	env.Logger = slog.New(slog.NewTextHandler(fx.logs, nil))
+	s, err := New(env, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background(), proc); err != nil {
+		t.Fatal(err)
+	}
+	if !sourcetest.Eventually(func() bool { return proc.calls.Load() > 0 }, 5*time.Second) {
+		t.Fatal("no put was tried")
+	}
+	time.Sleep(1200 * time.Millisecond) // longer than the first retry would wait
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := proc.calls.Load(); n != 1 {
+		t.Errorf("%d puts tried after the intake closed, want 1", n)
+	}
+	if strings.Contains(fx.logs.String(), "could not put") {
+		t.Errorf("the closed intake was logged as a failed put: %s", fx.logs.String())
+	}
+	if ps := readPositions(t, fx.pos); len(ps) != 1 || ps[0].Pos != 0 {
+		t.Errorf("positions %+v, want the file at 0", ps)
+	}
 }
