@@ -167,6 +167,11 @@ func writeAtomic(path string, data []byte) error {
 		os.Remove(tmp)
 		return err
 	}
+	return syncDir(dir)
+}
+
+// syncDir makes the entries of dir (a rename, a removal) durable.
+func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

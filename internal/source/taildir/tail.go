@@ -63,6 +63,11 @@ type tailFile struct {
 	gone       bool   // no longer under a matching name: read to the end, then dropped
 	flush      bool   // idle: send a partial last line as it is
 	piece      int    // pieces already sent of the line at pos, split for being too long (0 at a line's start)
+	// spill is set on the source's own copy of the unread lines of a file
+	// rotated away before a stop (see spill.go): path is the original's,
+	// and base+pos is the offset in it.
+	spill string
+	base  int64
 }
 
 // tailer follows the files of one source; only its goroutine touches it.
@@ -83,6 +88,7 @@ type tailer struct {
 
 	dirty     map[*tailFile]bool
 	rescan    map[string]bool
+	stopping  bool // the agent closed the intake: nothing more can be put
 	posDirty  bool
 	lastSaved []byte
 	avgLine   int
@@ -128,6 +134,7 @@ func (t *tailer) open() error {
 		t.scanDir(d)
 	}
 	t.recoverRotated()
+	t.loadSpills()
 	t.startup, t.saved, t.fps = false, nil, nil
 	t.posDirty = true
 	return nil
@@ -168,6 +175,10 @@ func (t *tailer) run(ctx context.Context) {
 		}
 		clear(t.rescan)
 		busy := t.readDirty(ctx)
+		if t.stopping {
+			// The agent closed the intake; Stop follows.
+			<-ctx.Done()
+		}
 		if ctx.Err() != nil {
 			t.drainGone()
 			return
@@ -205,15 +216,27 @@ func (t *tailer) run(ctx context.Context) {
 // drainGone runs at stop: files that no longer match (rotated away,
 // deleted) may be unreachable after a restart (compressed, removed), so
 // their complete lines are sent now, through the descriptors still open,
-// for at most drainTimeout.
+// for at most drainTimeout. When the agent has closed the intake already
+// (it does before every stop), they cannot be sent: their unread bytes are
+// copied into the source's own spill files instead, read at the next start.
 func (t *tailer) drainGone() {
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
+	var rest []*tailFile
 	for _, tf := range t.files {
-		if tf.gone && tf.f != nil {
-			for t.readFile(ctx, tf) {
-			}
+		if !tf.gone || tf.f == nil {
+			continue
 		}
+		for tf.spill == "" && !t.stopping && t.readFile(ctx, tf) {
+		}
+		rest = append(rest, tf)
+	}
+	// What could not be sent is kept (a spill file being read keeps its
+	// rest in a new one, so what it sent is not sent again).
+	spillCtx, cancelSpill := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancelSpill()
+	for _, tf := range rest {
+		t.spillRest(spillCtx, tf)
 	}
 }
 
@@ -471,13 +494,16 @@ func (t *tailer) readDirty(ctx context.Context) bool {
 	slices.SortFunc(files, func(a, b *tailFile) int { return cmpString(a.path, b.path) })
 	more := false
 	for _, tf := range files {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || t.stopping {
 			return false
 		}
 		if t.readFile(ctx, tf) {
 			more = true
 		} else {
 			delete(t.dirty, tf)
+			if tf.spill != "" {
+				t.finishSpill(tf)
+			}
 		}
 	}
 	return more
@@ -507,7 +533,8 @@ func (t *tailer) readFile(ctx context.Context, tf *tailFile) bool {
 	}
 	size := st.Size()
 	if size != tf.size {
-		tf.size, tf.lastGrowth, tf.flush = size, time.Now(), false
+		// A spill file is complete: its last line needs no newline.
+		tf.size, tf.lastGrowth, tf.flush = size, time.Now(), tf.spill != ""
 	}
 	if size < tf.pos {
 		t.restart(tf, fmt.Sprintf("the file is now %d bytes, shorter than the position", size))
@@ -779,8 +806,9 @@ func (t *tailer) put(ctx context.Context, tf *tailFile, slab []byte, chunks []ch
 		}
 		if errors.Is(err, flow.ErrStopping) {
 			// The agent is stopping or replacing the source: nothing more
-			// will be put; wait for Stop, which reads on from here next time.
-			<-ctx.Done()
+			// will be put. run waits for Stop; the position stays, so the
+			// next start reads on from here.
+			t.stopping = true
 			return false
 		}
 		if errors.Is(err, flow.ErrChannelFull) || errors.Is(err, flow.ErrClosed) {
@@ -823,7 +851,7 @@ func (t *tailer) build(tf *tailFile, slab []byte, chunks []chunk, now int64) []e
 				e.Headers[t.s.fileHeaderKey] = tf.path
 			}
 			if t.s.byteOffsetHeader {
-				e.Headers["byteoffset"] = strconv.FormatInt(tf.pos+int64(c.lo), 10)
+				e.Headers["byteoffset"] = strconv.FormatInt(tf.base+tf.pos+int64(c.lo), 10)
 			}
 			if c.piece > 0 {
 				e.Headers[pieceHeader] = strconv.Itoa(c.piece)
@@ -840,7 +868,7 @@ func (t *tailer) build(tf *tailFile, slab []byte, chunks []chunk, now int64) []e
 func (t *tailer) checkIdle() {
 	now := time.Now()
 	for key, tf := range t.files {
-		if tf.f == nil || now.Sub(tf.lastGrowth) < t.s.idleTimeout {
+		if tf.f == nil || tf.spill != "" || now.Sub(tf.lastGrowth) < t.s.idleTimeout {
 			continue
 		}
 		st, err := tf.f.Stat()
@@ -875,6 +903,9 @@ func (t *tailer) savePositions() {
 	entries := make([]position, 0, len(t.files))
 	fps := make([]fingerprint, 0, len(t.files))
 	for _, tf := range t.files {
+		if tf.spill != "" {
+			continue // not a file of the groups: the spill file itself says what is left
+		}
 		entries = append(entries, position{Inode: tf.key.ino, Pos: tf.pos, File: tf.path})
 		fps = append(fps, fingerprint{Dev: tf.key.dev, Inode: tf.key.ino, Pos: tf.pos, File: tf.path, SigLen: tf.sig.n, SigSum: tf.sig.sum, Piece: tf.piece})
 	}

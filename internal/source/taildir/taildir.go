@@ -22,6 +22,9 @@
 //     the position before it was looked at), is read again from 0;
 //   - a deleted file is read to its end through the open descriptor, then
 //     closed once idle;
+//   - at a stop (the agent has closed the intake by then), the unread lines
+//     of files rotated away or deleted are copied into spill files beside
+//     the position file and sent at the next start (spill.go);
 //   - an inode reused by a new file is told apart the same way as a
 //     truncation, since a file the source holds open cannot lose its inode.
 //

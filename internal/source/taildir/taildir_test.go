@@ -885,3 +885,91 @@ func TestIntakeClosed(t *testing.T) {
 		t.Errorf("positions %+v, want the file at 0", ps)
 	}
 }
+
+// gatedProcessor passes puts to a pipeline until closed, then refuses them
+// as the agent's closed intake does.
+type gatedProcessor struct {
+	inner   flow.Processor
+	closed  atomic.Bool
+	refused atomic.Int64
+}
+
+func (p *gatedProcessor) Process(ctx context.Context, events []event.Event) error {
+	if p.closed.Load() {
+		p.refused.Add(1)
+		return fmt.Errorf("source r1: %w", flow.ErrStopping)
+	}
+	return p.inner.Process(ctx, events)
+}
+
+func (fx *fixture) startWith(proc flow.Processor) {
+	fx.t.Helper()
+	p := config.FromMap("a1.sources.r1.", fx.props)
+	env := sourcetest.Env("r1", "taildir")
+	env.Logger = slog.New(slog.NewTextHandler(fx.logs, nil))
+	s, err := New(env, p)
+	if err != nil {
+		fx.t.Fatal(err)
+	}
+	fx.src = s.(*Source)
+	if err := fx.src.Start(context.Background(), proc); err != nil {
+		fx.t.Fatal(err)
+	}
+	fx.t.Cleanup(fx.stop)
+}
+
+// TestRotatedTailKeptAcrossStop: the agent closes a source's intake before
+// it stops it, so the unread lines of a file rotated away cannot be sent at
+// the stop; they are kept in a spill file beside the position file, sent
+// at the next start even though the rotated file was deleted (compressed)
+// in between, exactly once, and the spill file is then deleted.
+func TestRotatedTailKeptAcrossStop(t *testing.T) {
+	fx := newFixture(t, nil)
+	fx.append("app.log", "a\n")
+	gate := &gatedProcessor{inner: fx.pl.Processor}
+	fx.startWith(gate)
+	fx.expect("a")
+
+	gate.closed.Store(true) // the agent closes the intake
+	rotated := filepath.Join(fx.dir, "rotated.old")
+	if err := os.Rename(fx.path("app.log"), rotated); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(rotated, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("b\nc\n")
+	f.Close()
+	fx.append("app.log", "d\n")
+	if !sourcetest.Eventually(func() bool { return gate.refused.Load() > 0 }, 5*time.Second) {
+		t.Fatal("no put was refused")
+	}
+	fx.stop()
+	spills, _ := filepath.Glob(fx.pos + ".spill-*")
+	if len(spills) != 1 {
+		t.Fatalf("spill files %v, want one", spills)
+	}
+	if err := os.Remove(rotated); err != nil { // compressed by logrotate while down
+		t.Fatal(err)
+	}
+
+	fx.start()
+	got := sourcetest.Bodies(fx.pl.Drain(t, 3, 5*time.Second))
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"b", "c", "d"}) {
+		t.Fatalf("after the restart got %q, want b, c (kept from the rotated file) and d", got)
+	}
+	if extra := fx.pl.Take(t, 10, 200*time.Millisecond); len(extra) > 0 {
+		t.Fatalf("sent again: %q", sourcetest.Bodies(extra))
+	}
+	if !sourcetest.Eventually(func() bool {
+		m, _ := filepath.Glob(fx.pos + ".spill-*")
+		return len(m) == 0
+	}, 5*time.Second) {
+		t.Fatal("the spill file was not deleted once sent")
+	}
+	fx.stop()
+	fx.start()
+	fx.expect() // nothing again after another restart
+}
