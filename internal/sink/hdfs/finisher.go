@@ -38,7 +38,7 @@ type finishItem struct {
 }
 
 // healthGrace is how long finishing may fail before /healthz says so.
-const healthGrace = 30 * time.Second
+var healthGrace = 30 * time.Second
 
 func newFinisher(w *Writer) *finisher {
 	f := &finisher{w: w, workers: max(1, w.opt.Threads)}

@@ -376,3 +376,48 @@ func TestS3Outage(t *testing.T) {
 	}
 	checkExactlyOnce(t, v.objects("outage/"), n)
 }
+
+// TestS3PushbackAndHealth stops the S3 server: closed files pile up in
+// staging until hdfs.maxPendingBytes, then Write refuses batches (they stay
+// in the channel) and Health reports the store; once the server is back,
+// the files go up, Write takes batches again and Health is clear.
+func TestS3PushbackAndHealth(t *testing.T) {
+	old := healthGrace
+	healthGrace = 300 * time.Millisecond
+	defer func() { healthGrace = old }()
+	v := startVersity(t)
+	w := startWriter(t, v.props("push", map[string]string{"hdfs.rollCount": "10", "hdfs.maxPendingBytes": "2000", "hdfs.retryInterval": "1"}))
+	v.stop()
+	n := 0
+	var refused error
+	for range 50 {
+		if err := w.Write(context.Background(), events(n, 10, 1)); err != nil {
+			refused = err
+			break
+		}
+		n += 10
+	}
+	if refused == nil || !strings.Contains(refused.Error(), "wait to be finished") {
+		t.Fatalf("Write never pushed back with the store down: %v", refused)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := w.Health(); err == nil || !strings.Contains(err.Error(), "cannot finish files") {
+		t.Fatalf("Health with the store down for longer than the grace: %v", err)
+	}
+	v.start()
+	deadline := time.Now().Add(20 * time.Second)
+	for w.Write(context.Background(), events(n, 10, 1)) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("Write still refused 20 s after the store came back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	n += 10
+	if err := w.Health(); err != nil {
+		t.Fatalf("Health after the store came back: %v", err)
+	}
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, v.objects("push/"), n)
+}
