@@ -551,3 +551,24 @@ func TestHDFSStoreSettings(t *testing.T) {
 		t.Fatalf("kerberos: %v", err)
 	}
 }
+
+// TestHeadersCannotLeaveThePath sends events whose headers hold "..": the
+// files stay under hdfs.path.
+func TestHeadersCannotLeaveThePath(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "a", "b")
+	w := startWriter(t, map[string]string{"hdfs.path": dir + "/%{host}", "hdfs.filePrefix": "%{p}", "hdfs.fileType": "DataStream"})
+	evs := []event.Event{{Headers: map[string]string{"host": "../../..", "p": "../x"}, Body: []byte("evil")}}
+	if err := w.Write(context.Background(), evs); err != nil {
+		t.Fatal(err)
+	}
+	w.Stop(context.Background())
+	for _, n := range files(t, root) {
+		if !strings.HasPrefix(n, "a/b/") {
+			t.Fatalf("file %s escaped %s", n, dir)
+		}
+	}
+	if got := files(t, dir); len(got) != 1 || !strings.HasPrefix(got[0], "__/__/__/__/x.") {
+		t.Fatalf("files %v", got)
+	}
+}

@@ -1,6 +1,7 @@
 package hdfs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -313,6 +314,11 @@ func (w *Writer) bucketFor(e *event.Event, nowMs int64) (*bucket, error) {
 	}
 	w.dirBuf = w.opt.Path.Expand(w.dirBuf[:0], e.Headers, ms, &w.opt.Time)
 	w.nameBuf = w.opt.Prefix.Expand(w.nameBuf[:0], e.Headers, ms, &w.opt.Time)
+	if bytes.Contains(w.dirBuf, dotdot) || bytes.Contains(w.nameBuf, dotdot) {
+		// A header must not lead a file out of the configured directory.
+		w.dirBuf, w.nameBuf = noParent(w.dirBuf), noParent(w.nameBuf)
+		w.warn.Log(w.log, slog.LevelWarn, "dotdot", "hdfs: an event's headers put \"..\" in its path; written as \"__\" so it stays under hdfs.path")
+	}
 	// The lookup does not allocate: Go reads a map with a string made of
 	// bytes in place.
 	n := len(w.dirBuf)
@@ -486,4 +492,17 @@ func (w *Writer) evict() {
 		}
 		delete(w.buckets, old.key)
 	}
+}
+
+var dotdot = []byte("..")
+
+// noParent replaces every ".." path segment of p with "__".
+func noParent(p []byte) []byte {
+	segs := bytes.Split(p, []byte("/"))
+	for i, sg := range segs {
+		if string(sg) == ".." {
+			segs[i] = []byte("__")
+		}
+	}
+	return bytes.Join(segs, []byte("/"))
 }
