@@ -76,6 +76,7 @@ type agentProc struct {
 }
 
 // startAgent runs `sluice agent -f conf -n a1 --log-format json` plus args.
+// Its log is shown when the test fails, or always with SLUICE_TEST_LOG set.
 func startAgent(t *testing.T, conf string, args ...string) *agentProc {
 	t.Helper()
 	p := &agentProc{t: t, log: &logBuffer{}, done: make(chan struct{})}
