@@ -263,9 +263,11 @@ func startAgent(t *testing.T, conf string) *agent {
 			t.Logf("agent log:\n%s", a.stderr.String())
 		}
 	})
-	waitFor(t, 20*time.Second, "the agent's HTTP endpoint", func() bool {
-		_, _, err := a.get("/healthz")
-		return err == nil
+	// /healthz answers while the agent starts ("agent a1 is starting"):
+	// wait until it describes the started agent.
+	waitFor(t, 20*time.Second, "the agent's HTTP endpoint, once started", func() bool {
+		_, body, err := a.get("/healthz")
+		return err == nil && !strings.Contains(body, "is starting")
 	})
 	return a
 }
