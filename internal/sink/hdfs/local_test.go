@@ -572,3 +572,49 @@ func TestHeadersCannotLeaveThePath(t *testing.T) {
 		t.Fatalf("files %v", got)
 	}
 }
+
+// TestIdleTimeoutAndMaxOpenFiles checks the two other ways a file closes:
+// hdfs.maxOpenFiles closes the least recently written file at once, and
+// hdfs.idleTimeout closes the rest once no event came for that long.
+func TestIdleTimeoutAndMaxOpenFiles(t *testing.T) {
+	dir := t.TempDir()
+	w := startWriter(t, map[string]string{"hdfs.path": dir + "/%{host}", "hdfs.fileType": "DataStream", "hdfs.rollInterval": "0",
+		"hdfs.rollCount": "0", "hdfs.rollSize": "0", "hdfs.maxOpenFiles": "2", "hdfs.idleTimeout": "1"})
+	defer w.Stop(context.Background())
+	for _, h := range []string{"a", "b", "c"} {
+		if err := w.Write(context.Background(), []event.Event{{Headers: map[string]string{"host": h}, Body: []byte(h)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inUse := func() (open []string, done []string) {
+		for _, n := range files(t, dir) {
+			if strings.HasSuffix(n, ".tmp") {
+				open = append(open, n[:1])
+			} else {
+				done = append(done, n[:1])
+			}
+		}
+		return
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		open, done := inUse()
+		if slices.Equal(open, []string{"b", "c"}) && slices.Equal(done, []string{"a"}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("maxOpenFiles 2: open %v, finished %v; want a finished, b and c open", open, done)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for {
+		open, done := inUse()
+		if len(open) == 0 && len(done) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("idleTimeout 1 s: open %v, finished %v after 5 s", open, done)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
