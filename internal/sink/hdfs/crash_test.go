@@ -28,6 +28,14 @@ var (
 	buildErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // agentBinary builds cmd/sluice once for the crash tests.
 func agentBinary(t *testing.T) string {
 	t.Helper()
