@@ -13,9 +13,10 @@
 //
 // A topic deleted and created again (a new topic ID, or a cluster that
 // restarted empty) fails the batch in hand with UNKNOWN_TOPIC_ID: the sink
-// then drops the client's state of that topic, and the batch, which went
-// back into the channel, is produced to the topic as it is now on the next
-// attempt. Records the old topic had acknowledged are gone with it (deleting
+// then drops the client's state of that topic and produces the failed
+// records again at once, to the topic as it is now; if that fails too (the
+// topic is missing), the batch goes back into the channel and is retried
+// after the runner's backoff. Records the old topic had acknowledged are gone with it (deleting
 // a topic is the operator's act); nothing the channel still holds is lost.
 // The sink reports through Health when it cannot reach its brokers, or
 // deliver, for longer than healthGraceMillis.
@@ -28,6 +29,7 @@ import (
 	"log/slog"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -88,9 +90,6 @@ type Writer struct {
 	health   *kafkaconf.Health
 	throttle *logthrottle.Throttle
 
-	mu       sync.Mutex // guards err and gone
-	err      error
-	gone     map[string]bool // topics whose records failed with a stale topic ID
 	failures int
 }
 
@@ -239,28 +238,6 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 		w.values = w.values[:0]
 	}
 	var manual context.Context
-	w.mu.Lock()
-	w.err = nil
-	clear(w.gone)
-	w.mu.Unlock()
-
-	var wg sync.WaitGroup
-	promise := func(r *kgo.Record, err error) {
-		if err != nil {
-			w.mu.Lock()
-			if w.err == nil {
-				w.err = fmt.Errorf("topic %s partition %d: %w", r.Topic, r.Partition, err)
-			}
-			if kafkaconf.TopicGone(err) {
-				if w.gone == nil {
-					w.gone = map[string]bool{}
-				}
-				w.gone[r.Topic] = true
-			}
-			w.mu.Unlock()
-		}
-		wg.Done()
-	}
 	dctx, dcancel := context.WithTimeout(ctx, w.producer.DeliveryTimeout)
 	defer dcancel()
 	bctx, cancel := context.WithTimeout(dctx, max(w.producer.MaxBlock, time.Millisecond))
@@ -274,6 +251,7 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 			offs[i+1] = len(w.values)
 		}
 	}
+	pending := make([]*kgo.Record, n)
 	for i := range events {
 		e := &events[i]
 		r := &recs[i]
@@ -302,7 +280,83 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 				r.Headers = append(r.Headers, kgo.RecordHeader{Key: kh, Value: []byte(v)})
 			}
 		}
-		wg.Add(1)
+		pending[i] = r
+	}
+	for attempt := 0; ; attempt++ {
+		res, ok := w.produce(ctx, dctx, bctx, pending)
+		if !ok {
+			// Records not yet sent fail with the context; records in
+			// flight may still be written (a retry then duplicates them).
+			w.recsBad = true // promises may still write to recs
+			w.rollback.Add(1)
+			w.failures++
+			if ctx.Err() != nil {
+				return fmt.Errorf("kafka sink: stopped while waiting for acknowledgements: %w", ctx.Err())
+			}
+			w.health.Fail("delivery", fmt.Errorf("Kafka does not acknowledge batches within delivery.timeout.ms (%v)", w.producer.DeliveryTimeout), 0)
+			return fmt.Errorf("kafka sink: batch of %d not acknowledged within delivery.timeout.ms (%v)", n, w.producer.DeliveryTimeout)
+		}
+		if res.err == nil {
+			break
+		}
+		if len(res.gone) > 0 {
+			w.forget(res.gone, res.err)
+			// Every record that failed failed on a stale topic ID:
+			// with the topic purged, they go to the topic as it is now,
+			// at once rather than after the runner's backoff.
+			if attempt == 0 && !res.other {
+				pending = res.failed
+				continue
+			}
+		}
+		w.rollback.Add(1)
+		w.failures++
+		w.health.Fail("delivery", fmt.Errorf("Kafka refuses batches: %w", res.err), 0)
+		return fmt.Errorf("kafka sink: batch of %d not acknowledged: %w", n, res.err)
+	}
+	w.send.Add(time.Since(start).Milliseconds())
+	w.health.OK("delivery")
+	if w.failures > 0 {
+		w.log.Info("kafka sink: delivering again", "failures", w.failures)
+		w.failures = 0
+	}
+	return nil
+}
+
+// produced is what became of the records of one produce call.
+type produced struct {
+	err    error // the first failure
+	failed []*kgo.Record
+	gone   []string // topics whose records failed on a stale topic ID
+	other  bool     // a record failed for another reason
+}
+
+// produce hands recs to the client and waits for every promise; false
+// means dctx ended first (some promises may still run).
+func (w *Writer) produce(ctx, dctx, bctx context.Context, recs []*kgo.Record) (produced, bool) {
+	var (
+		mu  sync.Mutex
+		res produced
+		wg  sync.WaitGroup
+	)
+	promise := func(r *kgo.Record, err error) {
+		if err != nil {
+			mu.Lock()
+			if res.err == nil {
+				res.err = fmt.Errorf("topic %s partition %d: %w", r.Topic, r.Partition, err)
+			}
+			res.failed = append(res.failed, r)
+			if !kafkaconf.TopicGone(err) {
+				res.other = true
+			} else if !slices.Contains(res.gone, r.Topic) {
+				res.gone = append(res.gone, r.Topic)
+			}
+			mu.Unlock()
+		}
+		wg.Done()
+	}
+	wg.Add(len(recs))
+	for _, r := range recs {
 		w.cl.Produce(bctx, r, promise)
 	}
 	if w.producer.Linger > 0 {
@@ -313,40 +367,11 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 	select {
 	case <-done:
 	case <-dctx.Done():
-		// Records not yet sent fail with the context; records in flight
-		// may still be written (a retry then duplicates them).
-		w.recsBad = true // promises may still write to recs
-		w.rollback.Add(1)
-		w.failures++
-		if ctx.Err() != nil {
-			return fmt.Errorf("kafka sink: stopped while waiting for acknowledgements: %w", ctx.Err())
-		}
-		w.health.Fail("delivery", fmt.Errorf("Kafka does not acknowledge batches within delivery.timeout.ms (%v)", w.producer.DeliveryTimeout), 0)
-		return fmt.Errorf("kafka sink: batch of %d not acknowledged within delivery.timeout.ms (%v)", n, w.producer.DeliveryTimeout)
+		return produced{}, false
 	}
-	w.send.Add(time.Since(start).Milliseconds())
-	w.mu.Lock()
-	err := w.err
-	var gone []string
-	for t := range w.gone {
-		gone = append(gone, t)
-	}
-	w.mu.Unlock()
-	if err != nil {
-		w.rollback.Add(1)
-		w.failures++
-		if len(gone) > 0 {
-			w.forget(gone, err)
-		}
-		w.health.Fail("delivery", fmt.Errorf("Kafka refuses batches: %w", err), 0)
-		return fmt.Errorf("kafka sink: batch of %d not acknowledged: %w", n, err)
-	}
-	w.health.OK("delivery")
-	if w.failures > 0 {
-		w.log.Info("kafka sink: delivering again", "failures", w.failures)
-		w.failures = 0
-	}
-	return nil
+	mu.Lock()
+	defer mu.Unlock()
+	return res, true
 }
 
 // forget drops the client's state of topics that were deleted (and perhaps
@@ -357,7 +382,7 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 func (w *Writer) forget(topics []string, err error) {
 	sort.Strings(topics)
 	w.throttle.Log(w.log, slog.LevelWarn, "topic gone",
-		"kafka sink: a topic was deleted or re-created under the sink (its topic ID changed); the batch stays in the channel and goes to the topic as it is now. Records the old topic held are gone with it",
+		"kafka sink: a topic was deleted or re-created under the sink (its topic ID changed); sending the batch to the topic as it is now (it stays in the channel until acknowledged). Records the old topic held are gone with it",
 		"topics", topics, "err", err)
 	w.cl.PurgeTopicsFromProducing(topics...)
 }
