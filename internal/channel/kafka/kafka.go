@@ -29,9 +29,10 @@
 // The topic deleted and created again under a running channel (a new topic
 // ID, or a cluster that restarted empty): franz-go keeps failing a topic
 // whose ID changed until it is purged from the client. A put that fails so
-// purges it from the producer (the put fails, its source retries it, and the
-// retry goes to the new topic); a fetch that fails so purges it from the
-// consumer, which subscribes again and reads the new topic from its start.
+// purges it from the producer and sends its records again at once, to the
+// topic as it is now (if the topic is missing, the put fails and its source
+// retries it); a fetch that fails so purges it from the consumer, which
+// subscribes again and reads the new topic from its start.
 // What the channel still holds is not lost: records it had fetched from the
 // old topic stay in its buffer and in open transactions and are taken as
 // usual (their offsets are not committed: the old topic is gone). Records of
@@ -95,8 +96,9 @@ type Channel struct {
 	health      *kafkaconf.Health
 	recreated   kafkaconf.Recreated
 	// prodGen counts the purges of the topic from the producer, so that
-	// several puts failing at once purge it once.
-	prodGen atomic.Int64
+	// several puts failing at once purge it once; forgetMu serialises them.
+	prodGen  atomic.Int64
+	forgetMu sync.Mutex
 
 	counters                                    *metrics.ChannelCounters
 	sendTimer, getTimer, commitTimer, rollbacks *atomic.Int64
@@ -739,12 +741,12 @@ func (t *tx) Commit() error {
 func (t *tx) produce() error {
 	c := t.c
 	t0 := time.Now()
-	gen := c.prodGen.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), c.producer.DeliveryTimeout)
 	defer cancel()
 	bctx, bcancel := context.WithTimeout(ctx, max(c.producer.MaxBlock, time.Millisecond))
 	defer bcancel()
 	recs := make([]kgo.Record, len(t.puts))
+	pending := make([]*kgo.Record, len(t.puts))
 	var values []byte
 	var offs []int
 	if c.parse {
@@ -755,23 +757,6 @@ func (t *tx) produce() error {
 		}
 	}
 	now := time.Now()
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-		gone     bool
-	)
-	promise := func(_ *kgo.Record, err error) {
-		if err != nil {
-			mu.Lock()
-			if firstErr == nil {
-				firstErr = err
-			}
-			gone = gone || kafkaconf.TopicGone(err)
-			mu.Unlock()
-		}
-		wg.Done()
-	}
 	for i := range t.puts {
 		e := &t.puts[i]
 		r := &recs[i]
@@ -784,7 +769,70 @@ func (t *tx) produce() error {
 		if e.ReceivedAt != 0 {
 			r.Headers = []kgo.RecordHeader{{Key: receivedHeader, Value: strconv.AppendInt(nil, e.ReceivedAt, 10)}}
 		}
-		wg.Add(1)
+		pending[i] = r
+	}
+	var err error
+	for attempt := 0; ; attempt++ {
+		gen := c.prodGen.Load()
+		res := c.send(ctx, bctx, pending)
+		err = res.first
+		if err == nil || !res.gone {
+			break
+		}
+		c.forgetProduced(gen, err)
+		// Every record that failed failed on the stale topic ID: with the
+		// topic purged, they go to the topic as it is now, at once,
+		// rather than back to the source as a refused put.
+		if attempt > 0 || res.other || ctx.Err() != nil {
+			break
+		}
+		pending = res.failed
+	}
+	c.sendTimer.Add(time.Since(t0).Milliseconds())
+	if err != nil {
+		c.health.Fail("put", fmt.Errorf("puts fail: Kafka refuses them or does not acknowledge them within %v (delivery.timeout.ms): %w",
+			c.producer.DeliveryTimeout, err), c.health.Grace()/2)
+		return flow.FullErrorf("channel %s: Kafka refused a put of %d events, or did not acknowledge it within %v (delivery.timeout.ms): %v",
+			c.env.Name, len(t.puts), c.producer.DeliveryTimeout, err)
+	}
+	c.health.OK("put")
+	return nil
+}
+
+// sent is what became of the records of one send.
+type sent struct {
+	first  error // the first failure
+	failed []*kgo.Record
+	gone   bool // a record failed on a stale topic ID
+	other  bool // a record failed for another reason
+}
+
+// send produces recs and waits for every promise (a promise always comes:
+// when ctx ends, what was not sent fails with it).
+func (c *Channel) send(ctx, bctx context.Context, recs []*kgo.Record) sent {
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		res sent
+	)
+	promise := func(r *kgo.Record, err error) {
+		if err != nil {
+			mu.Lock()
+			if res.first == nil {
+				res.first = err
+			}
+			res.failed = append(res.failed, r)
+			if kafkaconf.TopicGone(err) {
+				res.gone = true
+			} else {
+				res.other = true
+			}
+			mu.Unlock()
+		}
+		wg.Done()
+	}
+	wg.Add(len(recs))
+	for _, r := range recs {
 		c.prod.Produce(bctx, r, promise)
 	}
 	done := make(chan struct{})
@@ -794,30 +842,25 @@ func (t *tx) produce() error {
 	case <-ctx.Done():
 		<-done // the context fails what was not sent; in-flight requests finish
 	}
-	c.sendTimer.Add(time.Since(t0).Milliseconds())
-	if firstErr != nil {
-		if gone && c.prodGen.CompareAndSwap(gen, gen+1) {
-			c.forgetProduced(firstErr)
-		}
-		c.health.Fail("put", fmt.Errorf("puts fail: Kafka refuses them or does not acknowledge them within %v (delivery.timeout.ms): %w",
-			c.producer.DeliveryTimeout, firstErr), c.health.Grace()/2)
-		return flow.FullErrorf("channel %s: Kafka refused a put of %d events, or did not acknowledge it within %v (delivery.timeout.ms): %v",
-			c.env.Name, len(t.puts), c.producer.DeliveryTimeout, firstErr)
-	}
-	c.health.OK("put")
-	return nil
+	mu.Lock()
+	defer mu.Unlock()
+	return res
 }
 
 // forgetProduced drops the producer's state of the topic, which was deleted
 // (and perhaps created again under a new topic ID): franz-go fails every
 // record for a topic whose ID changed until it is purged, and produces to
-// the topic as it is now once it is. The failed put goes back to its
-// source, which retries it. Puts that fail the same way at the same time
-// (gen) purge once: a later purge would fail records already on their way
-// to the new topic.
-func (c *Channel) forgetProduced(err error) {
+// the topic as it is now once it is. Puts that failed so at the same time
+// (the same gen) purge once, and wait for that purge: a later purge would
+// fail records already on their way to the new topic.
+func (c *Channel) forgetProduced(gen int64, err error) {
+	c.forgetMu.Lock()
+	defer c.forgetMu.Unlock()
+	if !c.prodGen.CompareAndSwap(gen, gen+1) {
+		return
+	}
 	c.throttle.Log(c.log, slog.LevelWarn, "topic gone (put)",
-		"kafka channel: the channel's topic was deleted or re-created (its topic ID changed); the failed put goes back to its source and is retried into the topic as it is now",
+		"kafka channel: the channel's topic was deleted or re-created (its topic ID changed); putting into the topic as it is now",
 		"topic", c.topic, "err", err)
 	c.prod.PurgeTopicsFromProducing(c.topic)
 }
