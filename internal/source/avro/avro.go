@@ -39,10 +39,14 @@ import (
 // Defaults of sluice's own properties.
 const (
 	DefaultMaxConnections = listener.DefaultMaxConns
+	// DefaultMaxMessageBytes is the largest request the source reads: a
+	// batch of 100 events of 300 KiB, or 10,000 of 3 KiB.
+	DefaultMaxMessageBytes = 32 << 20
 	// DefaultMaxInFlight bounds the bytes every request being read and
-	// decoded holds at once: one request of max-message-bytes (64 MiB) and
-	// its decoding fit.
-	DefaultMaxInFlight  = 96 << 20
+	// decoded holds at once. A request's buffer grows by doubling, so
+	// reading one of max-message-bytes takes 1.5 times that at the last
+	// step: the default fits one largest request.
+	DefaultMaxInFlight  = 48 << 20
 	tlsHandshakeTimeout = 10 * time.Second
 )
 
@@ -96,8 +100,8 @@ type Source struct {
 // connection has its own goroutine), ssl with keystore, keystore-password,
 // keystore-type (PKCS12 | PEM), include-/exclude-protocols,
 // include-/exclude-cipher-suites, ipFilter (false) and ipFilterRules; and
-// sluice's max-connections (1024), max-message-bytes (64 MiB, the largest
-// request accepted), max-batch-events (100000), max-bytes-in-flight (96 MiB,
+// sluice's max-connections (1024), max-message-bytes (32 MiB, the largest
+// request accepted), max-batch-events (100000), max-bytes-in-flight (48 MiB,
 // what all requests being read and decoded may hold at once), idle-timeout
 // (600000 ms), progress-timeout (10000 ms) and min-bytes-per-second (1024)
 // (see internal/listener), stall-timeout (30000 ms, how long a request may
@@ -130,12 +134,12 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 		p.String("ipFilterRules", "")
 	}
 	s.hygiene = listener.ReadConfig(p, listener.DashNames, listener.DefaultConfig)
-	s.srv.Limits.MaxMessageBytes = p.IntRange("max-message-bytes", avrorpc.DefaultMaxMessageBytes, 1024, math.MaxInt32)
+	s.srv.Limits.MaxMessageBytes = p.IntRange("max-message-bytes", DefaultMaxMessageBytes, 1024, math.MaxInt32)
 	s.srv.Limits.MaxBatchEvents = p.IntRange("max-batch-events", avrorpc.DefaultMaxBatchEvents, 1, math.MaxInt32)
 	s.maxInFlight = listener.ReadBudget(p, listener.DashNames, DefaultMaxInFlight, 1<<20)
-	if s.maxInFlight < int64(s.srv.Limits.MaxMessageBytes) {
-		p.Errorf(listener.DashNames.MaxBytesInFlight, "%d is less than max-message-bytes (%d), so the largest request could never be read; raise it or lower max-message-bytes",
-			s.maxInFlight, s.srv.Limits.MaxMessageBytes)
+	if need := int64(s.srv.Limits.MaxMessageBytes) * 3 / 2; s.maxInFlight < need {
+		p.Errorf(listener.DashNames.MaxBytesInFlight, "%d is less than 1.5 × max-message-bytes (%d), so the largest request could never be read; raise it to %d or lower max-message-bytes",
+			s.maxInFlight, s.srv.Limits.MaxMessageBytes, need)
 	}
 	s.srv.StallTimeout = time.Duration(p.IntRange("stall-timeout", int(avrorpc.DefaultStallTimeout/time.Millisecond), 1, math.MaxInt32)) * time.Millisecond
 	s.srv.Handler = handler{s}

@@ -440,14 +440,14 @@ func scanShape(data []byte) shape {
 const (
 	eventCost       = 48 + 16
 	headerMapCost   = 512
-	headerEntryCost = 96
+	headerEntryCost = 160
 	generalFactor   = 4
 )
 
 // cost is an upper bound of the bytes decoding a body of n bytes of this
-// shape allocates on the fast path: the events, their maps, and copies of
-// the strings and bodies (at most the body's bytes, twice: a decoded
-// string, then its bytes).
+// shape allocates on the fast path: the events, their maps (which grow by
+// doubling), and one copy of the strings and bodies (at most the body's
+// bytes, plus a quarter for the allocator's rounding of each).
 func (sh shape) cost(n int) int64 {
-	return int64(sh.events)*eventCost + int64(sh.headerMaps)*headerMapCost + int64(sh.headerEntries)*headerEntryCost + 2*int64(n)
+	return int64(sh.events)*eventCost + int64(sh.headerMaps)*headerMapCost + int64(sh.headerEntries)*headerEntryCost + int64(n)*5/4
 }

@@ -104,9 +104,9 @@ func TestDecodeCost(t *testing.T) {
 		"case":      `{"Body":"x","HEADERS":{"a":"b"}}`,
 	}
 	for name, ev := range cases {
-		n := 3000
+		n := 1000
 		if name == "big body" {
-			n = 30
+			n = 10
 		}
 		data := []byte(jsonEvents(n, ev))
 		sh := scanShape(data)
@@ -139,7 +139,7 @@ func TestDecodeCost(t *testing.T) {
 // hold the budget get 503 with Retry-After, and go through once those end.
 func TestMemoryBudget(t *testing.T) {
 	pl := sourcetest.NewPipeline(t, 100000, 10000, time.Second)
-	s, logs := newSourceLogged(t, map[string]string{"maxRequestBytes": "1048576", "maxBytesInFlight": "2100000"})
+	s, logs := newSourceLogged(t, map[string]string{"maxRequestBytes": "1000000", "maxBytesInFlight": "2600000"})
 	start(t, s, pl.Processor)
 	url := "http://" + s.Addr().String()
 
@@ -166,7 +166,7 @@ func TestMemoryBudget(t *testing.T) {
 	if !sourcetest.Eventually(func() bool { return s.inFlight() >= 2000000 }, 5*time.Second) {
 		t.Fatalf("in flight %d bytes, want the two announced bodies", s.inFlight())
 	}
-	req, _ := http.NewRequest("POST", url, strings.NewReader(jsonEvents(1000, `{"body":"honest"}`)))
+	req, _ := http.NewRequest("POST", url, strings.NewReader(jsonEvents(10000, `{"body":"honest"}`)))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func TestMemoryBudget(t *testing.T) {
 	if !sourcetest.Eventually(func() bool { return s.inFlight() == 0 }, 5*time.Second) {
 		t.Fatalf("in flight %d bytes after the holders left", s.inFlight())
 	}
-	if code, body := send(t, http.DefaultClient, "POST", url, "", jsonEvents(1000, `{"body":"honest"}`)); code != 200 {
+	if code, body := send(t, http.DefaultClient, "POST", url, "", jsonEvents(10000, `{"body":"honest"}`)); code != 200 {
 		t.Fatalf("the retry: %d %q, want 200", code, body)
 	}
 	if counter(s, "RequestTooLargeCount") != 1 || counter(s, "OverBudgetCount") != 1 {

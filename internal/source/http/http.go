@@ -37,8 +37,9 @@ const DefaultHandler = "org.apache.flume.source.http.JSONHandler"
 const (
 	DefaultMaxRequestBytes = 16 << 20
 	// DefaultMaxInFlight bounds what every request being read and decoded
-	// holds at once: a largest request of small events and its decoding fit.
-	DefaultMaxInFlight = 64 << 20
+	// holds at once: a largest request (its body, then its events' copies)
+	// fits, with room for a smaller one beside it.
+	DefaultMaxInFlight = 40 << 20
 	DefaultIdleTimeout = 120 * time.Second
 	readChunk          = 64 << 10
 )
@@ -91,7 +92,7 @@ type Source struct {
 // handler (only the JSON handler), the SSL keys (ssl, keystore,
 // keystore-password, keystore-type, include/exclude-protocols,
 // include/exclude-cipher-suites) and sluice's maxRequestBytes (16 MiB, one
-// request's body), maxBytesInFlight (64 MiB, what every request being read
+// request's body), maxBytesInFlight (40 MiB, what every request being read
 // and decoded holds at once), maxConnections (1024), idleTimeout (120000 ms,
 // a keep-alive connection between requests), progressTimeout (10000 ms) and
 // minBytesPerSecond (1024) (see internal/listener).
@@ -120,9 +121,9 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	def.IdleTimeout = DefaultIdleTimeout
 	s.hygiene = listener.ReadConfig(p, listener.CamelNames, def)
 	s.maxInFlight = listener.ReadBudget(p, listener.CamelNames, DefaultMaxInFlight, 1<<20)
-	if s.maxInFlight < s.maxBody {
-		p.Errorf(listener.CamelNames.MaxBytesInFlight, "%d is less than maxRequestBytes (%d), so the largest request could never be read; raise it or lower maxRequestBytes",
-			s.maxInFlight, s.maxBody)
+	if need := s.maxBody * 5 / 2; s.maxInFlight < need {
+		p.Errorf(listener.CamelNames.MaxBytesInFlight, "%d is less than 2.5 × maxRequestBytes (%d: the body, then its events), so the largest request could never be decoded; raise it to %d or lower maxRequestBytes",
+			s.maxInFlight, s.maxBody, need)
 	}
 	// Jetty tuning has no equivalent here; say so rather than "unknown".
 	for _, prefix := range []string{"QueuedThreadPool.", "HttpConfiguration.", "SslContextFactory.", "ServerConnector."} {

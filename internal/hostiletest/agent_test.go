@@ -1,0 +1,270 @@
+package hostiletest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+// agent is the real sluice binary running every network source with its
+// default limits, into a memory channel drained by a null sink.
+type agent struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	logPath string
+	http    string // metrics address
+	ports   map[string]int
+	done    chan error
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// sluiceBinary builds cmd/sluice once per test process, or returns
+// $SLUICE_HOSTILE_BIN.
+func sluiceBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("SLUICE_HOSTILE_BIN"); p != "" {
+		return p // a binary built elsewhere, such as from an older commit to compare
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sluice-hostile-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "sluice")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// sources are the network sources the agent runs, each on its own port.
+var sources = []string{"avro", "http", "netcat", "netcatudp", "syslogtcp", "multiport", "syslogudp"}
+
+func startAgent(t *testing.T) *agent {
+	t.Helper()
+	bin := sluiceBinary(t)
+	dir := t.TempDir()
+	a := &agent{t: t, ports: map[string]int{}, logPath: filepath.Join(dir, "agent.log"), done: make(chan error, 1)}
+	for _, s := range sources {
+		a.ports[s] = testutil.FreePort(t)
+	}
+	a.http = "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
+	var b strings.Builder
+	b.WriteString("a1.sources = " + strings.Join(sources, " ") + "\na1.channels = c1\na1.sinks = k1\n")
+	for _, s := range sources {
+		typ := s
+		if s == "multiport" {
+			typ = "multiport_syslogtcp"
+		}
+		fmt.Fprintf(&b, "a1.sources.%s.type = %s\na1.sources.%s.channels = c1\n", s, typ, s)
+		switch typ {
+		case "avro", "netcat", "netcatudp":
+			fmt.Fprintf(&b, "a1.sources.%s.bind = 127.0.0.1\na1.sources.%s.port = %d\n", s, s, a.ports[s])
+		case "http":
+			fmt.Fprintf(&b, "a1.sources.%s.bind = 127.0.0.1\na1.sources.%s.port = %d\n", s, s, a.ports[s])
+		case "syslogtcp", "syslogudp":
+			fmt.Fprintf(&b, "a1.sources.%s.host = 127.0.0.1\na1.sources.%s.port = %d\n", s, s, a.ports[s])
+		case "multiport_syslogtcp":
+			fmt.Fprintf(&b, "a1.sources.%s.host = 127.0.0.1\na1.sources.%s.ports = %d\n", s, s, a.ports[s])
+		}
+	}
+	b.WriteString("a1.channels.c1.type = memory\na1.sinks.k1.type = null\na1.sinks.k1.channel = c1\n")
+	conf := filepath.Join(dir, "agent.properties")
+	if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(a.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.cmd = exec.Command(bin, "agent", "-f", conf, "-n", "a1", "--no-reload-conf", "--http", a.http)
+	a.cmd.Stdout, a.cmd.Stderr = logf, logf
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.done <- a.cmd.Wait(); logf.Close() }()
+	t.Cleanup(a.stop)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + a.http + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not become healthy: %v\n%s", err, a.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return a
+}
+
+func (a *agent) stop() {
+	if a.cmd.ProcessState != nil {
+		return
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.done
+		a.t.Errorf("the agent did not stop within 30 s of SIGTERM")
+	}
+}
+
+func (a *agent) addr(source string) string { return "127.0.0.1:" + strconv.Itoa(a.ports[source]) }
+
+func (a *agent) logTail() string {
+	b, _ := os.ReadFile(a.logPath)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// logLines counts the agent's log lines that contain substr.
+func (a *agent) logLines(substr string) int {
+	b, _ := os.ReadFile(a.logPath)
+	n := 0
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if bytes.Contains(l, []byte(substr)) {
+			n++
+		}
+	}
+	return n
+}
+
+// status reads a field of /proc/PID/status, in bytes for kB fields.
+func (a *agent) status(field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, field+":") {
+			f := strings.Fields(l[len(field)+1:])
+			if len(f) == 0 {
+				return -1
+			}
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			if len(f) > 1 && f[1] == "kB" {
+				n <<= 10
+			}
+			return n
+		}
+	}
+	return -1
+}
+
+// peakRSS is the agent's peak resident set size (VmHWM).
+func (a *agent) peakRSS() int64 { return a.status("VmHWM") }
+
+// resetPeak makes VmHWM start again from the current RSS, so a row
+// measures its own peak; it reports false where the kernel does not allow it.
+func (a *agent) resetPeak() bool {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", a.cmd.Process.Pid), []byte("5"), 0) == nil
+}
+
+// counter reads a source counter from /metrics.
+func (a *agent) counter(source, name string) int64 {
+	resp, err := http.Get("http://" + a.http + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var m map[string]map[string]string
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		return -1
+	}
+	n, err := strconv.ParseInt(m["SOURCE."+source][name], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// openFiles is how many descriptors the agent holds.
+func (a *agent) openFiles() int {
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", a.cmd.Process.Pid))
+	return len(ents)
+}
+
+// postJSON sends body to the http source and returns the status.
+func (a *agent) postJSON(client *http.Client, body []byte) (int, error) {
+	resp, err := client.Post("http://"+a.addr("http"), "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// dialMany opens n TCP connections to addr and returns them (the caller
+// closes them); it stops at the first failure.
+func dialMany(t *testing.T, addr string, n int) []net.Conn {
+	t.Helper()
+	conns := make([]net.Conn, 0, n)
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Logf("dial %s after %d connections: %v", addr, len(conns), err)
+			break
+		}
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+func closeAll(conns []net.Conn) {
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// raiseFileLimit lifts this process's open-files limit to its hard limit,
+// for the tests that hold more than a thousand connections.
+func raiseFileLimit(t *testing.T, want uint64) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.Cur < want {
+		l.Cur = min(l.Max, want)
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+	if l.Cur < want {
+		t.Skipf("needs %d open files, the limit is %d (raise it with ulimit -n)", want, l.Cur)
+	}
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
