@@ -326,12 +326,18 @@ func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("request body exceeds %d bytes (maxRequestBytes); send smaller batches", s.maxBody), http.StatusRequestEntityTooLarge)
 		return
 	}
+	lc, _ := r.Context().Value(connKey{}).(*listener.Conn)
 	body, err := readBody(w, r, s.maxBody, reserve, &hold)
 	if err != nil {
 		if refuse(err) {
 			return
 		}
 		c.EventReadFail.Add(1)
+		if lc != nil && lc.ClosedBy() != "" {
+			// The source closed it (too slow, to admit another, stopping),
+			// and said so already.
+			return
+		}
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			s.rejects.Add(reasonTooLarge, peer, "maxRequestBytes", tooBig.Limit)
@@ -342,7 +348,7 @@ func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "could not read the request body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if lc, _ := r.Context().Value(connKey{}).(*listener.Conn); lc != nil {
+	if lc != nil {
 		lc.Busy() // the request has arrived; what follows is the agent's work
 	}
 	now := event.Now()
