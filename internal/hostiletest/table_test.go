@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -469,11 +468,7 @@ func rowSyslogUDPBursts(t *testing.T, a *agent, bursts, per int) result {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	rcv := "4 MiB"
-	if b, err := os.ReadFile("/proc/sys/net/core/rmem_max"); err == nil && strings.TrimSpace(string(b)) != "4194304" && os.Geteuid() != 0 {
-		rcv = "rmem_max " + strings.TrimSpace(string(b))
-	}
-	r.response = fmt.Sprintf("%d of %d delivered, %d dropped (counted); receive buffer %s", acc, total, drops, rcv)
+	r.response = fmt.Sprintf("%d of %d delivered, %d dropped (counted)", acc, total, drops)
 	if acc+drops != total {
 		r.fail("delivered %d + dropped %d != %d sent: a loss is not counted", acc, drops, total)
 	}

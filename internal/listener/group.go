@@ -131,6 +131,19 @@ func (g *Group) Len() int {
 	return len(g.conns)
 }
 
+// Count is the number of open connections in state st.
+func (g *Group) Count(st State) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for c := range g.conns {
+		if c.State() == st {
+			n++
+		}
+	}
+	return n
+}
+
 // Listener is a TCP listener whose Accept returns admitted *Conn values:
 // connections the group refused never come out of it.
 type Listener struct {

@@ -253,6 +253,11 @@ func TestMaxConnections(t *testing.T) {
 	if st, err := first.AppendBatch(context.Background(), batch("a", 1)); err != nil || st != avrorpc.OK {
 		t.Fatal(st, err)
 	}
+	// The server marks the connection idle once its reply is written,
+	// which may be a moment after the client read it.
+	if !sourcetest.Eventually(func() bool { return s.idleConns() == 1 }, 5*time.Second) {
+		t.Fatal("the first connection never became idle")
+	}
 	second := dial(t, addr, avrorpc.ClientConfig{RequestTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second})
 	if st, err := second.AppendBatch(context.Background(), batch("b", 1)); err != nil || st != avrorpc.OK {
 		t.Fatalf("a new connection at max-connections: %v %v; want it served", st, err)

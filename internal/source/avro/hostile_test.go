@@ -11,8 +11,20 @@ import (
 
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 )
+
+// idleConns is how many connections are between requests.
+func (s *Source) idleConns() int {
+	s.mu.Lock()
+	g := s.group
+	s.mu.Unlock()
+	if g == nil {
+		return 0
+	}
+	return g.Count(listener.Idle)
+}
 
 // closedByServer reports whether the server closed c within wait.
 func closedByServer(c net.Conn, wait time.Duration) bool {
