@@ -172,3 +172,29 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestShutdownTimeoutFlag: --shutdown-timeout takes seconds, fractions too,
+// and reaches the agent's options; nothing else is accepted.
+func TestShutdownTimeoutFlag(t *testing.T) {
+	for _, tc := range []struct {
+		arg  string
+		want time.Duration
+	}{{"20", 20 * time.Second}, {"0.5", 500 * time.Millisecond}, {"90", 90 * time.Second}} {
+		c, err := parse([]string{"agent", "-f", "x", "-n", "a1", "--shutdown-timeout", tc.arg})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.arg, err)
+		}
+		if got := c.options().ShutdownTimeout; got != tc.want {
+			t.Errorf("--shutdown-timeout %s: %v, want %v", tc.arg, got, tc.want)
+		}
+	}
+	c, err := parse([]string{"agent", "-f", "x", "-n", "a1"})
+	if err != nil || c.options().ShutdownTimeout != 0 {
+		t.Errorf("no flag: %v %v, want 0 (the agent's default)", c.options().ShutdownTimeout, err)
+	}
+	for _, bad := range []string{"0", "-1", "abc", "1e9", "NaN"} {
+		if _, err := parse([]string{"agent", "-f", "x", "-n", "a1", "--shutdown-timeout", bad}); err == nil || !strings.Contains(err.Error(), "--shutdown-timeout") {
+			t.Errorf("--shutdown-timeout %s: %v, want refused", bad, err)
+		}
+	}
+}
