@@ -1,8 +1,10 @@
 // Package kafkaconf turns the Kafka properties of Flume's Kafka sink, source
 // and channel (kafka.bootstrap.servers, kafka.producer.*, kafka.consumer.*)
 // into franz-go (kgo) client options, and holds what the three components
-// share: TLS and SASL, the Flume event format, a kgo logger on slog, and the
-// consumer lag metric.
+// share: TLS and SASL, the Flume event format, a throttled kgo logger on
+// slog, the consumer lag metric, their health (Health, Probe,
+// healthGraceMillis) and what they need to go on after a topic is deleted
+// and re-created under them (TopicGone, Recreated, FetchBackoff).
 //
 // Every kafka.producer.* and kafka.consumer.* setting sluice supports maps
 // to a kgo option; any other setting is a configuration error that names
