@@ -8,7 +8,9 @@
 // connection; the next batch connects again after a backoff (100 ms
 // doubling to 5 s, reset by a delivered batch). Within that backoff a batch
 // fails at once without dialing, so a failover or load_balance group hands
-// it to its other sinks without delay. With
+// it to its other sinks without delay. A connection the receiver closed
+// while it was idle is not a failure: the batch is sent again at once on a
+// new connection. With
 // reset-connection-interval the connection is replaced that often, so a
 // load balancer in front of several collectors spreads the agents again.
 package avrosink
@@ -17,11 +19,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/avrorpc"
@@ -102,6 +106,7 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 		w.log.Debug("avro sink: resetting the connection (reset-connection-interval)", "addr", w.addr)
 		w.close()
 	}
+	reused := w.client != nil
 	if w.client == nil {
 		if err := w.connect(ctx); err != nil {
 			return err
@@ -111,6 +116,20 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 		events = w.stamped.with(events, w.opt.ReceivedAtHeader)
 	}
 	st, err := w.client.AppendBatch(ctx, events)
+	if err != nil && reused && closedByPeer(err) && ctx.Err() == nil {
+		// The receiver closed the connection while it sat idle (an avro
+		// source's idle-timeout, a restarted collector, a load balancer).
+		// Java's client sees the close before sending and reconnects; this
+		// one finds out on use, so it reconnects and sends the batch once
+		// more instead of failing it. A receiver that had read the batch
+		// before closing gets it twice, which at-least-once allows.
+		w.log.Debug("avro sink: connection closed by the receiver; reconnecting", "addr", w.addr, "err", err)
+		w.close()
+		if err := w.connect(ctx); err != nil {
+			return err
+		}
+		st, err = w.client.AppendBatch(ctx, events)
+	}
 	if err != nil {
 		err = fmt.Errorf("avro sink: appendBatch to %s: %w", w.addr, err)
 		w.close()
@@ -127,6 +146,13 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 	}
 	w.fails, w.suppressed, w.backoff = 0, 0, 0
 	return nil
+}
+
+// closedByPeer reports whether err says the other end closed or reset the
+// connection, as opposed to a timeout or bad data.
+func closedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // errBackingOff is returned, without dialing, while a failed connection's

@@ -296,3 +296,34 @@ func TestConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectionClosedWhileIdle: the receiving source closes a connection
+// that stayed idle past its idle-timeout (sluice's avro source does after 10
+// minutes). The next batch must go through at once on a new connection,
+// as Java's client reconnects when Netty sees the close: no failed batch,
+// no WARN, no backoff.
+func TestConnectionClosedWhileIdle(t *testing.T) {
+	for _, deflate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deflate=%v", deflate), func(t *testing.T) {
+			sinkProps := map[string]string{}
+			srcProps := map[string]string{"idle-timeout": "100"}
+			if deflate {
+				sinkProps["compression-type"] = "deflate"
+				srcProps["compression-type"] = "deflate"
+			}
+			h := newHop(t, 1000, sinkProps, srcProps)
+			put(t, h.src, "a", 10)
+			if _, err := h.sink.Process(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(400 * time.Millisecond) // the source closes the idle connection
+			put(t, h.src, "b", 10)
+			if _, err := h.sink.Process(context.Background()); err != nil {
+				t.Fatalf("the batch after an idle close failed: %v", err)
+			}
+			if got := h.dst.Drain(t, 20, 5*time.Second); len(got) != 20 {
+				t.Fatalf("delivered %d of 20", len(got))
+			}
+		})
+	}
+}
