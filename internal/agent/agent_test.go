@@ -410,3 +410,30 @@ a1.channels.c1.minimumRequiredSpace = 0
 		t.Fatal(err)
 	}
 }
+
+// TestFailingSinkReported: a sink whose downstream is down is reported by
+// /healthz once it has failed for longer than healthGraceMillis, and no
+// longer once it delivers.
+func TestFailingSinkReported(t *testing.T) {
+	ncPort, sinkPort := testutil.FreePort(t), testutil.FreePort(t)
+	file := filepath.Join(t.TempDir(), "a.properties")
+	writeConf(t, file, netcatPipeline(ncPort, sinkPort, 1000)+"a1.sinks.k1.healthGraceMillis = 300\n")
+	a := startAgent(t, agent.Options{File: file})
+	sendLines(t, fmt.Sprintf("127.0.0.1:%d", ncPort), 0, 5)
+	waitFor(t, func() bool { return a.Health() != nil })
+	err := a.Health()
+	if !strings.HasPrefix(err.Error(), "sink k1: cannot deliver") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Health = %q, want one line for sink k1", err)
+	}
+	recv, err := bench.Listen(fmt.Sprintf("127.0.0.1:%d", sinkPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := recv.WaitFor(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return a.Health() == nil })
+}

@@ -3,8 +3,10 @@ package agent
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
@@ -35,7 +37,10 @@ type sinkNode struct {
 	sink   flow.Sink
 	fp     string
 	runner string
-	life   life
+	// healthGrace is how long the sink may keep failing before its runner
+	// reports it (healthGraceMillis); 0 for a sink that reports its own health.
+	healthGrace time.Duration
+	life        life
 }
 
 type runnerNode struct {
@@ -261,15 +266,22 @@ func (b *builder) buildSinks(g *graph) {
 			env.Channel = n.ch
 		}
 		s, err := f(env, c.Props)
+		var grace time.Duration
 		if err == nil {
 			b.checkBatch(c, s, g.channels[c.Channel])
+			// A sink that reports its own health reads its own grace; for
+			// the others the runner tells a sink that keeps failing.
+			if _, own := s.(flow.HealthReporter); !own {
+				grace = time.Duration(c.Props.IntRange("healthGraceMillis",
+					int(flow.DefaultSinkHealthGrace/time.Millisecond), 1, math.MaxInt32)) * time.Millisecond
+			}
 		}
 		c.Props.Unused()
 		if err != nil {
 			b.problem(c, "type", "cannot build sink: %v", err)
 			continue
 		}
-		g.sinks[c.Name] = &sinkNode{spec: c, sink: s, fp: c.Fingerprint(), runner: rname}
+		g.sinks[c.Name] = &sinkNode{spec: c, sink: s, fp: c.Fingerprint(), runner: rname, healthGrace: grace}
 	}
 }
 

@@ -149,6 +149,11 @@ func (a *Agent) startNodes(g *graph, now, intake bool) error {
 			continue
 		}
 		r.runner = flow.NewSinkRunner(name, r.sink, a.log.With("runner", name))
+		for _, m := range r.members {
+			if sn := g.sinks[m]; sn != nil {
+				r.runner.HealthGrace = max(r.runner.HealthGrace, sn.healthGrace)
+			}
+		}
 		r.runner.Start()
 		a.setLife(&r.life, running)
 	}

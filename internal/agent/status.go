@@ -24,7 +24,7 @@ func (a *Agent) Status() metrics.Status {
 		return st
 	}
 	now := time.Now()
-	add := func(kind, name, typ string, l *life, comp any, waiting string) {
+	add := func(kind, name, typ string, l *life, comp any, waiting string, runner *flow.SinkRunner) {
 		c := metrics.ComponentStatus{Kind: kind, Name: name, Type: canonicalType(typ)}
 		switch l.state {
 		case running:
@@ -33,6 +33,10 @@ func (a *Agent) Status() metrics.Status {
 				c.State, c.Reason = "starting", waiting
 			} else if h, ok := comp.(flow.HealthReporter); ok {
 				if err := h.Health(); err != nil {
+					c.Reason = err.Error()
+				}
+			} else if runner != nil {
+				if err := runner.Health(); err != nil {
 					c.Reason = err.Error()
 				}
 			}
@@ -56,15 +60,19 @@ func (a *Agent) Status() metrics.Status {
 		if w := waitingFor(g, n); w != "" {
 			waiting = "not running: waiting for channel " + w + ", which is not running"
 		}
-		add("source", name, n.spec.Type, &n.life, n.src, waiting)
+		add("source", name, n.spec.Type, &n.life, n.src, waiting, nil)
 	}
 	for _, name := range sortedKeys(g.channels) {
 		n := g.channels[name]
-		add("channel", name, n.spec.Type, &n.life, n.ch, "")
+		add("channel", name, n.spec.Type, &n.life, n.ch, "", nil)
 	}
 	for _, name := range sortedKeys(g.sinks) {
 		n := g.sinks[name]
 		waiting := ""
+		var runner *flow.SinkRunner
+		if r := g.runners[n.runner]; r != nil && r.life.state == running {
+			runner = r.runner
+		}
 		if r := g.runners[n.runner]; r != nil && r.life.state != running && n.life.state == running {
 			if cn := g.channels[n.spec.Channel]; cn == nil || cn.life.state != running {
 				waiting = "not running: waiting for channel " + n.spec.Channel + ", which is not running"
@@ -72,7 +80,7 @@ func (a *Agent) Status() metrics.Status {
 				waiting = "not running: waiting for the other sinks of group " + n.runner
 			}
 		}
-		add("sink", name, n.spec.Type, &n.life, n.sink, waiting)
+		add("sink", name, n.spec.Type, &n.life, n.sink, waiting, runner)
 	}
 	return st
 }

@@ -2,6 +2,7 @@ package flow
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -19,6 +20,12 @@ const (
 	ErrorBackoffMin = 100 * time.Millisecond
 	ErrorBackoffMax = 5 * time.Second
 )
+
+// DefaultSinkHealthGrace is how long a runner's sink may fail without a
+// single delivery in between before the runner reports it unhealthy: long
+// enough that a collector's restart or a blip does not flap /healthz, short
+// enough that a supervisor sees a downstream that is really gone.
+const DefaultSinkHealthGrace = 30 * time.Second
 
 // SinkRunner drives one sink, or the processor of one sink group, from a
 // goroutine it owns: it calls Process in a loop until stopped. After
@@ -39,6 +46,15 @@ type SinkRunner struct {
 	drain    chan []Channel
 	drained  chan struct{}
 	throttle *logthrottle.Throttle
+
+	// HealthGrace is how long Process may keep failing before Health
+	// reports it; set before Start. 0 means DefaultSinkHealthGrace.
+	HealthGrace time.Duration
+
+	hmu          sync.Mutex
+	failingSince time.Time // first failure since the last success; zero when not failing
+	failures     int
+	lastErr      error
 }
 
 // NewSinkRunner returns a runner for sink s (a sink or a sink processor)
@@ -89,6 +105,7 @@ func (r *SinkRunner) loop(ctx context.Context, done chan struct{}, drain <-chan 
 				return
 			}
 			failures++
+			r.noteFailure(err, failures)
 			wait := backoff(failures)
 			r.throttle.Log(r.log, slog.LevelWarn, "sink failed; events stay in the channel and are retried", "sink failed; events stay in the channel and are retried",
 				"sink", r.name, "consecutive_failures", failures, "retry_in", wait, "err", err)
@@ -101,12 +118,50 @@ func (r *SinkRunner) loop(ctx context.Context, done chan struct{}, drain <-chan 
 			}
 			continue
 		}
+		if failures > 0 {
+			r.noteFailure(nil, 0)
+		}
 		failures = 0
 		if isDraining && st == Backoff && empty(draining) {
 			close(drained)
 			return
 		}
 	}
+}
+
+// noteFailure records the outcome Health reports: err after the
+// failures-th consecutive failure, or nil after a success.
+func (r *SinkRunner) noteFailure(err error, failures int) {
+	r.hmu.Lock()
+	defer r.hmu.Unlock()
+	if err == nil {
+		r.failingSince, r.failures, r.lastErr = time.Time{}, 0, nil
+		return
+	}
+	if r.failingSince.IsZero() {
+		r.failingSince = time.Now()
+	}
+	r.failures, r.lastErr = failures, err
+}
+
+// Health reports a sink that has failed every call for longer than
+// HealthGrace, with its last error; nil as soon as a call succeeds (an empty
+// channel counts: nothing failed).
+func (r *SinkRunner) Health() error {
+	r.hmu.Lock()
+	defer r.hmu.Unlock()
+	grace := r.HealthGrace
+	if grace <= 0 {
+		grace = DefaultSinkHealthGrace
+	}
+	if r.failingSince.IsZero() {
+		return nil
+	}
+	if d := time.Since(r.failingSince); d >= grace {
+		return fmt.Errorf("cannot deliver: every attempt failed for %s (%d in a row); the events stay in the channel; last error: %v",
+			d.Round(time.Second), r.failures, r.lastErr)
+	}
+	return nil
 }
 
 func backoff(failures int) time.Duration {

@@ -3,6 +3,7 @@ package flow_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,5 +112,44 @@ func TestRunnerNeverStarted(t *testing.T) {
 	}
 	if err := r.Stop(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRunnerHealth: a sink whose every delivery fails is reported after the
+// grace period, with its error, and healthy again after one delivery.
+func TestRunnerHealth(t *testing.T) {
+	ch := newMem(t, "c1", 1000, 100, "0.1")
+	w := &recorder{failNext: 1 << 30}
+	s, _, _ := newSink(t, ch, w, 100)
+	r := flow.NewSinkRunner("k1", s, quietLog)
+	r.HealthGrace = 300 * time.Millisecond
+	if err := testutil.PutCommit(ch, events("e", 10)); err != nil {
+		t.Fatal(err)
+	}
+	r.Start()
+	defer r.Stop(context.Background())
+	time.Sleep(100 * time.Millisecond)
+	if err := r.Health(); err != nil {
+		t.Fatalf("unhealthy within the grace period: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for r.Health() == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	err := r.Health()
+	if err == nil || !errors.Is(err, errDown) && !strings.Contains(err.Error(), errDown.Error()) {
+		t.Fatalf("after the grace period: %v, want the sink's error", err)
+	}
+	w.mu.Lock()
+	w.failNext = 0
+	w.mu.Unlock()
+	for r.Health() != nil && time.Now().Before(deadline.Add(5*time.Second)) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := r.Health(); err != nil {
+		t.Fatalf("still unhealthy after deliveries resumed: %v", err)
+	}
+	if got := w.all(); len(got) != 10 {
+		t.Fatalf("delivered %d of 10", len(got))
 	}
 }
