@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/atomicfile"
 )
 
 // record is the journal entry of one file that is being written or waits
@@ -105,7 +107,7 @@ func (j *journal) put(rec *record) error {
 		return err
 	}
 	name := filepath.Join(j.dir, "open", rec.ID+".json")
-	return writeFileSync(name, b)
+	return atomicfile.WriteFile(name, b, 0o644)
 }
 
 func (j *journal) remove(rec *record) error {
@@ -116,7 +118,7 @@ func (j *journal) remove(rec *record) error {
 	if err != nil {
 		return err
 	}
-	return syncDir(filepath.Join(j.dir, "open"))
+	return atomicfile.SyncDir(filepath.Join(j.dir, "open"))
 }
 
 // list returns every record, oldest first.
@@ -129,7 +131,9 @@ func (j *journal) list() ([]*record, error) {
 	for _, e := range ents {
 		name := e.Name()
 		if !strings.HasSuffix(name, ".json") {
-			if strings.HasSuffix(name, ".json.tmp") { // a put cut short
+			// A put cut short: atomicfile's temporary copy, or the fixed
+			// .tmp name earlier versions used.
+			if atomicfile.IsTemp(name) || strings.HasSuffix(name, ".json.tmp") {
 				os.Remove(filepath.Join(j.dir, "open", name))
 			}
 			continue
@@ -146,38 +150,4 @@ func (j *journal) list() ([]*record, error) {
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
 	return out, nil
-}
-
-func writeFileSync(name string, b []byte) error {
-	tmp := name + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err = f.Write(b); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, name)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(filepath.Dir(name))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

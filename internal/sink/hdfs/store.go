@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/atomicfile"
 )
 
 // store is where files end up: a local (or mounted) filesystem, an S3
@@ -148,7 +150,7 @@ func (localStore) finish(_ context.Context, rec *record, _ *journal) error {
 	if err := os.Rename(rec.InUse, rec.Target); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(rec.Target))
+	return atomicfile.SyncDir(filepath.Dir(rec.Target))
 }
 
 func (localStore) close() error { return nil }

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"syscall"
+
+	"github.com/sluicehq/sluice/internal/atomicfile"
 )
 
 // progressName is the progress file in trackerDir. It says how far the
@@ -140,43 +141,5 @@ func (p *progress) save() error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(p.path, data)
-}
-
-// writeAtomic replaces path with data: temporary file, fsync, rename, fsync
-// of the directory.
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return atomicfile.WriteFile(p.path, data, 0o600)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluicehq/sluice/internal/atomicfile"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/logthrottle"
@@ -452,7 +453,7 @@ func (r *reader) done(path string) error {
 		}
 	case r.s.trackerMarks:
 		mark := r.markPath(path)
-		if err := writeAtomic(mark, nil); err != nil {
+		if err := atomicfile.WriteFile(mark, nil, 0o600); err != nil {
 			return fmt.Errorf("record done file in %s: %w", r.s.trackerDir, err)
 		}
 	default:
@@ -465,7 +466,7 @@ func (r *reader) done(path string) error {
 		if err := os.Rename(path, dest); err != nil {
 			return fmt.Errorf("rename done file: %w", err)
 		}
-		if err := syncDir(r.s.dir); err != nil {
+		if err := atomicfile.SyncDir(r.s.dir); err != nil {
 			return err
 		}
 	}

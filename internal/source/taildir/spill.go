@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/atomicfile"
 )
 
 // Spill files keep the unread lines of files rotated away (or deleted)
@@ -69,49 +71,33 @@ func (t *tailer) spillRest(ctx context.Context, tf *tailFile) {
 // path (temporary file, fsync, rename, fsync of the directory), copying
 // until ctx ends, and returns how many bytes of src it kept.
 func writeSpill(ctx context.Context, path string, hdr []byte, src io.Reader) (int64, error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return 0, err
-	}
-	tmp := f.Name()
-	w := bufio.NewWriterSize(f, 1<<20)
-	w.Write(hdr)
-	w.WriteByte('\n')
 	var n int64
-	buf := make([]byte, 1<<20)
-	for ctx.Err() == nil {
-		m, rerr := src.Read(buf)
-		if m > 0 {
-			if _, err = w.Write(buf[:m]); err != nil {
+	err := atomicfile.Write(path, 0o600, func(f io.Writer) error {
+		w := bufio.NewWriterSize(f, 1<<20)
+		w.Write(hdr)
+		w.WriteByte('\n')
+		buf := make([]byte, 1<<20)
+		for ctx.Err() == nil {
+			m, rerr := src.Read(buf)
+			if m > 0 {
+				if _, err := w.Write(buf[:m]); err != nil {
+					return err
+				}
+				n += int64(m)
+			}
+			if rerr != nil {
+				if !errors.Is(rerr, io.EOF) {
+					return rerr
+				}
 				break
 			}
-			n += int64(m)
 		}
-		if rerr != nil {
-			if !errors.Is(rerr, io.EOF) {
-				err = rerr
-			}
-			break
-		}
-	}
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
+		return w.Flush()
+	})
 	if err != nil {
-		os.Remove(tmp)
 		return 0, err
 	}
-	return n, syncDir(dir)
+	return n, nil
 }
 
 // loadSpills starts reading the spill files a previous stop left: each is
@@ -191,5 +177,5 @@ func (t *tailer) dropSpill(tf *tailFile) {
 			"copy", tf.spill, "err", err)
 		return
 	}
-	syncDir(filepath.Dir(tf.spill))
+	atomicfile.SyncDir(filepath.Dir(tf.spill))
 }

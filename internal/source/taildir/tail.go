@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/sluicehq/sluice/internal/atomicfile"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/logthrottle"
@@ -919,9 +920,9 @@ func (t *tailer) savePositions() {
 	// The side file first: if only it is written, its entries no longer
 	// match the old positions and are ignored.
 	fpData, _ := json.Marshal(fps)
-	err := writeAtomic(sidecar(t.s.positionFile), fpData)
+	err := atomicfile.WriteFile(sidecar(t.s.positionFile), fpData, 0o600)
 	if err == nil {
-		err = writeAtomic(t.s.positionFile, data)
+		err = atomicfile.WriteFile(t.s.positionFile, data, 0o600)
 	}
 	if err != nil {
 		t.posDirty = true
