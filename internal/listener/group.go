@@ -10,6 +10,9 @@
 //     Listener is a net.Listener, so net/http serves on it too.
 //   - Budget: the bytes a source may hold for input it has read but not yet
 //     put into its channels, taken before they are allocated.
+//   - ReadBuffer: a stream connection's input buffer, small of its own, and
+//     large (from the source's BigBuffers, paid for from its Budget) only
+//     while a long message or a busy sender needs it.
 //   - Rejects: every refused input (or connection) logged at WARN with the
 //     peer and reason, throttled, and counted in a metric per reason.
 //   - ListenUDP: a UDP socket with a receive buffer as large as the kernel

@@ -207,9 +207,9 @@ func TestLongLinesBoundedByBudget(t *testing.T) {
 	}
 	// Wait until every client is either holding a large buffer or closed.
 	if !sourcetest.Eventually(func() bool {
-		return s.inFlight() == 3*int64(s.bigSize) && counter(s, "OverBudgetCount") == clients-3
+		return s.inFlight() == 3*int64(s.bigBufs.Size()) && counter(s, "OverBudgetCount") == clients-3
 	}, 15*time.Second) {
-		t.Fatalf("in flight %d bytes, OverBudgetCount %d; want %d and %d", s.inFlight(), counter(s, "OverBudgetCount"), 3*s.bigSize, clients-3)
+		t.Fatalf("in flight %d bytes, OverBudgetCount %d; want %d and %d", s.inFlight(), counter(s, "OverBudgetCount"), 3*s.bigBufs.Size(), clients-3)
 	}
 	runtime.GC()
 	var after runtime.MemStats

@@ -58,9 +58,8 @@ var (
 // Memory: a connection reads into a small buffer of its own; one that
 // needs more (a read filled it, or a line in progress outgrew it) takes a
 // large one from the source's budget, max-bytes-in-flight, and gives it back
-// once it has read everything it was sent.
+// once it has read everything it was sent (a listener.ReadBuffer).
 const (
-	smallBuffer        = 4 << 10
 	DefaultMaxInFlight = 16 << 20
 	writeTimeout       = 30 * time.Second
 )
@@ -76,10 +75,9 @@ type Source struct {
 	batchDur    time.Duration
 	hygiene     listener.Config
 	maxInFlight int64
-	bigSize     int // the large read buffer: room for the longest line, and at least minReadBuffer
+	bigBufs     *listener.BigBuffers // room for the longest line, and at least minReadBuffer
 	counters    *metrics.SourceCounters
 	rejects     *listener.Rejects
-	bigBufs     sync.Pool // *[]byte of bigSize
 
 	mu     sync.Mutex // guards the fields below
 	group  *listener.Group
@@ -109,10 +107,10 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.hygiene = listener.ReadConfig(p, listener.DashNames, listener.DefaultConfig)
 	s.maxInFlight = listener.ReadBudget(p, listener.DashNames, DefaultMaxInFlight, minReadBuffer)
 	// A line of maxLine UTF-16 units takes at most 3 bytes per unit in UTF-8.
-	s.bigSize = max(minReadBuffer, 3*s.maxLine+8)
-	if int64(s.bigSize) > s.maxInFlight {
+	s.bigBufs = listener.NewBigBuffers(max(minReadBuffer, 3*s.maxLine+8))
+	if int64(s.bigBufs.Size()) > s.maxInFlight {
 		p.Errorf(listener.DashNames.MaxBytesInFlight, "%d bytes cannot hold one line of max-line-length %d (up to %d bytes); raise it or lower max-line-length",
-			s.maxInFlight, s.maxLine, s.bigSize)
+			s.maxInFlight, s.maxLine, s.bigBufs.Size())
 	}
 	checkUTF8(p, "encoding")
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
@@ -186,7 +184,7 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	s.env.Log().Info("netcat source listening", "source", s.env.Name, "addr", ln.Addr().String())
 	g.Serve(ln, func(c *listener.Conn) {
 		h := newHandler(s, c, p, budget)
-		defer h.release()
+		defer h.Release()
 		h.serve(ctx)
 	})
 	return nil
@@ -211,80 +209,26 @@ func (s *Source) Stop(ctx context.Context) error {
 	return nil
 }
 
-// handler serves one connection. It owns buf; bodies are copied out of it
-// into a slab per batch, because once handed to Process they belong to the
-// pipeline.
+// handler serves one connection. It owns its read buffer (unread input is
+// Buf[R:W]); bodies are copied out of it into a slab per batch, because
+// once handed to Process they belong to the pipeline.
 type handler struct {
-	s     *Source
-	c     *listener.Conn
-	p     flow.Processor
-	buf   []byte // small, or a large one taken from the budget
-	small []byte
-	big   *[]byte
-	hold  listener.Hold
-	r, w  int // unread input is buf[r:w]
+	*listener.ReadBuffer
+	s *Source
+	c *listener.Conn
+	p flow.Processor
 
 	events []event.Event // the batch being put; rebuilt from its slab for a retry
 }
 
 func newHandler(s *Source, c *listener.Conn, p flow.Processor, b *listener.Budget) *handler {
-	small := make([]byte, smallBuffer)
 	return &handler{
-		s:      s,
-		c:      c,
-		p:      p,
-		buf:    small,
-		small:  small,
-		hold:   listener.NewHold(b),
-		events: make([]event.Event, 0, s.batchSize),
+		ReadBuffer: listener.NewReadBuffer(c, s.bigBufs, b),
+		s:          s,
+		c:          c,
+		p:          p,
+		events:     make([]event.Event, 0, s.batchSize),
 	}
-}
-
-// grow moves the unread input into a large buffer. With wait set (a line in
-// progress does not fit otherwise) it waits for the budget, as long as the
-// progress timeout; else it takes the buffer only if it is free now.
-func (h *handler) grow(ctx context.Context, wait bool) bool {
-	n := int64(h.s.bigSize)
-	if wait {
-		h.c.Busy() // waiting for memory is the agent's doing, not the sender's
-		wctx, cancel := context.WithTimeout(ctx, max(h.s.hygiene.ProgressTimeout, time.Second))
-		err := h.hold.Wait(wctx, n)
-		cancel()
-		h.c.Receiving()
-		if err != nil {
-			return false
-		}
-	} else if !h.hold.Try(n) {
-		return false
-	}
-	bp, _ := h.s.bigBufs.Get().(*[]byte)
-	if bp == nil {
-		b := make([]byte, h.s.bigSize)
-		bp = &b
-	}
-	h.w = copy(*bp, h.buf[h.r:h.w])
-	h.r = 0
-	h.buf, h.big = *bp, bp
-	return true
-}
-
-// shrink returns the large buffer once nothing is left in it.
-func (h *handler) shrink() {
-	if h.big == nil || h.r != h.w {
-		return
-	}
-	h.s.bigBufs.Put(h.big)
-	h.big, h.buf = nil, h.small
-	h.r, h.w = 0, 0
-	h.hold.Release()
-}
-
-func (h *handler) release() {
-	if h.big != nil {
-		h.s.bigBufs.Put(h.big)
-		h.big = nil
-	}
-	h.hold.Release()
 }
 
 // errOverlong ends a connection whose line exceeded max-line-length, as
@@ -294,36 +238,18 @@ var errOverlong = errors.New("line exceeds max-line-length")
 func (h *handler) serve(ctx context.Context) {
 	log := h.s.env.Log()
 	peer := h.c.Peer()
-	lastRead, filled := 0, false
 	for {
-		if h.r == h.w {
-			h.r, h.w = 0, 0
-		}
-		switch {
-		case h.big == nil && h.w == len(h.buf) && h.r == 0:
-			// A line in progress fills the small buffer: it needs the large one.
-			if !h.grow(ctx, true) {
-				if ctx.Err() == nil {
-					h.s.rejects.Add(reasonOverBudget, peer, "max-bytes-in-flight", h.s.maxInFlight, "line_bytes", h.w)
-				}
-				return
+		// When only a partial line (shorter than the limit) is left at the
+		// end of the buffer, it moves to the front.
+		if !h.Prepare(ctx, 1) {
+			// A line in progress needs the large buffer and the budget has
+			// none for it.
+			if ctx.Err() == nil {
+				h.s.rejects.Add(reasonOverBudget, peer, "max-bytes-in-flight", h.s.maxInFlight, "line_bytes", h.W)
 			}
-		case h.big == nil && filled:
-			// A busy sender: read it in large blocks if memory allows.
-			h.grow(ctx, false)
-		case h.big != nil && h.r == h.w && lastRead < smallBuffer:
-			h.shrink()
+			return
 		}
-		if h.w == len(h.buf) {
-			// Only a partial line (shorter than the limit) is left: move it
-			// to the front.
-			h.w = copy(h.buf, h.buf[h.r:h.w])
-			h.r = 0
-		}
-		space := len(h.buf) - h.w
-		n, rerr := h.c.Read(h.buf[h.w:])
-		h.w += n
-		lastRead, filled = n, n == space
+		_, rerr := h.Fill(h.c)
 		if err := h.drain(ctx); err != nil {
 			if !errors.Is(err, errOverlong) && ctx.Err() == nil {
 				log.Debug("netcat connection ended", "source", h.s.env.Name, "remote", peer, "err", err)
@@ -331,11 +257,11 @@ func (h *handler) serve(ctx context.Context) {
 			return
 		}
 		if rerr != nil {
-			if h.r < h.w && ctx.Err() == nil && h.c.ClosedBy() == "" {
+			if h.R < h.W && ctx.Err() == nil && h.c.ClosedBy() == "" {
 				// The client went away in the middle of a line: Flume drops
 				// that partial line too. Count it so the loss is visible.
 				h.s.counters.EventReadFail.Add(1)
-				h.s.rejects.Add(reasonPartialLine, peer, "bytes", h.w-h.r)
+				h.s.rejects.Add(reasonPartialLine, peer, "bytes", h.W-h.R)
 			}
 			return
 		}
@@ -348,14 +274,14 @@ func (h *handler) drain(ctx context.Context) error {
 	put := false
 	defer func() {
 		switch {
-		case h.r == h.w:
+		case h.R == h.W:
 			h.c.Idle()
 		case put:
 			h.c.Receiving() // the next line has begun: its own clock
 		}
 	}()
 	for {
-		data := h.buf[h.r:h.w]
+		data := h.Buf[h.R:h.W]
 		end, nlines, overlong := h.scan(data)
 		if nlines > 0 {
 			// One slab holds every body of the batch.
@@ -366,7 +292,7 @@ func (h *handler) drain(ctx context.Context) error {
 			if err := h.put(ctx, slab); err != nil {
 				return err
 			}
-			h.r += end
+			h.R += end
 			continue
 		}
 		if overlong {

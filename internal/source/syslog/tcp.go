@@ -29,8 +29,8 @@ const (
 	lookupTimeout  = 2 * time.Second
 	// Memory: a connection reads into a small buffer of its own; one that
 	// needs more (a read filled it, or a message in progress outgrew it)
-	// takes a large one from the source's budget, maxBytesInFlight.
-	smallBuffer        = 4 << 10
+	// takes a large one from the source's budget, maxBytesInFlight (a
+	// listener.ReadBuffer).
 	DefaultMaxInFlight = 16 << 20
 )
 
@@ -76,9 +76,8 @@ type tcpServer struct {
 	counters    *metrics.SourceCounters
 	hygiene     listener.Config
 	maxInFlight int64
-	bigSize     int // the large read buffer: room for the longest frame, at least minReadBuffer
+	bigBufs     *listener.BigBuffers // room for the longest frame, at least minReadBuffer
 	rejects     *listener.Rejects
-	bigBufs     sync.Pool // *[]byte of bigSize
 
 	mu       sync.Mutex // guards the fields below
 	group    *listener.Group
@@ -95,10 +94,10 @@ type tcpServer struct {
 func (s *tcpServer) readLimits(p *config.Props) {
 	s.hygiene = listener.ReadConfig(p, listener.CamelNames, listener.DefaultConfig)
 	s.maxInFlight = listener.ReadBudget(p, listener.CamelNames, DefaultMaxInFlight, minReadBuffer)
-	s.bigSize = max(minReadBuffer, s.framer.maxSize+2*maxCountDigits+2)
-	if int64(s.bigSize) > s.maxInFlight {
+	s.bigBufs = listener.NewBigBuffers(max(minReadBuffer, s.framer.maxSize+2*maxCountDigits+2))
+	if int64(s.bigBufs.Size()) > s.maxInFlight {
 		p.Errorf(listener.CamelNames.MaxBytesInFlight, "%d bytes cannot hold one message of eventSize %d (up to %d bytes); raise it or lower eventSize",
-			s.maxInFlight, s.framer.maxSize, s.bigSize)
+			s.maxInFlight, s.framer.maxSize, s.bigBufs.Size())
 	}
 	s.counters = metrics.NewSourceCounters(s.env.Name, s.env.Type)
 	s.rejects = listener.NewRejects(s.env.Name, s.env.Log(), s.counters.Set,
@@ -168,7 +167,7 @@ func (s *tcpServer) Start(_ context.Context, p flow.Processor) error {
 				nc = tls.Server(c, tcfg)
 			}
 			h := s.newConn(nc, c, port, p, budget)
-			defer h.release()
+			defer h.Release()
 			h.serve(readCtx, procCtx)
 		})
 	}
@@ -198,19 +197,16 @@ func (s *tcpServer) Stop(ctx context.Context) error {
 	return err
 }
 
-// conn serves one connection. Unread input is buf[r:w]; bodies are copied
-// out of it into a slab per batch, since the pipeline owns them after a put.
+// conn serves one connection. Unread input is Buf[R:W] of its read buffer;
+// bodies are copied out of it into a slab per batch, since the pipeline
+// owns them after a put.
 type conn struct {
+	*listener.ReadBuffer
 	s      *tcpServer
 	c      net.Conn       // what is read: lc, or TLS over it
 	lc     *listener.Conn // the connection the group tracks
 	p      flow.Processor
 	port   int
-	buf    []byte // small, or a large one taken from the budget
-	small  []byte
-	big    *[]byte
-	hold   listener.Hold
-	r, w   int
 	skip   int    // bytes of an oversized octet-counted frame still to discard
 	ip     string // clientIPHeader value
 	host   string // clientHostnameHeader value
@@ -224,17 +220,14 @@ type badCounts struct {
 }
 
 func (s *tcpServer) newConn(c net.Conn, lc *listener.Conn, port int, p flow.Processor, b *listener.Budget) *conn {
-	small := make([]byte, smallBuffer)
 	h := &conn{
-		s:      s,
-		c:      c,
-		lc:     lc,
-		p:      p,
-		port:   port,
-		buf:    small,
-		small:  small,
-		hold:   listener.NewHold(b),
-		events: make([]event.Event, 0, s.batchSize),
+		ReadBuffer: listener.NewReadBuffer(lc, s.bigBufs, b),
+		s:          s,
+		c:          c,
+		lc:         lc,
+		p:          p,
+		port:       port,
+		events:     make([]event.Event, 0, s.batchSize),
 	}
 	if s.ipHeader != "" || s.hostHeader != "" {
 		ap := remoteAddrPort(lc.RemoteAddr())
@@ -244,53 +237,6 @@ func (s *tcpServer) newConn(c net.Conn, lc *listener.Conn, port int, p flow.Proc
 		}
 	}
 	return h
-}
-
-// grow moves the unread input into a large buffer. With wait set (a message
-// in progress does not fit otherwise) it waits for the budget, as long as
-// the progress timeout; else it takes the buffer only if it is free now.
-func (h *conn) grow(ctx context.Context, wait bool) bool {
-	n := int64(h.s.bigSize)
-	if wait {
-		h.lc.Busy() // waiting for memory is the agent's doing, not the sender's
-		wctx, cancel := context.WithTimeout(ctx, max(h.s.hygiene.ProgressTimeout, time.Second))
-		err := h.hold.Wait(wctx, n)
-		cancel()
-		h.lc.Receiving()
-		if err != nil {
-			return false
-		}
-	} else if !h.hold.Try(n) {
-		return false
-	}
-	bp, _ := h.s.bigBufs.Get().(*[]byte)
-	if bp == nil {
-		b := make([]byte, h.s.bigSize)
-		bp = &b
-	}
-	h.w = copy(*bp, h.buf[h.r:h.w])
-	h.r = 0
-	h.buf, h.big = *bp, bp
-	return true
-}
-
-// shrink returns the large buffer once nothing is left in it.
-func (h *conn) shrink() {
-	if h.big == nil || h.r != h.w {
-		return
-	}
-	h.s.bigBufs.Put(h.big)
-	h.big, h.buf = nil, h.small
-	h.r, h.w = 0, 0
-	h.hold.Release()
-}
-
-func (h *conn) release() {
-	if h.big != nil {
-		h.s.bigBufs.Put(h.big)
-		h.big = nil
-	}
-	h.hold.Release()
 }
 
 func remoteAddrPort(a net.Addr) netip.AddrPort {
@@ -331,33 +277,16 @@ func (h *conn) serve(readCtx, procCtx context.Context) {
 	log := h.s.env.Log()
 	remote := h.lc.Peer()
 	need := h.s.framer.maxSize + 2*maxCountDigits + 2 // the longest frame, with its count
-	lastRead, filled := 0, false
 	for {
-		if h.r == h.w {
-			h.r, h.w = 0, 0
-		}
-		switch {
-		case h.big == nil && h.r == 0 && h.w == len(h.buf):
-			// A message in progress fills the small buffer: it needs the large one.
-			if !h.grow(readCtx, true) {
-				if readCtx.Err() == nil {
-					h.s.rejects.Add(reasonOverBudget, remote, "maxBytesInFlight", h.s.maxInFlight, "message_bytes", h.w)
-				}
-				return
+		if !h.Prepare(readCtx, need) {
+			// A message in progress needs the large buffer and the budget
+			// has none for it.
+			if readCtx.Err() == nil {
+				h.s.rejects.Add(reasonOverBudget, remote, "maxBytesInFlight", h.s.maxInFlight, "message_bytes", h.W)
 			}
-		case h.big == nil && filled:
-			h.grow(readCtx, false) // a busy sender: read it in large blocks if memory allows
-		case h.big != nil && h.r == h.w && lastRead < smallBuffer:
-			h.shrink()
+			return
 		}
-		if h.r > 0 && len(h.buf)-h.w < need {
-			h.w = copy(h.buf, h.buf[h.r:h.w])
-			h.r = 0
-		}
-		space := len(h.buf) - h.w
-		n, rerr := h.c.Read(h.buf[h.w:])
-		h.w += n
-		lastRead, filled = n, n == space
+		_, rerr := h.Fill(h.c)
 		// At the end of the stream what is left is a final message, unless
 		// the source is stopping: then only complete messages go in.
 		eof := rerr != nil && readCtx.Err() == nil && h.lc.ClosedBy() == ""
@@ -380,7 +309,7 @@ func (h *conn) drain(ctx context.Context, eof bool) error {
 	put := false
 	defer func() {
 		switch {
-		case h.r == h.w && h.skip == 0:
+		case h.R == h.W && h.skip == 0:
 			h.lc.Idle()
 		case put:
 			h.lc.Receiving() // the next message has begun: its own clock
@@ -388,7 +317,7 @@ func (h *conn) drain(ctx context.Context, eof bool) error {
 	}()
 	for {
 		h.discard()
-		if h.skip > 0 || h.r == h.w {
+		if h.skip > 0 || h.R == h.W {
 			return nil
 		}
 		end, skip, n, readFails := h.collect(eof)
@@ -396,9 +325,9 @@ func (h *conn) drain(ctx context.Context, eof bool) error {
 		c := h.s.counters
 		c.EventReadFail.Add(int64(readFails))
 		if n == 0 {
-			h.r, h.skip = end, skip
-			if h.r == h.w {
-				h.r, h.w = 0, 0
+			h.R, h.skip = end, skip
+			if h.R == h.W {
+				h.R, h.W = 0, 0
 			}
 			return nil
 		}
@@ -412,7 +341,7 @@ func (h *conn) drain(ctx context.Context, eof bool) error {
 		if committed {
 			c.EventAccepted.Add(int64(n))
 		}
-		h.r, h.skip = end, skip
+		h.R, h.skip = end, skip
 	}
 }
 
@@ -442,8 +371,8 @@ func (h *conn) report() {
 // discard drops the bytes of an oversized octet-counted frame.
 func (h *conn) discard() {
 	if h.skip > 0 {
-		d := min(h.skip, h.w-h.r)
-		h.r += d
+		d := min(h.skip, h.W-h.R)
+		h.R += d
 		h.skip -= d
 	}
 }
@@ -455,16 +384,16 @@ func (h *conn) discard() {
 func (h *conn) collect(eof bool) (end, skip, n, readFails int) {
 	h.events = h.events[:0]
 	h.bad = badCounts{}
-	end = h.r
+	end = h.R
 	var slab []byte
-	for len(h.events) < h.s.batchSize && end < h.w {
-		fr, used, sk, ok := h.s.framer.next(h.buf[end:h.w], eof)
+	for len(h.events) < h.s.batchSize && end < h.W {
+		fr, used, sk, ok := h.s.framer.next(h.Buf[end:h.W], eof)
 		end += used
 		if !ok {
 			break
 		}
 		if slab == nil {
-			slab = make([]byte, 0, h.w-h.r+64*h.s.batchSize)
+			slab = make([]byte, 0, h.W-h.R+64*h.s.batchSize)
 		}
 		ev, out, keep, rf := h.s.build(fr, h.port, slab)
 		slab = out
@@ -492,7 +421,7 @@ func (h *conn) collect(eof bool) (end, skip, n, readFails int) {
 			h.events = append(h.events, ev)
 		}
 		if sk > 0 {
-			d := min(sk, h.w-end)
+			d := min(sk, h.W-end)
 			end += d
 			skip = sk - d
 			if skip > 0 {
