@@ -52,6 +52,7 @@ type BatchSink struct {
 	sink     metrics.Histogram
 	endToEnd metrics.Histogram
 	wait     time.Duration
+	tap      *Tap // the channel's take
 }
 
 var (
@@ -80,6 +81,7 @@ func NewBatchSink(env Env, w Writer, batchSize int, c *metrics.SinkCounters) *Ba
 		sink:     reg.Latency(metrics.StageSink, env.Name),
 		endToEnd: reg.Latency(metrics.StageEndToEnd, env.Name),
 		wait:     TakeWait,
+		tap:      env.ChannelTap,
 	}
 }
 
@@ -131,6 +133,7 @@ func (s *BatchSink) Process(ctx context.Context) (Status, error) {
 		return Backoff, nil
 	}
 	took := event.Now()
+	s.tap.Offer(batch)
 	if n < s.size {
 		s.c.BatchUnderflow.Add(1)
 	} else {

@@ -208,6 +208,9 @@ type Env struct {
 	Metrics *metrics.Registry
 	// Channel is the channel a sink takes from; nil for other components.
 	Channel Channel
+	// ChannelTap is the tap point of a sink's channel (its take); nil when
+	// nobody can tap.
+	ChannelTap *Tap
 }
 
 // Log returns the component's logger, never nil.

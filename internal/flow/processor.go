@@ -22,6 +22,9 @@ type ProcessorConfig struct {
 	Selector     Selector      // required
 	Metrics      *metrics.Registry
 	Logger       *slog.Logger
+	// Tap, when set, is shown the events every required channel committed
+	// (the source's output, after the interceptors), for `sluice tap`.
+	Tap *Tap
 }
 
 // ChannelProcessor is Flume's ChannelProcessor: it runs a source's events
@@ -57,6 +60,7 @@ type ChannelProcessor struct {
 	noChannel    prometheus.Counter
 	optThrottle  *logthrottle.Throttle
 	groups       sync.Pool // *groupScratch
+	tap          *Tap
 }
 
 var _ Processor = (*ChannelProcessor)(nil)
@@ -88,6 +92,7 @@ func NewChannelProcessor(cfg ProcessorConfig) *ChannelProcessor {
 		optFailed:    reg.Dropped(cfg.Source, "optional_channel_failed"),
 		noChannel:    reg.Dropped(cfg.Source, "no_channel"),
 		optThrottle:  logthrottle.New(10*time.Second, 1),
+		tap:          cfg.Tap,
 	}
 	p.txCaps = make([]int, len(p.chans))
 	for i, c := range p.chans {
@@ -210,12 +215,13 @@ func sameSlice(a, b []int) bool {
 }
 
 // observe records the source stage latency of events, now that every
-// required channel holds them.
+// required channel holds them, and shows them to the tap.
 func (p *ChannelProcessor) observe(events []event.Event) {
 	now := event.Now()
 	for i := range events {
 		p.latency.Since(events[i].ReceivedAt, now)
 	}
+	p.tap.Offer(events)
 }
 
 // put puts events into channel c in transactions of at most its
