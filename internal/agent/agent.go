@@ -265,7 +265,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.opts.HTTPAddr != "" {
-		srv, err := metrics.Serve(ctx, a.opts.HTTPAddr, metrics.HandlerWithStatus(a.reg, a.Status), a.log)
+		srv, err := metrics.Serve(ctx, a.opts.HTTPAddr, metrics.HandlerWithStatus(a.reg, a.Status), nil, a.log)
 		if err != nil {
 			return fmt.Errorf("monitoring endpoint: %w", err)
 		}

@@ -181,3 +181,70 @@ var promBounds = func() []uint64 {
 	}
 	return b
 }()
+
+// LatencyBuckets is the number of buckets of a latency histogram: the
+// length of LatencyCounts.Counts and of what Quantile reads.
+const LatencyBuckets = numBuckets
+
+// LatencyCounts is a copy of one latency histogram's bucket counts. Two
+// copies taken at different times subtract bucket by bucket to the counts of
+// the observations in between, and counts of several histograms add up to
+// those of their union: Quantile reads either.
+type LatencyCounts struct {
+	Stage     Stage
+	Component string
+	Counts    []uint64 // LatencyBuckets counts
+}
+
+// ReadLatencies copies the bucket counts of every latency histogram, ordered
+// by stage and component, into dst, reusing its slices, and returns it.
+func (r *Registry) ReadLatencies(dst []LatencyCounts) []LatencyCounts {
+	hs := r.histograms()
+	dst = dst[:0]
+	for _, h := range hs {
+		i := len(dst)
+		if i < cap(dst) {
+			dst = dst[:i+1]
+		} else {
+			dst = append(dst, LatencyCounts{})
+		}
+		c := &dst[i]
+		c.Stage, c.Component = h.stage, h.component
+		if cap(c.Counts) < numBuckets {
+			c.Counts = make([]uint64, numBuckets)
+		}
+		c.Counts = c.Counts[:numBuckets]
+		for b := range h.buckets {
+			c.Counts[b] = h.buckets[b].Load()
+		}
+	}
+	return dst
+}
+
+// Quantile estimates the q-quantile (0 < q <= 1) of a histogram's bucket
+// counts (see LatencyCounts), interpolating linearly within the bucket, as
+// the histograms' own summaries do; it is 0 when every count is 0.
+func Quantile(counts []uint64, q float64) time.Duration {
+	var total uint64
+	for _, c := range counts {
+		total += c
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := math.Ceil(q * float64(total))
+	rank = max(rank, 1)
+	var cum uint64
+	for i, c := range counts {
+		if c == 0 {
+			continue
+		}
+		if rank <= float64(cum+c) {
+			lo, hi := bucketBounds(i)
+			return time.Duration(lo + (hi-lo)*(rank-float64(cum))/float64(c))
+		}
+		cum += c
+	}
+	lo, _ := bucketBounds(len(counts) - 1)
+	return time.Duration(lo)
+}

@@ -2,6 +2,9 @@ package metrics
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -174,10 +177,31 @@ type Server struct {
 	stopErr  error
 }
 
+// BasicAuth wraps h so that every request must carry HTTP basic
+// authentication with user and password; others get 401 and a challenge.
+// The comparison takes the same time whatever the guess.
+func BasicAuth(h http.Handler, user, password string) http.Handler {
+	wantUser, wantPass := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		u, p, ok := req.BasicAuth()
+		gotUser, gotPass := sha256.Sum256([]byte(u)), sha256.Sum256([]byte(p))
+		userOK := subtle.ConstantTimeCompare(gotUser[:], wantUser[:])
+		passOK := subtle.ConstantTimeCompare(gotPass[:], wantPass[:])
+		if !ok || userOK&passOK != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="sluice", charset="UTF-8"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, req)
+	})
+}
+
 // Serve listens on addr (host:port; port 0 picks a free one) and serves h
-// with read, write and idle timeouts until Stop. ctx bounds only the
-// listen. The caller owns the returned Server and must call Stop.
-func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (*Server, error) {
+// with read, write and idle timeouts until Stop; with tlsConf set, over TLS
+// only. ctx bounds only the listen. The caller owns the returned Server and
+// must call Stop. A handler that streams (a tap) extends its own write
+// deadline with http.ResponseController.
+func Serve(ctx context.Context, addr string, h http.Handler, tlsConf *tls.Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -185,6 +209,9 @@ func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics http: listen %s: %w", addr, err)
+	}
+	if tlsConf != nil {
+		ln = tls.NewListener(ln, tlsConf)
 	}
 	s := &Server{
 		srv: &http.Server{
@@ -206,7 +233,11 @@ func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (
 			log.Error("metrics http server failed", "addr", s.addr, "err", err)
 		}
 	}()
-	log.Info("serving metrics", "addr", s.addr)
+	scheme := "http"
+	if tlsConf != nil {
+		scheme = "https"
+	}
+	log.Info("serving metrics", "addr", s.addr, "scheme", scheme)
 	return s, nil
 }
 

@@ -16,7 +16,7 @@ import (
 // serve starts Handler on 127.0.0.1:0 and returns its base URL.
 func serve(t *testing.T, r *Registry, status func() Status) string {
 	t.Helper()
-	srv, err := Serve(context.Background(), "127.0.0.1:0", HandlerWithStatus(r, status), slog.New(slog.DiscardHandler))
+	srv, err := Serve(context.Background(), "127.0.0.1:0", HandlerWithStatus(r, status), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func get(t *testing.T, url string) (int, string) {
 // TestHandlerHealthFunc: Handler with an error func answers 503 with its text.
 func TestHandlerHealthFunc(t *testing.T) {
 	var unhealthy error
-	srv, err := Serve(context.Background(), "127.0.0.1:0", Handler(NewRegistry("a1"), func() error { return unhealthy }), slog.New(slog.DiscardHandler))
+	srv, err := Serve(context.Background(), "127.0.0.1:0", Handler(NewRegistry("a1"), func() error { return unhealthy }), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestHealthNil(t *testing.T) {
 }
 
 func TestServeStop(t *testing.T) {
-	if _, err := Serve(context.Background(), "127.0.0.1:-1", http.NotFoundHandler(), nil); err == nil {
+	if _, err := Serve(context.Background(), "127.0.0.1:-1", http.NotFoundHandler(), nil, nil); err == nil {
 		t.Error("Serve on a bad address: want an error")
 	}
 
@@ -170,7 +170,7 @@ func TestServeStop(t *testing.T) {
 		<-release
 		_, _ = w.Write([]byte("done"))
 	})
-	srv, err := Serve(context.Background(), "127.0.0.1:0", h, slog.New(slog.DiscardHandler))
+	srv, err := Serve(context.Background(), "127.0.0.1:0", h, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestStopDeadline(t *testing.T) {
 		close(inHandler)
 		<-release
 	})
-	srv, err := Serve(context.Background(), "127.0.0.1:0", h, slog.New(slog.DiscardHandler))
+	srv, err := Serve(context.Background(), "127.0.0.1:0", h, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
