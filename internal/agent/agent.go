@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/status"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
@@ -38,8 +40,17 @@ type Options struct {
 	HTTPClient *http.Client
 
 	Logger *slog.Logger
-	// HTTPAddr, when set, serves /metrics, /metrics/prometheus and /healthz.
+	// HTTPAddr, when set, serves the status page (/), /metrics,
+	// /metrics/prometheus, /healthz and the page's /api/.
 	HTTPAddr string
+	// HTTPTLS, when set, serves HTTPAddr over TLS only.
+	HTTPTLS *tls.Config
+	// HTTPUser and HTTPPassword, when HTTPUser is set, require HTTP basic
+	// authentication for every path of HTTPAddr.
+	HTTPUser, HTTPPassword string
+	// AllowTap serves /api/tap (sluice tap): sampled events, headers and
+	// bodies, to whoever reaches HTTPAddr.
+	AllowTap bool
 	// ShutdownTimeout bounds a stop, from the signal: intake stops at once,
 	// then the sinks drain the channels until this much time has passed. A
 	// reload drains a channel it removes within the same bound. 0 means
@@ -131,13 +142,13 @@ func Check(ctx context.Context, opts Options) (*config.Problems, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, probs, err := load(srcs, opts.Name, opts.Sys, metrics.NewRegistry(opts.Name), slog.New(slog.DiscardHandler), nil)
+	_, probs, err := load(srcs, opts.Name, opts.Sys, metrics.NewRegistry(opts.Name), slog.New(slog.DiscardHandler), nil, nil)
 	return probs, err
 }
 
 // load parses the sources and builds their graph; problems of both steps
 // are reported together.
-func load(srcs []config.Source, name string, sys map[string]string, reg *metrics.Registry, log *slog.Logger, keep *graph) (*graph, *config.Problems, error) {
+func load(srcs []config.Source, name string, sys map[string]string, reg *metrics.Registry, log *slog.Logger, keep *graph, taps *flow.Taps) (*graph, *config.Problems, error) {
 	cfg, err := config.LoadSources(srcs, name, config.Lookup{Sys: sys, Exec: config.RunCommand})
 	var probs *config.Problems
 	if err != nil && (!errors.As(err, &probs) || cfg == nil) {
@@ -146,7 +157,7 @@ func load(srcs []config.Source, name string, sys map[string]string, reg *metrics
 	// Component constructors record into the same Problems through their
 	// Props, so structural and component problems are reported together.
 	probs = cfg.Problems
-	b := &builder{cfg: cfg, reg: reg, log: log, probs: probs, keep: keep}
+	b := &builder{cfg: cfg, reg: reg, log: log, probs: probs, keep: keep, taps: taps}
 	g := b.build()
 	if err := probs.Err(); err != nil {
 		return nil, probs, err
@@ -181,7 +192,9 @@ type Agent struct {
 	retryCancel context.CancelFunc
 	retryDone   chan struct{}
 
-	http *metrics.Server
+	http    *metrics.Server
+	taps    *flow.Taps
+	sampler *status.Sampler
 }
 
 func (a *Agent) setState(st string) {
@@ -202,7 +215,7 @@ func New(opts Options) (*Agent, error) {
 	opts.defaults()
 	red := &redactor{}
 	log := slog.New(&redactHandler{h: opts.Logger.Handler(), r: red})
-	a := &Agent{opts: opts, log: log, reg: metrics.NewRegistry(opts.Name), state: "stopped",
+	a := &Agent{opts: opts, log: log, reg: metrics.NewRegistry(opts.Name), state: "stopped", taps: flow.NewTaps(),
 		secrets: red, polls: logthrottle.New(10*time.Minute, 1),
 		startLog: logthrottle.New(5*time.Minute, 3), retryWake: make(chan struct{}, 1)}
 	f, err := opts.fetcher()
@@ -226,14 +239,14 @@ func New(opts Options) (*Agent, error) {
 // configuration leaves no trace, then builds them for real and logs their
 // warnings and notes.
 func (a *Agent) build(srcs []config.Source) (*graph, error) {
-	_, probs, err := load(srcs, a.opts.Name, a.opts.Sys, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil)
+	_, probs, err := load(srcs, a.opts.Name, a.opts.Sys, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil, nil)
 	if probs != nil {
 		a.secrets.set(probs.Secrets())
 	}
 	if err != nil {
 		return nil, err
 	}
-	g, probs, err := load(srcs, a.opts.Name, a.opts.Sys, a.reg, a.log, nil)
+	g, probs, err := load(srcs, a.opts.Name, a.opts.Sys, a.reg, a.log, nil, a.taps)
 	if err != nil {
 		return nil, err
 	}
@@ -265,11 +278,18 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.opts.HTTPAddr != "" {
-		srv, err := metrics.Serve(ctx, a.opts.HTTPAddr, metrics.HandlerWithStatus(a.reg, a.Status), nil, a.log)
+		a.sampler = status.NewSampler(a, a.reg, 0)
+		var h http.Handler = status.Handler(status.Config{Sampler: a.sampler, Taps: a.taps, AllowTap: a.opts.AllowTap,
+			Log: a.log, Next: metrics.HandlerWithStatus(a.reg, a.Status)})
+		if a.opts.HTTPUser != "" {
+			h = metrics.BasicAuth(h, a.opts.HTTPUser, a.opts.HTTPPassword)
+		}
+		srv, err := metrics.Serve(ctx, a.opts.HTTPAddr, h, a.opts.HTTPTLS, a.log)
 		if err != nil {
 			return fmt.Errorf("monitoring endpoint: %w", err)
 		}
 		a.http = srv
+		a.sampler.Start()
 	}
 	a.setState("starting")
 	if err := a.startNodes(a.g, true, true); err != nil {
@@ -320,7 +340,21 @@ func (a *Agent) Stop(ctx context.Context) error {
 	if a.http != nil {
 		err = errors.Join(err, a.http.Stop(ctx))
 	}
+	if a.sampler != nil {
+		a.sampler.Stop()
+	}
 	return err
+}
+
+// Graph describes the configuration running now, as the status page draws
+// it.
+func (a *Agent) Graph() status.Graph {
+	a.stmu.Lock()
+	defer a.stmu.Unlock()
+	if a.g == nil {
+		return status.Graph{}
+	}
+	return a.g.view
 }
 
 // stopRetries ends the retry loop, before a stop takes mu (the loop takes
@@ -365,7 +399,7 @@ func (a *Agent) lookup() config.Lookup {
 func (a *Agent) reloadFrom(ctx context.Context, srcs []config.Source) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_, probs, err := load(srcs, a.opts.Name, a.opts.Sys, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil)
+	_, probs, err := load(srcs, a.opts.Name, a.opts.Sys, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil, nil)
 	if probs != nil {
 		a.secrets.set(probs.Secrets())
 	}
@@ -380,7 +414,7 @@ func (a *Agent) reloadFrom(ctx context.Context, srcs []config.Source) error {
 	// Build what changed (kept nodes are the old ones) before stopping
 	// anything, so a configuration that cannot be built leaves the agent as
 	// it was.
-	g, probs, err := load(srcs, a.opts.Name, a.opts.Sys, a.reg, a.log, old)
+	g, probs, err := load(srcs, a.opts.Name, a.opts.Sys, a.reg, a.log, old, a.taps)
 	if err != nil {
 		a.log.Error("configuration not reloaded", "file", a.configName(), "err", err)
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/status"
 )
 
 // graph is one built configuration: every component constructed, none
@@ -18,6 +19,7 @@ import (
 // can tell which ones to keep running.
 type graph struct {
 	cfg      *config.Agent
+	view     status.Graph // as the status page draws it
 	channels map[string]*channelNode
 	sinks    map[string]*sinkNode
 	runners  map[string]*runnerNode // by sink group name, or sink name for a sink in no group
@@ -69,6 +71,7 @@ type builder struct {
 	log   *slog.Logger
 	probs *config.Problems
 	keep  *graph
+	taps  *flow.Taps // nil: nothing can be tapped (validation)
 }
 
 func (b *builder) env(name, typ string) flow.Env {
@@ -169,6 +172,7 @@ func (b *builder) build() *graph {
 	b.buildSinks(g)
 	b.buildRunners(g)
 	b.buildSources(g)
+	g.view = describe(g)
 	return g
 }
 
@@ -264,6 +268,7 @@ func (b *builder) buildSinks(g *graph) {
 		env := b.env(c.Name, typ)
 		if n, ok := g.channels[c.Channel]; ok {
 			env.Channel = n.ch
+			env.ChannelTap = b.taps.Point("channel", c.Channel)
 		}
 		s, err := f(env, c.Props)
 		var grace time.Duration
@@ -438,6 +443,7 @@ func (b *builder) buildSources(g *graph) {
 			Selector:     sel,
 			Metrics:      b.reg,
 			Logger:       env.Log(),
+			Tap:          b.taps.Point("source", c.Name),
 		})
 		g.sources[c.Name] = &sourceNode{spec: c, src: src, proc: proc, fp: fp}
 	}

@@ -144,6 +144,14 @@ func (c *Channel) ByteCapacity() int64 {
 	return c.byteCap
 }
 
+// Bytes reports the body bytes the channel holds, counting events taken by
+// open transactions: what byteCapacity limits (the status page shows it).
+func (c *Channel) Bytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
+}
+
 // KeepAlive is how long a commit waits for space.
 func (c *Channel) KeepAlive() time.Duration { return c.keepAlive }
 
