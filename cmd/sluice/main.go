@@ -4,10 +4,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -31,6 +33,10 @@ const usage = `usage:
                                              exit 1 on an error (with --strict, on a warning too)
   sluice bench PRESET | [options]            generate load, receive it, report loss and latency
                                              (sluice bench --help)
+  sluice top [--http ADDR]                   the components of a running agent, live, in the terminal
+                                             (sluice top --help)
+  sluice tap COMPONENT [--http ADDR]         events passing a source's output or a channel's take,
+                                             sampled (sluice tap --help); the agent needs --allow-tap
   sluice version                             print the version
   sluice COMMAND --help                      print this help
 
@@ -47,7 +53,17 @@ agent and validate options (flume-ng's names work too):
                            -Djavax.net.ssl.trustStore=F (trustStoreType PKCS12 or PEM,
                            trustStorePassword) is whom https URIs are trusted to be
   --strict                 validate only: warnings (keys sluice ignores) are errors too
-  --http ADDR              serve /metrics (Flume JSON), /metrics/prometheus and /healthz on ADDR
+  --http ADDR              serve the status page (/), /metrics (Flume JSON), /metrics/prometheus
+                           and /healthz on ADDR; a port alone (:41414) and -Dflume.monitoring.port
+                           listen on loopback (127.0.0.1) only: give 0.0.0.0:PORT to serve other
+                           hosts, and protect it with the options below
+  --http-user USER         require HTTP basic authentication on ADDR with this user...
+  --http-password-file FILE
+                           ...and the password in FILE (its first line; or the environment
+                           variable SLUICE_HTTP_PASSWORD)
+  --http-tls-cert FILE     serve ADDR over TLS only, with this PEM certificate (chain)...
+  --http-tls-key FILE      ...and its PEM private key
+  --allow-tap              serve sampled events to sluice tap on ADDR (it shows event data)
   --log-level LEVEL        debug, info (default), warn or error
   --log-format FORMAT      text (default) or json
   --no-reload-conf         do not reload when the configuration changes (SIGHUP still reloads)
@@ -115,6 +131,10 @@ type cli struct {
 	strict             bool
 	pollInterval       time.Duration // 0: the default
 	shutdownTimeout    time.Duration // 0: the default
+	httpUser           string
+	httpPasswordFile   string
+	httpCert, httpKey  string
+	allowTap           bool
 }
 
 func parse(args []string) (*cli, error) {
@@ -184,6 +204,16 @@ func parse(args []string) (*cli, error) {
 			_, err = next()
 		case "--http", "-http":
 			c.httpAddr, err = next()
+		case "--http-user", "-http-user":
+			c.httpUser, err = next()
+		case "--http-password-file", "-http-password-file":
+			c.httpPasswordFile, err = next()
+		case "--http-tls-cert", "-http-tls-cert":
+			c.httpCert, err = next()
+		case "--http-tls-key", "-http-tls-key":
+			c.httpKey, err = next()
+		case "--allow-tap", "-allow-tap":
+			c.allowTap = true
 		case "--log-level", "-log-level":
 			c.logLevel, err = next()
 		case "--log-format", "-log-format":
@@ -258,26 +288,116 @@ func (c *cli) options() agent.Options {
 	return o
 }
 
-// monitoringAddr turns flume-ng's monitoring properties into an address.
+// monitoringAddr turns --http and flume-ng's monitoring properties into the
+// address the agent listens on. An address without a host (":41414", or
+// -Dflume.monitoring.port=41414, which Flume binds on every interface) is
+// bound to loopback: the endpoint shows the configuration and, with
+// --allow-tap, event data, so serving other hosts must be said outright
+// (--http 0.0.0.0:41414, which may go with the -D properties when the ports
+// agree).
 func (c *cli) monitoringAddr() (string, error) {
-	typ, ok := c.sys["flume.monitoring.type"]
-	if !ok {
-		return c.httpAddr, nil
+	addr := c.httpAddr
+	if typ, ok := c.sys["flume.monitoring.type"]; ok {
+		if !strings.EqualFold(typ, "http") {
+			return "", fmt.Errorf("-Dflume.monitoring.type=%s is not supported; use http (Flume JSON at /metrics, Prometheus at /metrics/prometheus)", typ)
+		}
+		port := c.sys["flume.monitoring.port"]
+		if port == "" {
+			port = "41414" // Flume's default
+		}
+		if _, err := strconv.Atoi(port); err != nil {
+			return "", fmt.Errorf("-Dflume.monitoring.port=%s is not a port number", port)
+		}
+		if addr == "" {
+			addr = ":" + port
+		} else if _, p, err := net.SplitHostPort(addr); err != nil || p != port {
+			return "", fmt.Errorf("both --http %s and -Dflume.monitoring.port=%s given, with different ports; use one (--http HOST:%s chooses the interface for the port of the -D properties)", addr, port, port)
+		}
 	}
-	if !strings.EqualFold(typ, "http") {
-		return "", fmt.Errorf("-Dflume.monitoring.type=%s is not supported; use http (Flume JSON at /metrics, Prometheus at /metrics/prometheus)", typ)
+	if addr == "" {
+		return "", nil
 	}
-	port := c.sys["flume.monitoring.port"]
-	if port == "" {
-		port = "41414" // Flume's default
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("--http %s: want HOST:PORT, such as 127.0.0.1:41414 (a port alone, :41414, listens on loopback)", addr)
 	}
-	if _, err := strconv.Atoi(port); err != nil {
-		return "", fmt.Errorf("-Dflume.monitoring.port=%s is not a port number", port)
+	if host == "" {
+		host = "127.0.0.1"
 	}
-	if c.httpAddr != "" && c.httpAddr != ":"+port {
-		return "", fmt.Errorf("both --http %s and -Dflume.monitoring.port=%s given; use one", c.httpAddr, port)
+	return net.JoinHostPort(host, port), nil
+}
+
+// isLoopback reports whether addr (host:port) listens on loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
 	}
-	return ":" + port, nil
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// httpSecurity reads the basic authentication and TLS options into opts.
+func (c *cli) httpSecurity(opts *agent.Options) error {
+	if c.httpUser != "" {
+		pass, ok := os.LookupEnv("SLUICE_HTTP_PASSWORD")
+		if c.httpPasswordFile != "" {
+			b, err := os.ReadFile(c.httpPasswordFile)
+			if err != nil {
+				return fmt.Errorf("--http-password-file: %w", err)
+			}
+			pass, _, _ = strings.Cut(string(b), "\n")
+			pass, ok = strings.TrimRight(pass, "\r"), true
+		}
+		if !ok || pass == "" {
+			return errors.New("--http-user needs a password: --http-password-file FILE, or SLUICE_HTTP_PASSWORD in the environment")
+		}
+		opts.HTTPUser, opts.HTTPPassword = c.httpUser, pass
+	} else if c.httpPasswordFile != "" {
+		return errors.New("--http-password-file needs --http-user")
+	}
+	if (c.httpCert == "") != (c.httpKey == "") {
+		return errors.New("--http-tls-cert and --http-tls-key go together")
+	}
+	if c.httpCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.httpCert, c.httpKey)
+		if err != nil {
+			return fmt.Errorf("--http-tls-cert %s, --http-tls-key %s: %w", c.httpCert, c.httpKey, err)
+		}
+		opts.HTTPTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if opts.HTTPAddr == "" && (opts.HTTPUser != "" || opts.HTTPTLS != nil || c.allowTap) {
+		return errors.New("--http-user, --http-tls-cert and --allow-tap need --http ADDR (or -Dflume.monitoring.type=http)")
+	}
+	opts.AllowTap = c.allowTap
+	return nil
+}
+
+// warnExposure says what an address that other hosts reach shows, once, at
+// start.
+func warnExposure(log *slog.Logger, o agent.Options) {
+	if o.HTTPAddr == "" || isLoopback(o.HTTPAddr) {
+		return
+	}
+	var missing []string
+	if o.HTTPUser == "" {
+		missing = append(missing, "no authentication (--http-user)")
+	}
+	if o.HTTPTLS == nil {
+		missing = append(missing, "no TLS (--http-tls-cert)")
+	}
+	if len(missing) == 0 {
+		return
+	}
+	what := "component names, counters and health reasons"
+	if o.AllowTap {
+		what += ", and event data through the tap (--allow-tap)"
+	}
+	log.Warn("the monitoring address is reachable from other hosts with "+strings.Join(missing, " and ")+": it shows "+what,
+		"addr", o.HTTPAddr)
 }
 
 func (c *cli) logger(w io.Writer) (*slog.Logger, error) {
@@ -330,8 +450,15 @@ func run(ctx context.Context, args []string, reload <-chan struct{}, stdout, std
 // the agent stops: it returns exitAborted at once, after the agent logged
 // what its channels still held.
 func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{}, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "bench" {
-		return bench.Main(ctx, args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "bench":
+			return bench.Main(ctx, args[1:], stdout, stderr)
+		case "top":
+			return topMain(ctx, args[1:], stdout, stderr)
+		case "tap":
+			return tapMain(ctx, args[1:], stdout, stderr)
+		}
 	}
 	c, err := parse(args)
 	if err != nil {
@@ -360,6 +487,11 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 	}
 	opts := c.options()
 	opts.Logger, opts.HTTPAddr = log, addr
+	if err := c.httpSecurity(&opts); err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return 2
+	}
+	warnExposure(log, opts)
 	a, err := agent.New(opts)
 	if err != nil {
 		printProblems(stderr, err)

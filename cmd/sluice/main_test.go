@@ -39,8 +39,18 @@ func TestMonitoringAddr(t *testing.T) {
 		wantErr string
 	}{
 		{sys: map[string]string{}, http: "127.0.0.1:1", want: "127.0.0.1:1"},
-		{sys: map[string]string{"flume.monitoring.type": "http", "flume.monitoring.port": "34545"}, want: ":34545"},
-		{sys: map[string]string{"flume.monitoring.type": "HTTP"}, want: ":41414"},
+		{sys: map[string]string{}, want: ""},
+		// A port alone listens on loopback, whichever way it is given:
+		// other hosts only when an address says so.
+		{sys: map[string]string{}, http: ":9", want: "127.0.0.1:9"},
+		{sys: map[string]string{"flume.monitoring.type": "http", "flume.monitoring.port": "34545"}, want: "127.0.0.1:34545"},
+		{sys: map[string]string{"flume.monitoring.type": "HTTP"}, want: "127.0.0.1:41414"},
+		{sys: map[string]string{}, http: "0.0.0.0:41414", want: "0.0.0.0:41414"},
+		{sys: map[string]string{}, http: "[::1]:41414", want: "[::1]:41414"},
+		{sys: map[string]string{"flume.monitoring.type": "http", "flume.monitoring.port": "41414"}, http: "0.0.0.0:41414", want: "0.0.0.0:41414"},
+		{sys: map[string]string{"flume.monitoring.type": "http", "flume.monitoring.port": "41414"}, http: ":41414", want: "127.0.0.1:41414"},
+		{sys: map[string]string{"flume.monitoring.type": "http", "flume.monitoring.port": "41414"}, http: "0.0.0.0:9", wantErr: "different ports"},
+		{sys: map[string]string{}, http: "41414", wantErr: "want HOST:PORT"},
 		{sys: map[string]string{"flume.monitoring.type": "ganglia"}, wantErr: "not supported"},
 		{sys: map[string]string{"flume.monitoring.type": "http", "flume.monitoring.port": "x"}, wantErr: "not a port"},
 	} {
