@@ -10,39 +10,32 @@
 // fails at once without dialing, so a failover or load_balance group hands
 // it to its other sinks without delay. A connection the receiver closed
 // while it was idle is not a failure: the batch is sent again at once on a
-// new connection. With
-// reset-connection-interval the connection is replaced that often, so a
-// load balancer in front of several collectors spreads the agents again.
+// new connection (internal/downstream). With reset-connection-interval the
+// connection is replaced that often, so a load balancer in front of several
+// collectors spreads the agents again.
 package avrosink
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/downstream"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
-// Defaults, Flume's.
-const (
-	DefaultBatchSize = 100
-	minBackoff       = 100 * time.Millisecond
-	maxBackoff       = 5 * time.Second
-	logEvery         = 30 * time.Second
-)
+// DefaultBatchSize is Flume's batch-size.
+const DefaultBatchSize = 100
 
 // Options configure a Writer.
 type Options struct {
@@ -61,27 +54,18 @@ type Options struct {
 type Writer struct {
 	opt  Options
 	addr string
-	c    *metrics.SinkCounters
-	log  *slog.Logger
 
-	mu          sync.Mutex
-	cfg         avrorpc.ClientConfig // with TLS loaded
-	client      *avrorpc.Client
-	connectedAt time.Time
-	backoff     time.Duration
-	next        time.Time // no dial before this
-	fails       int
-	lastLog     time.Time
-	suppressed  int
-	stamped     stamped // events with the receivedAt header, when set
+	mu      sync.Mutex
+	cfg     avrorpc.ClientConfig // with TLS loaded
+	conn    *downstream.Conn[*avrorpc.Client]
+	stamped stamped // events with the receivedAt header, when set
 }
 
 // NewWriter returns a Writer; c receives the connection counters.
 func NewWriter(opt Options, c *metrics.SinkCounters, log *slog.Logger) *Writer {
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Writer{opt: opt, addr: net.JoinHostPort(opt.Host, strconv.Itoa(opt.Port)), c: c, log: log, cfg: opt.Client}
+	w := &Writer{opt: opt, addr: net.JoinHostPort(opt.Host, strconv.Itoa(opt.Port)), cfg: opt.Client}
+	w.conn = downstream.New(downstream.Options{Name: "avro sink", Addr: w.addr, Counters: c, Log: log, ResetInterval: opt.ResetInterval}, w.dial)
+	return w
 }
 
 // Start loads the truststore (when ssl is on). It does not connect: the
@@ -102,120 +86,40 @@ func (w *Writer) Start(context.Context) error {
 func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.client != nil && w.opt.ResetInterval > 0 && time.Since(w.connectedAt) >= w.opt.ResetInterval {
-		w.log.Debug("avro sink: resetting the connection (reset-connection-interval)", "addr", w.addr)
-		w.close()
-	}
-	reused := w.client != nil
-	if w.client == nil {
-		if err := w.connect(ctx); err != nil {
-			return err
-		}
-	}
 	if w.opt.ReceivedAtHeader != "" {
 		events = w.stamped.with(events, w.opt.ReceivedAtHeader)
 	}
-	st, err := w.client.AppendBatch(ctx, events)
-	if err != nil && reused && closedByPeer(err) && ctx.Err() == nil {
-		// The receiver closed the connection while it sat idle (an avro
-		// source's idle-timeout, a restarted collector, a load balancer).
-		// Java's client sees the close before sending and reconnects; this
-		// one finds out on use, so it reconnects and sends the batch once
-		// more instead of failing it. A receiver that had read the batch
-		// before closing gets it twice, which at-least-once allows.
-		w.log.Debug("avro sink: connection closed by the receiver; reconnecting", "addr", w.addr, "err", err)
-		w.close()
-		if err := w.connect(ctx); err != nil {
-			return err
+	return w.conn.Send(ctx, func(cl *avrorpc.Client) error {
+		st, err := cl.AppendBatch(ctx, events)
+		if err != nil {
+			return fmt.Errorf("avro sink: appendBatch to %s: %w", w.addr, err)
 		}
-		st, err = w.client.AppendBatch(ctx, events)
-	}
-	if err != nil {
-		err = fmt.Errorf("avro sink: appendBatch to %s: %w", w.addr, err)
-		w.close()
-		w.failed(err)
-		return err
-	}
-	if st != avrorpc.OK {
-		err := fmt.Errorf("avro sink: %s replied %s to a batch of %d events (its channel may be full)", w.addr, st, len(events))
-		w.failed(err)
-		return err
-	}
-	if w.fails > 0 {
-		w.log.Info("avro sink: delivering again", "addr", w.addr, "failures", w.fails)
-	}
-	w.fails, w.suppressed, w.backoff = 0, 0, 0
-	return nil
+		if st != avrorpc.OK {
+			return downstream.Refused(fmt.Errorf("avro sink: %s replied %s to a batch of %d events (its channel may be full)", w.addr, st, len(events)))
+		}
+		return nil
+	})
 }
 
-// closedByPeer reports whether err says the other end closed or reset the
-// connection, as opposed to a timeout or bad data.
-func closedByPeer(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-}
-
-// errBackingOff is returned, without dialing, while a failed connection's
-// backoff lasts.
-var errBackingOff = errors.New("not reconnecting yet after a failure")
-
-// connect dials and does the handshake, so a peer that is not a Flume Avro
-// source is found before events are sent. Within the backoff after a
-// failure it fails at once without dialing, as Flume's sink fails at once
-// when it cannot connect: waiting here would stall a sink group, whose
-// other sinks should take the batch now. Caller holds mu.
-func (w *Writer) connect(ctx context.Context) error {
-	if d := time.Until(w.next); d > 0 {
-		return fmt.Errorf("avro sink: %s: %w (retry in %v)", w.addr, errBackingOff, d.Round(time.Millisecond))
-	}
+// dial connects and does the handshake, so a peer that is not a Flume Avro
+// source is found before events are sent. Caller holds mu.
+func (w *Writer) dial(ctx context.Context) (*avrorpc.Client, error) {
 	cl, err := avrorpc.Dial(ctx, w.addr, w.cfg)
-	if err == nil {
-		if err = cl.Ping(ctx); err != nil {
-			cl.Close()
-		}
-	}
 	if err != nil {
-		w.c.ConnectionFailed.Add(1)
-		err = fmt.Errorf("avro sink: connect to %s: %w", w.addr, err)
-		w.failed(err)
-		return err
+		return nil, err
 	}
-	w.client, w.connectedAt = cl, time.Now()
-	w.c.ConnectionCreated.Add(1)
-	w.log.Debug("avro sink: connected", "addr", w.addr)
-	return nil
-}
-
-// close drops the connection. Caller holds mu.
-func (w *Writer) close() {
-	if w.client == nil {
-		return
+	if err := cl.Ping(ctx); err != nil {
+		cl.Close()
+		return nil, err
 	}
-	_ = w.client.Close()
-	w.client = nil
-	w.c.ConnectionClosed.Add(1)
-}
-
-// failed schedules the next dial and logs err, throttled. Caller holds mu.
-func (w *Writer) failed(err error) {
-	w.backoff = min(max(2*w.backoff, minBackoff), maxBackoff)
-	w.next = time.Now().Add(w.backoff)
-	w.fails++
-	now := time.Now()
-	if w.fails == 1 || now.Sub(w.lastLog) >= logEvery {
-		w.log.Warn("avro sink: delivery failed; the events stay in the channel and will be sent again",
-			"addr", w.addr, "err", err, "failures", w.fails, "suppressed", w.suppressed, "retry_in", w.backoff)
-		w.lastLog, w.suppressed = now, 0
-		return
-	}
-	w.suppressed++
+	return cl, nil
 }
 
 // Stop closes the connection.
 func (w *Writer) Stop(context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.close()
+	w.conn.Close()
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/downstream"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
@@ -209,7 +210,7 @@ func TestBackoffFailsFastThenReconnects(t *testing.T) {
 	}
 	start := time.Now()
 	err := w.Write(context.Background(), batch)
-	if !errors.Is(err, errBackingOff) {
+	if !errors.Is(err, downstream.ErrBackingOff) {
 		t.Fatalf("second Write: %v, want a backoff error", err)
 	}
 	if d := time.Since(start); d > 50*time.Millisecond {
@@ -231,7 +232,7 @@ func TestBackoffFailsFastThenReconnects(t *testing.T) {
 	defer src.Stop(context.Background())
 	deadline := time.Now().Add(5 * time.Second)
 	for err = w.Write(context.Background(), batch); err != nil; err = w.Write(context.Background(), batch) {
-		if !errors.Is(err, errBackingOff) || time.Now().After(deadline) {
+		if !errors.Is(err, downstream.ErrBackingOff) || time.Now().After(deadline) {
 			t.Fatalf("Write after the source came back: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -15,11 +15,13 @@
 // closed the connection (and discards anything the peer sent), so a peer that
 // restarted between batches does not swallow the next one. A peer that
 // reset the connection (on Linux, a close with data unread) is logged as a
-// warning, since events it had not read are gone.
+// warning, since events it had not read are gone. A close the check could
+// not see yet (it came just after) fails the write on the old connection;
+// the batch is then written again at once on a new one.
 //
 // Reconnection waits with exponential backoff (100 ms doubling to 5 s),
 // reset by a delivered batch; failures are logged once per streak and then
-// at most every 30 s.
+// at most every 30 s (internal/downstream).
 package tcpsink
 
 import (
@@ -34,6 +36,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/downstream"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
@@ -47,9 +50,6 @@ const (
 	// DefaultRequestTimeout bounds the writing of one batch.
 	DefaultRequestTimeout = 10 * time.Second
 
-	minBackoff  = 100 * time.Millisecond
-	maxBackoff  = 5 * time.Second
-	logEvery    = 30 * time.Second
 	writeBuffer = 64 << 10
 )
 
@@ -63,21 +63,26 @@ type Options struct {
 // Writer writes event bodies as lines to a TCP peer, connecting on demand.
 type Writer struct {
 	opt Options
-	c   *metrics.SinkCounters
 	log *slog.Logger
 
-	mu      sync.Mutex
-	conn    *net.TCPConn
-	bw      *bufio.Writer
-	probe   func() peerState // reports whether the peer closed conn; see peerClosed
-	backoff time.Duration
-	next    time.Time // no dial before this
-
-	fails      int // consecutive failures
-	lastLog    time.Time
-	suppressed int
+	mu   sync.Mutex
+	conn *downstream.Conn[*lineConn]
+	bw   *bufio.Writer // writes to the open connection
 
 	onDial func(*net.TCPConn) // test hook
+}
+
+// lineConn is an open connection and its probe.
+type lineConn struct {
+	*net.TCPConn
+	probe func() peerState // reports whether the peer closed it; see peerClosed
+	bw    *bufio.Writer
+}
+
+// Close closes the connection and detaches the Writer's buffer from it.
+func (l *lineConn) Close() error {
+	l.bw.Reset(nil)
+	return l.TCPConn.Close()
 }
 
 // NewWriter returns a Writer; c receives the connection counters.
@@ -85,7 +90,9 @@ func NewWriter(opt Options, c *metrics.SinkCounters, log *slog.Logger) *Writer {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Writer{opt: opt, c: c, log: log, bw: bufio.NewWriterSize(nil, writeBuffer)}
+	w := &Writer{opt: opt, log: log, bw: bufio.NewWriterSize(nil, writeBuffer)}
+	w.conn = downstream.New(downstream.Options{Name: "tcp sink", Addr: opt.Addr, Counters: c, Log: log, WaitBackoff: true}, w.dial)
+	return w
 }
 
 // Write sends the bodies of events, each followed by '\n', and returns nil
@@ -94,117 +101,63 @@ func NewWriter(opt Options, c *metrics.SinkCounters, log *slog.Logger) *Writer {
 func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.conn != nil {
-		switch w.probe() {
-		case peerEOF:
-			// The peer closed with nothing of ours unread: reconnect at once.
-			w.log.Info("tcp sink: peer closed the connection; reconnecting", "addr", w.opt.Addr)
-			w.closeConn()
-		case peerReset:
-			// A reset usually means the peer closed with data unread: the
-			// tail of what was already committed may not have been read.
-			w.log.Warn("tcp sink: peer reset the connection; events it had not read when it closed are lost", "addr", w.opt.Addr)
-			w.closeConn()
+	switch w.probe() {
+	case peerEOF:
+		// The peer closed with nothing of ours unread: reconnect at once.
+		w.log.Info("tcp sink: peer closed the connection; reconnecting", "addr", w.opt.Addr)
+		w.conn.Close()
+	case peerReset:
+		// A reset usually means the peer closed with data unread: the
+		// tail of what was already committed may not have been read.
+		w.log.Warn("tcp sink: peer reset the connection; events it had not read when it closed are lost", "addr", w.opt.Addr)
+		w.conn.Close()
+	}
+	return w.conn.Send(ctx, func(lc *lineConn) error {
+		if w.opt.RequestTimeout > 0 {
+			lc.SetWriteDeadline(time.Now().Add(w.opt.RequestTimeout))
 		}
-	}
-	if w.conn == nil {
-		if err := w.connect(ctx); err != nil {
-			return err
+		bw := w.bw
+		for i := range events {
+			bw.Write(events[i].Body) // errors are sticky and returned by Flush
+			bw.WriteByte('\n')
 		}
-	}
-	if w.opt.RequestTimeout > 0 {
-		w.conn.SetWriteDeadline(time.Now().Add(w.opt.RequestTimeout))
-	}
-	bw := w.bw
-	for i := range events {
-		bw.Write(events[i].Body) // errors are sticky and returned by Flush
-		bw.WriteByte('\n')
-	}
-	if err := bw.Flush(); err != nil {
-		err = fmt.Errorf("tcp sink: write to %s: %w", w.opt.Addr, err)
-		w.drop(err)
-		return err
-	}
-	if w.fails > 0 {
-		w.log.Info("tcp sink: delivering again", "addr", w.opt.Addr, "failures", w.fails)
-	}
-	w.fails, w.suppressed, w.backoff = 0, 0, 0
-	return nil
+		if err := bw.Flush(); err != nil {
+			return fmt.Errorf("tcp sink: write to %s: %w", w.opt.Addr, err)
+		}
+		return nil
+	})
 }
 
-// connect dials the peer once its backoff has passed. Caller holds mu.
-func (w *Writer) connect(ctx context.Context) error {
-	if d := time.Until(w.next); d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("tcp sink: waiting to reconnect to %s: %w", w.opt.Addr, ctx.Err())
-		case <-t.C:
-		}
+// probe reports whether the peer closed the open connection (peerOpen
+// when there is none). Caller holds mu.
+func (w *Writer) probe() peerState {
+	if lc, ok := w.conn.Current(); ok {
+		return lc.probe()
 	}
+	return peerOpen
+}
+
+// dial connects to the peer. Caller holds mu.
+func (w *Writer) dial(ctx context.Context) (*lineConn, error) {
 	d := net.Dialer{Timeout: w.opt.ConnectTimeout}
 	c, err := d.DialContext(ctx, "tcp", w.opt.Addr)
 	if err != nil {
-		if ctx.Err() != nil { // stopping: not the peer's failure
-			return fmt.Errorf("tcp sink: connect to %s: %w", w.opt.Addr, err)
-		}
-		w.c.ConnectionFailed.Add(1)
-		err = fmt.Errorf("tcp sink: connect to %s: %w", w.opt.Addr, err)
-		w.failed(err)
-		return err
+		return nil, err
 	}
 	tc := c.(*net.TCPConn)
 	tc.SetNoDelay(true)
 	if w.onDial != nil {
 		w.onDial(tc)
 	}
-	w.conn = tc
-	w.probe = peerClosed(tc)
 	w.bw.Reset(tc)
-	w.c.ConnectionCreated.Add(1)
-	w.log.Debug("tcp sink: connected", "addr", w.opt.Addr)
-	return nil
-}
-
-// drop closes the connection after err. Caller holds mu.
-func (w *Writer) drop(err error) {
-	w.closeConn()
-	w.failed(err)
-}
-
-// closeConn closes the connection. Caller holds mu.
-func (w *Writer) closeConn() error {
-	err := w.conn.Close()
-	w.conn, w.probe = nil, nil
-	w.bw.Reset(nil)
-	w.c.ConnectionClosed.Add(1)
-	return err
-}
-
-// failed schedules the next dial and logs err, throttled. Caller holds mu.
-func (w *Writer) failed(err error) {
-	w.next = time.Now().Add(w.backoff)
-	w.backoff = min(max(2*w.backoff, minBackoff), maxBackoff)
-	w.fails++
-	now := time.Now()
-	if w.fails == 1 || now.Sub(w.lastLog) >= logEvery {
-		w.log.Warn("tcp sink: delivery failed; events stay in the channel and will be retried",
-			"addr", w.opt.Addr, "err", err, "failures", w.fails, "suppressed", w.suppressed, "retry_in", w.backoff)
-		w.lastLog, w.suppressed = now, 0
-		return
-	}
-	w.suppressed++
+	return &lineConn{TCPConn: tc, probe: peerClosed(tc), bw: w.bw}, nil
 }
 
 // Stop closes the connection.
 func (w *Writer) Stop(context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.conn == nil {
-		return nil
-	}
-	return w.closeConn()
+	return w.conn.Close()
 }
 
 // peerState is what a probe found out about the peer's side of a connection.

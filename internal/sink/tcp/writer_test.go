@@ -208,8 +208,8 @@ func TestWriterBacksOff(t *testing.T) {
 	if err := w.Write(ctx, batch(0, 1)); err == nil {
 		t.Fatal("write without a peer succeeded")
 	}
-	// The first retry is immediate, the next waits 100 ms: a write with a
-	// shorter deadline gives up waiting without dialing.
+	// The second attempt waits 100 ms and dials, the third would wait
+	// 200 ms: with a shorter deadline it gives up waiting without dialing.
 	if err := w.Write(ctx, batch(0, 1)); err == nil {
 		t.Fatal("write without a peer succeeded")
 	}
@@ -227,7 +227,7 @@ func TestWriterBacksOff(t *testing.T) {
 		t.Fatalf("ConnectionFailed = %d, want 2 (no dial during backoff)", got)
 	}
 	w.mu.Lock()
-	b := w.backoff
+	b := w.conn.Backoff()
 	w.mu.Unlock()
 	if b != 200*time.Millisecond {
 		t.Fatalf("backoff %v after two failures, want 200ms", b)
@@ -255,8 +255,8 @@ func TestWriterReconnectsAfterPeerComesBack(t *testing.T) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.backoff != 0 || w.fails != 0 {
-		t.Fatalf("backoff %v, fails %d after a delivery", w.backoff, w.fails)
+	if w.conn.Backoff() != 0 || w.conn.Failures() != 0 {
+		t.Fatalf("backoff %v, fails %d after a delivery", w.conn.Backoff(), w.conn.Failures())
 	}
 }
 
@@ -440,5 +440,66 @@ func TestWriterNoticesPeerReset(t *testing.T) {
 	p.waitLines(t, 1, 5)
 	if c.ConnectionCreated.Load() != 2 {
 		t.Fatalf("ConnectionCreated = %d, want 2", c.ConnectionCreated.Load())
+	}
+}
+
+// TestConnectionClosedWhileIdle: as for the avro and thrift sinks, a peer
+// that closes the connection while it is idle between batches costs no
+// failed batch: the next one goes at once, whole, to a new connection.
+// Either the probe before the batch sees the close, or the close comes
+// just after the probe (simulated by blinding the probe once the reset has
+// reached the socket) and the write fails on the old connection; then the
+// batch is written again at once on a new one.
+func TestConnectionClosedWhileIdle(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		reset, blind bool
+	}{
+		{"closed, seen by the probe", false, false},
+		{"reset, after the probe", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			closeFirst := make(chan struct{})
+			p := newPeer(t, "", func(i int, c net.Conn, p *peer) {
+				if i == 0 {
+					p.readLines(i, c, 10)
+					<-closeFirst
+					if tc.reset {
+						c.(*net.TCPConn).SetLinger(0)
+					}
+					c.Close()
+					return
+				}
+				p.readLines(i, c, -1)
+			})
+			w, c := newTestWriter(t, p.addr())
+			ctx := context.Background()
+			if err := w.Write(ctx, batch(0, 10)); err != nil {
+				t.Fatal(err)
+			}
+			p.waitLines(t, 0, 10)
+			close(closeFirst)
+			w.mu.Lock()
+			for w.probe() == peerOpen { // the close reached the socket
+				w.mu.Unlock()
+				time.Sleep(time.Millisecond)
+				w.mu.Lock()
+			}
+			if tc.blind {
+				lc, _ := w.conn.Current()
+				lc.probe = func() peerState { return peerOpen }
+			}
+			w.mu.Unlock()
+			if err := w.Write(ctx, batch(10, 10)); err != nil {
+				t.Fatalf("the batch after an idle close failed: %v", err)
+			}
+			p.waitLines(t, 1, 10)
+			if got := p.all(); !equal(got, names(0, 20)) {
+				t.Fatalf("peer got %q", got)
+			}
+			if c.ConnectionFailed.Load() != 0 || c.ConnectionCreated.Load() != 2 || w.conn.Failures() != 0 {
+				t.Fatalf("failed %d created %d failures %d, want 0 2 0", c.ConnectionFailed.Load(), c.ConnectionCreated.Load(), w.conn.Failures())
+			}
+		})
 	}
 }

@@ -10,14 +10,15 @@
 // connection; the next batch connects again after a backoff (100 ms doubling
 // to 5 s, reset by a delivered batch). Within that backoff a batch fails at
 // once without dialing, so a failover or load_balance group hands it to its
-// other sinks without delay. With reset-connection-interval the connection
-// is replaced that often, so a load balancer in front of several collectors
-// spreads the agents again.
+// other sinks without delay. A connection the receiver closed while it was
+// idle is not a failure: the batch is sent again at once on a new
+// connection (internal/downstream). With reset-connection-interval the
+// connection is replaced that often, so a load balancer in front of several
+// collectors spreads the agents again.
 package thriftsink
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -27,20 +28,16 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/downstream"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
-	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/thriftrpc"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
-// Defaults, Flume's.
-const (
-	DefaultBatchSize = 100
-	minBackoff       = 100 * time.Millisecond
-	maxBackoff       = 5 * time.Second
-)
+// DefaultBatchSize is Flume's batch-size.
+const DefaultBatchSize = 100
 
 // Options configure a Writer.
 type Options struct {
@@ -55,28 +52,18 @@ type Options struct {
 type Writer struct {
 	opt  Options
 	addr string
-	c    *metrics.SinkCounters
-	log  *slog.Logger
-	logs *logthrottle.Throttle
 
-	mu          sync.Mutex
-	cfg         thriftrpc.ClientConfig // with TLS loaded
-	client      *thriftrpc.Client
-	connectedAt time.Time
-	backoff     time.Duration
-	next        time.Time // no dial before this
-	fails       int
+	mu   sync.Mutex
+	cfg  thriftrpc.ClientConfig // with TLS loaded
+	conn *downstream.Conn[*thriftrpc.Client]
 }
 
 // NewWriter returns a Writer; c receives the connection counters.
 func NewWriter(opt Options, c *metrics.SinkCounters, log *slog.Logger) *Writer {
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Writer{
-		opt: opt, addr: net.JoinHostPort(opt.Host, strconv.Itoa(opt.Port)), c: c, log: log, cfg: opt.Client,
-		logs: logthrottle.New(30*time.Second, 1),
-	}
+	w := &Writer{opt: opt, addr: net.JoinHostPort(opt.Host, strconv.Itoa(opt.Port)), cfg: opt.Client}
+	w.conn = downstream.New(downstream.Options{Name: "thrift sink", Addr: w.addr, Counters: c, Log: log, ResetInterval: opt.ResetInterval},
+		func(ctx context.Context) (*thriftrpc.Client, error) { return thriftrpc.Dial(ctx, w.addr, w.cfg) })
+	return w
 }
 
 // Start loads the truststore (when ssl is on). It does not connect: the
@@ -97,83 +84,23 @@ func (w *Writer) Start(context.Context) error {
 func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.client != nil && w.opt.ResetInterval > 0 && time.Since(w.connectedAt) >= w.opt.ResetInterval {
-		w.log.Debug("thrift sink: resetting the connection (reset-connection-interval)", "addr", w.addr)
-		w.close()
-	}
-	if w.client == nil {
-		if err := w.connect(ctx); err != nil {
-			return err
+	return w.conn.Send(ctx, func(cl *thriftrpc.Client) error {
+		st, err := cl.AppendBatch(ctx, events)
+		if err != nil {
+			return fmt.Errorf("thrift sink: appendBatch to %s: %w", w.addr, err)
 		}
-	}
-	st, err := w.client.AppendBatch(ctx, events)
-	if err != nil {
-		err = fmt.Errorf("thrift sink: appendBatch to %s: %w", w.addr, err)
-		w.close()
-		w.failed(err)
-		return err
-	}
-	if st != thriftrpc.OK {
-		err := fmt.Errorf("thrift sink: %s replied %s to a batch of %d events (its channel may be full)", w.addr, st, len(events))
-		w.failed(err)
-		return err
-	}
-	if w.fails > 0 {
-		w.log.Info("thrift sink: delivering again", "addr", w.addr, "failures", w.fails)
-	}
-	w.fails, w.backoff = 0, 0
-	return nil
-}
-
-// errBackingOff is returned, without dialing, while a failed connection's
-// backoff lasts.
-var errBackingOff = errors.New("not reconnecting yet after a failure")
-
-// connect dials. Within the backoff after a failure it fails at once
-// without dialing, as Flume's sink fails at once when it cannot connect:
-// waiting here would stall a sink group, whose other sinks should take the
-// batch now. Caller holds mu.
-func (w *Writer) connect(ctx context.Context) error {
-	if d := time.Until(w.next); d > 0 {
-		return fmt.Errorf("thrift sink: %s: %w (retry in %v)", w.addr, errBackingOff, d.Round(time.Millisecond))
-	}
-	cl, err := thriftrpc.Dial(ctx, w.addr, w.cfg)
-	if err != nil {
-		w.c.ConnectionFailed.Add(1)
-		err = fmt.Errorf("thrift sink: %w", err)
-		w.failed(err)
-		return err
-	}
-	w.client, w.connectedAt = cl, time.Now()
-	w.c.ConnectionCreated.Add(1)
-	w.log.Debug("thrift sink: connected", "addr", w.addr, "protocol", w.cfg.Protocol.String())
-	return nil
-}
-
-// close drops the connection. Caller holds mu.
-func (w *Writer) close() {
-	if w.client == nil {
-		return
-	}
-	_ = w.client.Close()
-	w.client = nil
-	w.c.ConnectionClosed.Add(1)
-}
-
-// failed schedules the next dial and logs err, throttled. Caller holds mu.
-func (w *Writer) failed(err error) {
-	w.backoff = min(max(2*w.backoff, minBackoff), maxBackoff)
-	w.next = time.Now().Add(w.backoff)
-	w.fails++
-	w.logs.Log(w.log, slog.LevelWarn, w.addr, "thrift sink: delivery failed; the events stay in the channel and will be sent again",
-		"addr", w.addr, "err", err, "failures", w.fails, "retry_in", w.backoff)
+		if st != thriftrpc.OK {
+			return downstream.Refused(fmt.Errorf("thrift sink: %s replied %s to a batch of %d events (its channel may be full)", w.addr, st, len(events)))
+		}
+		return nil
+	})
 }
 
 // Stop closes the connection.
 func (w *Writer) Stop(context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.close()
+	w.conn.Close()
 	return nil
 }
 

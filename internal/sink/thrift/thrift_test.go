@@ -272,3 +272,46 @@ func TestSinkSuite(t *testing.T) {
 		})
 	}
 }
+
+// startSource starts sluice's thrift source on port ("0": any) feeding dst.
+func startSource(t *testing.T, port string, dst *sourcetest.Pipeline) flow.Source {
+	t.Helper()
+	p := config.FromMap("a1.sources.r1.", map[string]string{"bind": "127.0.0.1", "port": port})
+	src, err := thriftsource.New(sourcetest.Env("r1", "thrift"), p)
+	if err != nil || p.Err() != nil {
+		t.Fatal(err, p.Err())
+	}
+	if err := src.Start(context.Background(), dst.Processor); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = src.Stop(context.Background()) })
+	return src
+}
+
+// TestConnectionClosedWhileIdle: the receiver closes the sink's connection
+// while it is idle between batches (here a collector restarted on the same
+// port; a load balancer's idle timeout looks the same). The next batch goes
+// through at once on a new connection: no failed batch, no backoff.
+func TestConnectionClosedWhileIdle(t *testing.T) {
+	dst := sourcetest.NewPipeline(t, 10000, 1000, 50*time.Millisecond)
+	src := startSource(t, "0", dst)
+	addr := src.(*thriftsource.Source).Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	pl := sourcetest.NewPipeline(t, 10000, 1000, 50*time.Millisecond)
+	k := newSink(t, pl.Channel, addr, nil)
+	put(t, pl, events("a", 10))
+	if _, err := k.Process(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Stop(context.Background()); err != nil { // closes the idle connection
+		t.Fatal(err)
+	}
+	startSource(t, port, dst)
+	put(t, pl, events("b", 10))
+	if _, err := k.Process(context.Background()); err != nil {
+		t.Fatalf("the batch after an idle close failed: %v", err)
+	}
+	if got := dst.Drain(t, 20, 5*time.Second); len(got) != 20 {
+		t.Fatalf("delivered %d of 20", len(got))
+	}
+}
