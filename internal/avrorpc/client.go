@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
 // ClientConfig is how a Client connects and calls.
@@ -71,22 +72,9 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
 	cfg.Limits = cfg.Limits.withDefaults()
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	var (
-		conn net.Conn
-		err  error
-	)
-	if cfg.TLS != nil {
-		d := tls.Dialer{Config: cfg.TLS}
-		conn, err = d.DialContext(dctx, "tcp", addr)
-	} else {
-		var d net.Dialer
-		conn, err = d.DialContext(dctx, "tcp", addr)
-	}
+	conn, err := tlsconf.Dial(dctx, addr, cfg.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("avro client: connect %s: %w", addr, err)
-	}
-	if tc, ok := conn.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
 	}
 	return &Client{
 		conn:       conn,

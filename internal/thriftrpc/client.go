@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/thriftrpc/flume"
+	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
 // ClientConfig is how a Client connects and calls.
@@ -62,22 +63,9 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	var (
-		conn net.Conn
-		err  error
-	)
-	if cfg.TLS != nil {
-		d := tls.Dialer{Config: cfg.TLS}
-		conn, err = d.DialContext(dctx, "tcp", addr)
-	} else {
-		var d net.Dialer
-		conn, err = d.DialContext(dctx, "tcp", addr)
-	}
+	conn, err := tlsconf.Dial(dctx, addr, cfg.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("thrift client: connect %s: %w", addr, err)
-	}
-	if tc, ok := conn.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
 	}
 	tcfg := &thrift.TConfiguration{
 		MaxFrameSize:   int32(cfg.MaxFrameSize),

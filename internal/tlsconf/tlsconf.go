@@ -9,11 +9,13 @@ package tlsconf
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -305,4 +307,16 @@ func loadTruststore(path, typ, password string) (*x509.CertPool, error) {
 		return nil, errors.New("truststore type " + typ + " is not supported")
 	}
 	return pool, nil
+}
+
+// Dial connects to addr over TCP, through TLS when cfg is not nil (the
+// handshake is part of the dial, bounded by ctx). Go's TCP connections
+// have Nagle's algorithm off, as RPC clients want.
+func Dial(ctx context.Context, addr string, cfg *tls.Config) (net.Conn, error) {
+	if cfg != nil {
+		d := tls.Dialer{Config: cfg}
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
 }

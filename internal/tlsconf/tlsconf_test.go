@@ -1,6 +1,7 @@
 package tlsconf
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -8,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -201,5 +203,64 @@ func TestServerSettingProblems(t *testing.T) {
 	s := ReadServerKeys(p, ServerKeys{SSL: "enableSSL", KeystorePassword: "keystorePassword", ExcludeProtocols: "excludeProtocols"})
 	if p.Err() != nil || !s.Enabled || s.KeystorePassword != "pw" || s.maxVersion != tls.VersionTLS12 {
 		t.Fatalf("older spellings: %v %+v", p.Err(), s)
+	}
+}
+
+// TestDial: without a TLS config Dial gives a plain TCP connection; with
+// one, a TLS connection whose handshake is done, and a server that does
+// not speak TLS fails the dial once ctx ends.
+func TestDial(t *testing.T) {
+	cert, key := selfSigned(t)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	scfg := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}}
+	serve := func(wrap bool) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				if wrap {
+					c = tls.Server(c, scfg)
+				}
+				go func() { defer c.Close(); io.Copy(c, c) }()
+			}
+		}()
+		return ln.Addr().String()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+
+	c, err := Dial(ctx, serve(false), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.(*net.TCPConn); !ok {
+		t.Fatalf("plain dial gave %T", c)
+	}
+	c.Close()
+
+	ccfg := &tls.Config{RootCAs: pool, ServerName: "localhost"}
+	c, err = Dial(ctx, serve(true), ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, ok := c.(*tls.Conn)
+	if !ok || !tc.ConnectionState().HandshakeComplete {
+		t.Fatalf("TLS dial gave %T, handshake complete %v", c, ok && tc.ConnectionState().HandshakeComplete)
+	}
+	c.Close()
+
+	short, cancel2 := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel2()
+	if c, err := Dial(short, serve(false), ccfg); err == nil {
+		c.Close()
+		t.Fatal("a TLS dial to a server that does not speak TLS succeeded")
 	}
 }
