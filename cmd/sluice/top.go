@@ -122,7 +122,7 @@ func fmtRate(v float64) string {
 		return strconv.FormatFloat(v/1e6, 'f', 2, 64) + "M"
 	case v >= 1e4:
 		return strconv.FormatFloat(v/1e3, 'f', 1, 64) + "k"
-	case v >= 100 || v == math.Trunc(v):
+	case v >= 100 || math.Abs(v-math.Round(v)) < 0.05:
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	default:
 		return strconv.FormatFloat(v, 'f', 1, 64)

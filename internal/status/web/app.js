@@ -105,7 +105,7 @@ function drawEdges() {
   const svg = $("edges");
   const box = graph.getBoundingClientRect();
   const vertical = getComputedStyle(graph).gridTemplateColumns.split(" ").length === 1;
-  let out = "";
+  let out = "", labels = "";
   const byId = new Map((snap ? snap.nodes : []).map((n) => [n.id, n]));
   for (const e of snap ? snap.edges : []) {
     const a = cards.get(e.from), b = cards.get(e.to);
@@ -127,9 +127,10 @@ function drawEdges() {
     const active = from && from.out > 0 || (from && from.kind === "selector" && byId.get(e.to) && byId.get(e.to).in > 0);
     out += `<path d="${d}" class="${e.optional ? "optional " : ""}${active ? "active" : ""}"/>`;
     const label = [e.label, e.optional ? "optional" : ""].filter(Boolean).join(", ");
-    if (label) out += `<text x="${(x1 + x2) / 2}" y="${(y1 + y2) / 2 - 4}" text-anchor="middle">${esc(label)}</text>`;
+    if (label) labels += `<text x="${(x1 + x2) / 2}" y="${(y1 + y2) / 2 - 4}" text-anchor="middle">${esc(label)}</text>`;
   }
   svg.innerHTML = out;
+  $("labels").innerHTML = labels;
 }
 
 function select(id) {
