@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/apache/thrift v0.25.0
+	github.com/chromedp/chromedp v0.23.1
 	github.com/colinmarc/hdfs/v2 v2.4.0
 	github.com/dsnet/compress v0.0.1
 	github.com/fsnotify/fsnotify v1.10.1
@@ -27,8 +28,10 @@ require (
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/gdamore/encoding v1.0.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-viper/mapstructure/v2 v2.5.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hashicorp/go-uuid v1.0.3 // indirect

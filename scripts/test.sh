@@ -37,6 +37,19 @@ if ! command -v logger >/dev/null; then
   apt_install bsdutils
 fi
 
+# Debian's chromium loads the status page in a real headless browser
+# (internal/statustest drives it through the DevTools protocol; chromium-driver
+# is its WebDriver, for whoever drives it that way), and tmux is the real
+# terminal in which `sluice top` is tested.
+if ! command -v chromium >/dev/null; then
+  echo "== installing chromium and chromium-driver (test peers of the status page)"
+  apt_install chromium chromium-driver
+fi
+if ! command -v tmux >/dev/null; then
+  echo "== installing tmux (test peer of sluice top)"
+  apt_install tmux
+fi
+
 # Debian's thrift-compiler generates Python from internal/thriftrpc/flume.thrift
 # and Debian's python3-thrift runs it: the Thrift client and server the thrift
 # source's and sink's tests talk to (the tests use /usr/bin/python3).
