@@ -102,6 +102,13 @@ func (w syncWriter) Write(p []byte) (int, error) {
 // until /healthz answers 200. It is stopped with SIGTERM at cleanup.
 func startAgent(t *testing.T, extra ...string) *runningAgent {
 	t.Helper()
+	return startAgentFile(t, "testdata/status.properties", extra...)
+}
+
+// startAgentFile is startAgent with another configuration, which reads
+// ${sys:webPort}, ${sys:apiPort} and ${sys:outDir} as it likes.
+func startAgentFile(t *testing.T, conf string, extra ...string) *runningAgent {
+	t.Helper()
 	bin := sluiceBinary(t)
 	a := &runningAgent{
 		HTTP:    fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t)),
@@ -113,7 +120,7 @@ func startAgent(t *testing.T, extra ...string) *runningAgent {
 	}
 	_, webPort, _ := net.SplitHostPort(a.Netcat)
 	_, apiPort, _ := net.SplitHostPort(a.API)
-	args := append([]string{"agent", "-f", "testdata/status.properties", "-n", "a1", "--no-reload-conf",
+	args := append([]string{"agent", "-f", conf, "-n", "a1", "--no-reload-conf",
 		"-DwebPort=" + webPort, "-DapiPort=" + apiPort, "-DoutDir=" + a.OutDir, "--http", a.HTTP}, extra...)
 	a.cmd = exec.Command(bin, args...)
 	a.cmd.Stdout = syncWriter{&a.logMu, a.log}
