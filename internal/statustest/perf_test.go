@@ -203,4 +203,3 @@ func dirBytes(t *testing.T, dir string) int64 {
 	}
 	return n
 }
-
