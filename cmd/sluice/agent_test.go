@@ -19,6 +19,8 @@ import (
 	"github.com/sluicehq/sluice/internal/testutil"
 )
 
+func TestMain(m *testing.M) { testutil.Main(m) }
+
 func netcatToNull(port int) string {
 	return fmt.Sprintf(`a1.sources = r1
 a1.channels = c1
@@ -112,10 +114,7 @@ func TestBinarySignals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testutil.AgentBinary(t)
 	p1, p2 := testutil.FreePort(t), testutil.FreePort(t)
 	file := filepath.Join(t.TempDir(), "a.properties")
 	if err := os.WriteFile(file, []byte(netcatToNull(p1)), 0o644); err != nil {

@@ -58,7 +58,7 @@ func TestCrashKill9(t *testing.T) {
 
 func runCrash(t *testing.T, p plan) {
 	base := t.TempDir()
-	bin := agentBinary(t)
+	bin := testutil.AgentBinary(t)
 	t0 := time.Now()
 
 	// The receiver reads slower than the sender sends, so the channel holds

@@ -6,13 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,48 +21,10 @@ import (
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/bench"
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// agentBinary builds cmd/sluice once for the package's tests, or returns
-// $SLUICE_AGENT_BIN when set (to run the tests against another build, such
-// as the code before a change).
-func agentBinary(t *testing.T) string {
-	t.Helper()
-	if bin := os.Getenv("SLUICE_AGENT_BIN"); bin != "" {
-		return bin
-	}
-	binOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "sluice-crashtest-"); binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "sluice")
-		t0 := time.Now()
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-		t.Logf("go build: %v", time.Since(t0).Round(time.Millisecond))
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+func TestMain(m *testing.M) { testutil.Main(m) }
 
 // agentProc is one run of the agent binary, with its JSON log.
 type agentProc struct {
@@ -80,7 +40,7 @@ type agentProc struct {
 func startAgent(t *testing.T, conf string, args ...string) *agentProc {
 	t.Helper()
 	p := &agentProc{t: t, log: &logBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(agentBinary(t), append([]string{"agent", "-f", conf, "-n", "a1", "--log-format", "json", "--no-reload-conf"}, args...)...)
+	p.cmd = exec.Command(testutil.AgentBinary(t), append([]string{"agent", "-f", conf, "-n", "a1", "--log-format", "json", "--no-reload-conf"}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,35 +30,17 @@ type agent struct {
 	done    chan error
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+func TestMain(m *testing.M) { testutil.Main(m) }
 
-// sluiceBinary builds cmd/sluice once per test process, or returns
-// $SLUICE_HOSTILE_BIN.
+// sluiceBinary is $SLUICE_HOSTILE_BIN (a binary built elsewhere, such as
+// from an older commit to compare, as scripts/hostile.sh documents), or
+// testutil.AgentBinary.
 func sluiceBinary(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("SLUICE_HOSTILE_BIN"); p != "" {
-		return p // a binary built elsewhere, such as from an older commit to compare
+		return p
 	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sluice-hostile-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "sluice")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return testutil.AgentBinary(t)
 }
 
 // sources are the network sources the agent runs, each on its own port.

@@ -197,22 +197,7 @@ func TestDiskFullOnRealFilesystem(t *testing.T) {
 	}
 }
 
-// agentBinary builds cmd/sluice once per test binary run.
-var agentBinary = sync.OnceValues(func() (string, error) {
-	if bin := os.Getenv("SLUICE_TEST_AGENT"); bin != "" {
-		return bin, nil // an agent built elsewhere, such as an older one to compare with
-	}
-	dir, err := os.MkdirTemp("", "sluice-bin")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "sluice")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
+func TestMain(m *testing.M) { testutil.Main(m) }
 
 // agent is the real sluice binary running a config.
 type agent struct {
@@ -241,10 +226,7 @@ func (l *lockedBuffer) String() string {
 
 func startAgent(t *testing.T, conf string) *agent {
 	t.Helper()
-	bin, err := agentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testutil.AgentBinary(t)
 	file := filepath.Join(t.TempDir(), "agent.properties")
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)

@@ -22,40 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testutil"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
-	os.Exit(code)
-}
-
-// agentBinary builds cmd/sluice once for the crash tests.
-func agentBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sluice-hdfs-crash")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "sluice")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+func TestMain(m *testing.M) { testutil.Main(m) }
 
 // lineSender sends numbered lines ("event-N" padded to 1000 bytes) to a
 // netcat source over one connection at a time, reconnecting after each
@@ -193,7 +160,7 @@ func waitPort(addr string, limit time.Duration) error {
 // crashRun kills the agent kills times under load and checks what ended
 // up in the store (read by finished, which must see no in-use files).
 func crashRun(t *testing.T, kills int, sinkProps string, finished func() (bodies map[string]int, inUse []string)) {
-	bin := agentBinary(t)
+	bin := testutil.AgentBinary(t)
 	base := t.TempDir()
 	port := testutil.FreePort(t)
 	conf := fmt.Sprintf(`a1.sources = r1

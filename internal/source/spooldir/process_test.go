@@ -26,42 +26,15 @@ import (
 	"github.com/sluicehq/sluice/internal/testutil"
 )
 
-var agentBin struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
+func TestMain(m *testing.M) { testutil.Main(m) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if agentBin.dir != "" {
-		os.RemoveAll(agentBin.dir)
-	}
-	os.Exit(code)
-}
-
-// binary builds cmd/sluice once per test run.
+// binary is the agent binary; the tests that run it skip with -short.
 func binary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the agent binary")
 	}
-	agentBin.once.Do(func() {
-		agentBin.dir, agentBin.err = os.MkdirTemp("", "sluice-spooldir-bin")
-		if agentBin.err != nil {
-			return
-		}
-		agentBin.path = filepath.Join(agentBin.dir, "sluice")
-		out, err := exec.Command("go", "build", "-o", agentBin.path, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
-		if err != nil {
-			agentBin.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if agentBin.err != nil {
-		t.Fatal(agentBin.err)
-	}
-	return agentBin.path
+	return testutil.AgentBinary(t)
 }
 
 // receiver is the tcp sink's peer: it counts every line it reads. While
