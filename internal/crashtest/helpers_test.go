@@ -2,7 +2,6 @@ package crashtest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -104,22 +103,7 @@ func (p *agentProc) waitLog(msg string, d time.Duration) map[string]any {
 }
 
 // logBuffer collects the agent's output; safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer struct{ testutil.LogBuffer }
 
 func (l *logBuffer) tail(n int) string {
 	s := l.String()

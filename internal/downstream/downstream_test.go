@@ -1,7 +1,6 @@
 package downstream
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // fakeConn stands for a client connection; the tests inject the failures a
@@ -49,29 +49,11 @@ func (d *dialer) dial(ctx context.Context) (*fakeConn, error) {
 	return c, nil
 }
 
-// logBuffer collects log lines for the tests that count them.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) count(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.buf.String(), substr)
-}
-
-func newConn(t *testing.T, opt Options) (*Conn[*fakeConn], *dialer, *metrics.SinkCounters, *logBuffer) {
+func newConn(t *testing.T, opt Options) (*Conn[*fakeConn], *dialer, *metrics.SinkCounters, *testutil.LogBuffer) {
 	t.Helper()
 	d := &dialer{}
 	c := metrics.NewSinkCounters("k1", "test")
-	logs := &logBuffer{}
+	logs := &testutil.LogBuffer{}
 	opt.Name, opt.Addr, opt.Counters = "test sink", "peer:1", c
 	opt.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	return New(opt, d.dial), d, c, logs
@@ -221,7 +203,7 @@ func TestResendOnceAfterPeerClose(t *testing.T) {
 			if conn.Failures() != wantFailures || c.ConnectionFailed.Load() != 0 {
 				t.Fatalf("failures %d ConnectionFailed %d, want %d and 0", conn.Failures(), c.ConnectionFailed.Load(), wantFailures)
 			}
-			if n := logs.count("delivery failed"); n != wantFailures {
+			if n := logs.Count("delivery failed"); n != wantFailures {
 				t.Fatalf("%d WARN lines, want %d", n, wantFailures)
 			}
 		})
@@ -256,10 +238,10 @@ func TestLogsOncePerStreak(t *testing.T) {
 		}
 		conn.Send(context.Background(), ok)
 	}
-	if n := logs.count("level=WARN msg=\"test sink: delivery failed"); n != 2 {
-		t.Fatalf("%d WARN lines for two streaks of 5 failures, want 2:\n%s", n, logs.buf.String())
+	if n := logs.Count("level=WARN msg=\"test sink: delivery failed"); n != 2 {
+		t.Fatalf("%d WARN lines for two streaks of 5 failures, want 2:\n%s", n, logs.String())
 	}
-	if n := logs.count("test sink: delivering again"); n != 2 {
+	if n := logs.Count("test sink: delivering again"); n != 2 {
 		t.Fatalf("%d 'delivering again' lines, want 2", n)
 	}
 }

@@ -2,7 +2,6 @@ package listener
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -15,37 +14,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
-
-// logBuffer is a concurrency-safe log destination.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) lines(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, line := range strings.Split(l.buf.String(), "\n") {
-		if strings.Contains(line, substr) {
-			n++
-		}
-	}
-	return n
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // lineServer is a group serving a line protocol: each line is answered
 // "OK" after hold (Busy meanwhile).
@@ -53,14 +23,14 @@ type lineServer struct {
 	g    *Group
 	addr string
 	set  *metrics.Set
-	logs *logBuffer
+	logs *testutil.LogBuffer
 	open atomic.Int64
 	hold time.Duration
 }
 
 func newLineServer(t *testing.T, cfg Config) *lineServer {
 	t.Helper()
-	s := &lineServer{set: metrics.NewSet(metrics.KindSource, "r1", "test"), logs: &logBuffer{}}
+	s := &lineServer{set: metrics.NewSet(metrics.KindSource, "r1", "test"), logs: &testutil.LogBuffer{}}
 	log := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rej := NewRejects("r1", log, s.set, ConnReasons...)
 	s.g = NewGroup(cfg, Options{Source: "r1", Log: log, Rejects: rej, Open: &s.open})
@@ -135,14 +105,6 @@ func roundTrip(c net.Conn, line string) bool {
 	return err == nil && got == "OK\n"
 }
 
-// closedByServer reports whether the server closed c within wait.
-func closedByServer(c net.Conn, wait time.Duration) bool {
-	_ = c.SetReadDeadline(time.Now().Add(wait))
-	_, err := c.Read(make([]byte, 1))
-	var ne net.Error
-	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
-}
-
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -176,7 +138,7 @@ func TestLimitClosesOldestIdle(t *testing.T) {
 	if !roundTrip(honest, "new") {
 		t.Fatal("the new client was not served at the limit")
 	}
-	if !closedByServer(conns[1], 2*time.Second) {
+	if !testutil.ClosedByServer(conns[1], 2*time.Second) {
 		t.Error("the connection idle longest (client 1) was not closed")
 	}
 	for _, i := range []int{0, 2} {
@@ -205,13 +167,13 @@ func TestLimitRefusesWhenAllBusy(t *testing.T) {
 	}
 	waitFor(t, "two busy connections", func() bool { return s.states(Busy) == 2 })
 	late := s.dial(t)
-	if !closedByServer(late, 2*time.Second) {
+	if !testutil.ClosedByServer(late, 2*time.Second) {
 		t.Fatalf("a connection over the limit was not refused; logs:\n%s", s.logs)
 	}
 	if got := s.counter("ConnectionRefusedCount"); got != 1 {
 		t.Errorf("ConnectionRefusedCount = %d, want 1; logs:\n%s", got, s.logs)
 	}
-	if n := s.logs.lines("refused a connection"); n != 1 {
+	if n := s.logs.Lines("refused a connection"); n != 1 {
 		t.Errorf("%d refusal log lines, want 1:\n%s", n, s.logs)
 	}
 }
@@ -246,7 +208,7 @@ func TestTrickleClosedHonestSlowKept(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	closed := closedByServer(trickle, 3*time.Second)
+	closed := testutil.ClosedByServer(trickle, 3*time.Second)
 	close(stop)
 	wg.Wait()
 	if !closed {
@@ -299,7 +261,7 @@ func TestIdleTimeout(t *testing.T) {
 		}
 		time.Sleep(80 * time.Millisecond)
 	}
-	if !closedByServer(idle, 2*time.Second) {
+	if !testutil.ClosedByServer(idle, 2*time.Second) {
 		t.Fatal("the idle connection was not closed")
 	}
 	if got := s.counter("ConnectionIdleTimeoutCount"); got != 1 {
@@ -326,7 +288,7 @@ func TestShutdownPrompt(t *testing.T) {
 	if el := time.Since(start); el > 2*time.Second {
 		t.Errorf("shutdown took %v", el)
 	}
-	if !closedByServer(idle, time.Second) {
+	if !testutil.ClosedByServer(idle, time.Second) {
 		t.Error("the idle connection is still open")
 	}
 	_ = busy.SetReadDeadline(time.Now().Add(time.Second))
@@ -342,7 +304,7 @@ func TestShutdownPrompt(t *testing.T) {
 // TestRejectLogsThrottled: many rejects of one reason give one line plus a
 // summary, and the counter counts them all.
 func TestRejectLogsThrottled(t *testing.T) {
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	set := metrics.NewSet(metrics.KindSource, "r1", "test")
 	r := NewRejects("r1", slog.New(slog.NewTextHandler(&logs, nil)), set)
 	bad := Reason{Counter: "BadThingCount", Msg: "refused a bad thing", Level: slog.LevelWarn}
@@ -352,7 +314,7 @@ func TestRejectLogsThrottled(t *testing.T) {
 	if got := set.Counter("BadThingCount").Load(); got != 500 {
 		t.Errorf("BadThingCount = %d, want 500", got)
 	}
-	if n := logs.lines("refused a bad thing"); n != 1 {
+	if n := logs.Lines("refused a bad thing"); n != 1 {
 		t.Errorf("%d log lines for 500 rejects within the interval, want 1:\n%s", n, logs.String())
 	}
 	if !strings.Contains(logs.String(), "peer=10.0.0.1:0") || !strings.Contains(logs.String(), "level=WARN") {
@@ -410,7 +372,7 @@ func TestListenUDPReceiveBuffer(t *testing.T) {
 	if rb.Got != 0 && rb.Got < want {
 		t.Errorf("got a %d-byte buffer, want %d (forced %v, rmem_max %d)", rb.Got, want, rb.Forced, rb.KernelMax)
 	}
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	RecvBuffer{Asked: 8 << 20, Got: 212992, KernelMax: 212992}.Note(log, "syslogudp", "r1", true)
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "sysctl -w net.core.rmem_max=8388608") {

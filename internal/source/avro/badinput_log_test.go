@@ -1,34 +1,15 @@
 package avrosource
 
 import (
-	"bytes"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
-
-// logBuffer is a concurrency-safe log sink for tests.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // TestBadInputIsLogged: a connection closed for what it sent is logged
 // with the peer and the reason; a repeat of the same kind within the
@@ -36,7 +17,7 @@ func (l *logBuffer) String() string {
 // flood the log.
 func TestBadInputIsLogged(t *testing.T) {
 	pl := sourcetest.NewPipeline(t, 100, 100, 100*time.Millisecond)
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	s := newSourceLogged(t, map[string]string{"stall-timeout": "200"}, slog.New(slog.NewTextHandler(&logs, nil)))
 	addr := start(t, s, pl.Processor)
 

@@ -3,7 +3,6 @@ package avrosource
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"net"
 	"runtime"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // idleConns is how many connections are between requests.
@@ -24,14 +24,6 @@ func (s *Source) idleConns() int {
 		return 0
 	}
 	return g.Count(listener.Idle)
-}
-
-// closedByServer reports whether the server closed c within wait.
-func closedByServer(c net.Conn, wait time.Duration) bool {
-	_ = c.SetReadDeadline(time.Now().Add(wait))
-	_, err := c.Read(make([]byte, 1))
-	var ne net.Error
-	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
 }
 
 // packHeader starts a pack of frames frames, the first of n bytes.
@@ -82,7 +74,7 @@ func TestTrickleClosed(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
-	if !closedByServer(c, 5*time.Second) {
+	if !testutil.ClosedByServer(c, 5*time.Second) {
 		t.Fatal("the trickling connection was not closed")
 	}
 	if got := counter(s, "ConnectionTooSlowCount"); got != "1" {
@@ -131,7 +123,7 @@ func TestInFlightBounded(t *testing.T) {
 		t.Errorf("heap grew by %d bytes for 10 stalled requests; want at most about max-bytes-in-flight (%d)", grown, budget)
 	}
 	for _, c := range conns {
-		if !closedByServer(c, 10*time.Second) {
+		if !testutil.ClosedByServer(c, 10*time.Second) {
 			t.Fatal("a stalled request's connection was not closed")
 		}
 	}

@@ -2,7 +2,6 @@ package httpsource
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,42 +11,18 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
-// logBuffer is a concurrency-safe log destination.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) count(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.buf.String(), substr)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func newSourceLogged(t *testing.T, props map[string]string) (*Source, *logBuffer) {
+func newSourceLogged(t *testing.T, props map[string]string) (*Source, *testutil.LogBuffer) {
 	t.Helper()
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	all := map[string]string{"bind": "127.0.0.1", "port": "0"}
 	for k, v := range props {
 		all[k] = v
@@ -187,7 +162,7 @@ func TestMemoryBudget(t *testing.T) {
 	if counter(s, "RequestTooLargeCount") != 1 || counter(s, "OverBudgetCount") != 1 {
 		t.Errorf("RequestTooLargeCount %d, OverBudgetCount %d; want 1 and 1", counter(s, "RequestTooLargeCount"), counter(s, "OverBudgetCount"))
 	}
-	if logs.count("answered 413") != 1 || logs.count("answered 503 with Retry-After") != 1 {
+	if logs.Count("answered 413") != 1 || logs.Count("answered 503 with Retry-After") != 1 {
 		t.Errorf("want one warning each for the 413 and the 503:\n%s", logs)
 	}
 }
@@ -207,7 +182,7 @@ func TestRejectsLoggedThrottled(t *testing.T) {
 	if n := counter(s, "BadRequestCount"); n != 100 {
 		t.Errorf("BadRequestCount %d, want 100", n)
 	}
-	if n := logs.count("could not read; answered 400"); n != 1 {
+	if n := logs.Count("could not read; answered 400"); n != 1 {
 		t.Errorf("%d warnings for 100 bad requests within the throttle interval, want 1:\n%s", n, logs)
 	}
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "peer=127.0.0.1:") {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -19,36 +18,13 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
-// logBuffer is a concurrency-safe log destination.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) count(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.buf.String(), substr)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // newTCPLogged is newTCP with its log kept.
-func newTCPLogged(tb testing.TB, props map[string]string) (*Source, *logBuffer) {
+func newTCPLogged(tb testing.TB, props map[string]string) (*Source, *testutil.LogBuffer) {
 	tb.Helper()
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	all := map[string]string{"bind": "127.0.0.1", "port": "0"}
 	for k, v := range props {
 		all[k] = v
@@ -68,20 +44,6 @@ func newTCPLogged(tb testing.TB, props map[string]string) (*Source, *logBuffer) 
 }
 
 func counter(s *Source, name string) int64 { return s.counters.Counter(name).Load() }
-
-// closedByServer reports whether the server closed c within wait.
-func closedByServer(c net.Conn, wait time.Duration) bool {
-	_ = c.SetReadDeadline(time.Now().Add(wait))
-	buf := make([]byte, 512)
-	for {
-		_, err := c.Read(buf)
-		if err == nil {
-			continue
-		}
-		var ne net.Error
-		return !(errors.As(err, &ne) && ne.Timeout())
-	}
-}
 
 // TestOverlongLinesLogThrottled: 200 clients each sending an over-long line
 // all get FAILED, are all counted, and the log says so once (not 200 times).
@@ -113,7 +75,7 @@ func TestOverlongLinesLogThrottled(t *testing.T) {
 	if got := counter(s, "LineTooLongCount"); got != clients {
 		t.Errorf("LineTooLongCount = %d, want %d", got, clients)
 	}
-	if n := logs.count("longer than max-line-length"); n != 1 {
+	if n := logs.Count("longer than max-line-length"); n != 1 {
 		t.Errorf("%d log lines for %d over-long lines within the throttle interval, want 1:\n%s", n, clients, logs)
 	}
 	if !strings.Contains(logs.String(), "peer=127.0.0.1:") {
@@ -170,10 +132,10 @@ func TestTrickleAndIdleClosed(t *testing.T) {
 			}
 		}
 	}()
-	if !closedByServer(trickle, 5*time.Second) {
+	if !testutil.ClosedByServer(trickle, 5*time.Second) {
 		t.Error("the trickling connection was not closed")
 	}
-	if !closedByServer(idle, 5*time.Second) {
+	if !testutil.ClosedByServer(idle, 5*time.Second) {
 		t.Error("the idle connection was not closed")
 	}
 	if got := counter(s, "ConnectionTooSlowCount"); got != 1 {
@@ -293,7 +255,7 @@ func TestUDPDropsCountedAndLogged(t *testing.T) {
 		t.Skip("kernel drop counts are read on Linux only")
 	}
 	pl := sourcetest.NewPipeline(t, 1, 1, 20*time.Millisecond)
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	all := map[string]string{"bind": "127.0.0.1", "port": "0", "receiveBufferSize": "4096"}
 	p := config.FromMap("a1.sources.r1.", all)
 	env := sourcetest.Env("r1", "netcatudp")
@@ -321,7 +283,7 @@ func TestUDPDropsCountedAndLogged(t *testing.T) {
 	if !ok {
 		t.Skip("the kernel dropped nothing or does not report drops (SO_RXQ_OVFL) here")
 	}
-	if n := logs.count("the kernel dropped datagrams"); n != 1 {
+	if n := logs.Count("the kernel dropped datagrams"); n != 1 {
 		t.Errorf("%d drop warnings, want 1:\n%s", n, logs.String())
 	}
 }

@@ -1,9 +1,7 @@
 package syslog
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -11,46 +9,14 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
-
-// logBuffer is a concurrency-safe log destination.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) count(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.buf.String(), substr)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-// closedByServer reports whether the server closed c within wait.
-func closedByServer(c net.Conn, wait time.Duration) bool {
-	_ = c.SetReadDeadline(time.Now().Add(wait))
-	_, err := c.Read(make([]byte, 1))
-	var ne net.Error
-	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
-}
 
 // TestTCPHostileInputLogged: the inputs of issue 13's syslog row (a 10 MB
 // line, 1 MB of random bytes, a 1,000,000,000-byte octet count) are each
@@ -58,7 +24,7 @@ func closedByServer(c net.Conn, wait time.Duration) bool {
 // and counted per reason; the source holds no message beyond eventSize.
 func TestTCPHostileInputLogged(t *testing.T) {
 	pl := sourcetest.NewPipeline(t, 100000, 1000, time.Second)
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	_, reg, addrs := newSourceLogged(t, "syslogtcp", nil, pl, slog.New(slog.NewTextHandler(&logs, nil)))
 	done := make(chan struct{})
 	go func() { // the sink
@@ -83,10 +49,10 @@ func TestTCPHostileInputLogged(t *testing.T) {
 	if n := counter(reg, "InvalidMessageCount"); n < 1 {
 		t.Errorf("InvalidMessageCount = %d, want random bytes counted", n)
 	}
-	if n := logs.count("longer than eventSize"); n != 1 {
+	if n := logs.Count("longer than eventSize"); n != 1 {
 		t.Errorf("%d oversize warnings, want 1 within the throttle interval:\n%.3000s", n, logs.String())
 	}
-	if n := logs.count("without a valid <PRI> header"); n != 1 {
+	if n := logs.Count("without a valid <PRI> header"); n != 1 {
 		t.Errorf("%d invalid-message warnings, want 1:\n%.3000s", n, logs.String())
 	}
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "peer=127.0.0.1:") {
@@ -141,7 +107,7 @@ func TestTCPTrickleClosed(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	if !closedByServer(c, 5*time.Second) {
+	if !testutil.ClosedByServer(c, 5*time.Second) {
 		t.Fatal("the trickling connection was not closed")
 	}
 	if n := counter(reg, "ConnectionTooSlowCount"); n != 1 {
@@ -193,7 +159,7 @@ func TestUDPReceiveBuffer(t *testing.T) {
 // valid priority, are counted per reason and told once each.
 func TestUDPInvalidLogged(t *testing.T) {
 	pl := sourcetest.NewPipeline(t, 100, 100, time.Second)
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	_, reg, addrs := newSourceLogged(t, "syslogudp", nil, pl, slog.New(slog.NewTextHandler(&logs, nil)))
 	c, err := net.Dial("udp", addrs[0])
 	if err != nil {
@@ -214,10 +180,10 @@ func TestUDPInvalidLogged(t *testing.T) {
 	if n := counter(reg, "InvalidMessageCount"); n != 30 {
 		t.Errorf("InvalidMessageCount %d, want 30", n)
 	}
-	if n := logs.count("makes no event"); n != 1 {
+	if n := logs.Count("makes no event"); n != 1 {
 		t.Errorf("%d unreadable warnings, want 1:\n%s", n, logs.String())
 	}
-	if n := logs.count("without a valid <PRI> header"); n != 1 {
+	if n := logs.Count("without a valid <PRI> header"); n != 1 {
 		t.Errorf("%d invalid warnings, want 1:\n%s", n, logs.String())
 	}
 }
@@ -237,7 +203,7 @@ func TestTCPStoppingCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Write([]byte("<13>Jun 15 11:22:33 host app: late\n"))
-	if !closedByServer(c, 3*time.Second) {
+	if !testutil.ClosedByServer(c, 3*time.Second) {
 		t.Fatal("the connection was not closed")
 	}
 	if n := pl.Channel.Len(); n != 0 {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/internal/thriftrpc"
 	"github.com/sluicehq/sluice/internal/thriftrpc/thrifttest"
 )
@@ -254,29 +254,11 @@ func TestErrorWhenChannelStopped(t *testing.T) {
 	}
 }
 
-// logBuffer collects log lines for assertions.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestBadConnectionDoesNotDisturbOthers: a client of the wrong protocol is
 // closed with a warning that says what to change, counted as EventReadFail,
 // while another connection keeps working.
 func TestBadConnectionDoesNotDisturbOthers(t *testing.T) {
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	pl := sourcetest.NewPipeline(t, 1000, 100, 100*time.Millisecond)
 	s := newSource(t, map[string]string{"stall-timeout": "200"}, slog.New(slog.NewTextHandler(&logs, nil)))
 	addr := start(t, s, pl.Processor)
