@@ -1,10 +1,13 @@
 package testutil
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/flow"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for
@@ -33,4 +36,14 @@ func EnvInt(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+// HealthOf is x's Health, or, for a component that does not report its
+// health (flow.HealthReporter), a func that says so, so that a test checks
+// the rest regardless.
+func HealthOf(x any) func() error {
+	if h, ok := x.(flow.HealthReporter); ok {
+		return h.Health
+	}
+	return func() error { return fmt.Errorf("%T does not report its health (flow.HealthReporter)", x) }
 }

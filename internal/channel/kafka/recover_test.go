@@ -3,8 +3,6 @@ package kafkachannel
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,20 +14,6 @@ import (
 	"github.com/sluicehq/sluice/internal/kafkaconf/kafkatest"
 	"github.com/sluicehq/sluice/internal/testutil"
 )
-
-// outage is how long a test keeps a topic missing or the brokers down:
-// a few seconds by default, long with SLUICE_LONG=1.
-func outage() time.Duration {
-	if os.Getenv("SLUICE_LONG") != "" {
-		return 30 * time.Second
-	}
-	return 3 * time.Second
-}
-
-// maxLines bounds what a component may log over an outage: a few lines at
-// its start, then, for each kind of message that keeps coming, one summary
-// per 10 s (logthrottle), where it used to log thousands a second.
-func maxLines() int { return 10 + 5*int(outage()/(10*time.Second)) }
 
 // putter puts batches of 10 events named prefix0.. into ch until n were
 // committed, retrying a refused batch after a pause, as a source whose
@@ -109,7 +93,7 @@ func TestChannelTopicRecreated(t *testing.T) {
 	ch := buildLog(t, kc, "chan", "g", map[string]string{"healthGraceMillis": "1000"}, logs.Logger())
 	startCh(t, ch)
 	t.Cleanup(func() { ch.Stop(context.Background()) })
-	health := healthOf(ch)
+	health := testutil.HealthOf(ch)
 
 	if err := testutil.PutCommit(ch, testutil.Events("a", 30)); err != nil {
 		t.Fatal(err)
@@ -138,7 +122,7 @@ func TestChannelTopicRecreated(t *testing.T) {
 	if len(kept) != 15 || string(kept[0].Body) != "a15" || string(kept[14].Body) != "a29" {
 		t.Fatalf("the events the channel had fetched before the deletion: took %q, want a15..a29", testutil.Bodies(kept))
 	}
-	time.Sleep(time.Until(t0.Add(outage())))
+	time.Sleep(time.Until(t0.Add(kafkatest.Outage())))
 	cpu, window := kafkatest.CPUTime()-cpu0, time.Since(t0)
 	t.Logf("topic missing: CPU %v over %v (%.1f%%)", cpu, window.Round(time.Millisecond), 100*cpu.Seconds()/window.Seconds())
 	if cpu > window/10 {
@@ -150,8 +134,8 @@ func TestChannelTopicRecreated(t *testing.T) {
 		t.Logf("health while missing: %v", err)
 	}
 
-	if n := len(logs.Lines()); n > maxLines() {
-		t.Errorf("%d log lines while the topic was missing, want at most %d:\n%s", n, maxLines(), strings.Join(logs.Lines()[:min(n, 20)], "\n"))
+	if n := len(logs.Lines()); n > kafkatest.MaxOutageLogLines() {
+		t.Errorf("%d log lines while the topic was missing, want at most %d:\n%s", n, kafkatest.MaxOutageLogLines(), strings.Join(logs.Lines()[:min(n, 20)], "\n"))
 	}
 	kc.Create(t, "chan", 1)
 	back := time.Now()
@@ -177,8 +161,8 @@ func TestChannelTopicRecreated(t *testing.T) {
 	}
 	lines := logs.Lines()
 	t.Logf("%d log lines:\n%s", len(lines), strings.Join(lines, "\n"))
-	if len(lines) > maxLines() {
-		t.Errorf("%d log lines for one topic re-creation, want at most %d", len(lines), maxLines())
+	if len(lines) > kafkatest.MaxOutageLogLines() {
+		t.Errorf("%d log lines for one topic re-creation, want at most %d", len(lines), kafkatest.MaxOutageLogLines())
 	}
 }
 
@@ -191,7 +175,7 @@ func TestChannelBrokerOutageHealth(t *testing.T) {
 	ch := buildLog(t, kc, "down", "g", map[string]string{"healthGraceMillis": "1000"}, logs.Logger())
 	startCh(t, ch)
 	t.Cleanup(func() { ch.Stop(context.Background()) })
-	health := healthOf(ch)
+	health := testutil.HealthOf(ch)
 	if err := testutil.PutCommit(ch, testutil.Events("a", 10)); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +196,7 @@ func TestChannelBrokerOutageHealth(t *testing.T) {
 	}
 	t.Logf("unhealthy %v into the outage: %v", time.Since(down).Round(time.Millisecond), health())
 	cpu0, t0 := kafkatest.CPUTime(), time.Now()
-	time.Sleep(time.Until(down.Add(outage())))
+	time.Sleep(time.Until(down.Add(kafkatest.Outage())))
 	cpu, window := kafkatest.CPUTime()-cpu0, time.Since(t0)
 	t.Logf("brokers down: CPU %v over %v", cpu, window.Round(time.Millisecond))
 	if cpu > window/10 {
@@ -236,18 +220,9 @@ func TestChannelBrokerOutageHealth(t *testing.T) {
 		t.Error("the refused connections were not logged at all")
 	}
 	// Two clients (producer and consumer), each throttled.
-	if max := 2 * (2 + int(outage()/(10*time.Second))); refused > max {
-		t.Errorf("refused connections logged %d times in a %v outage, want at most %d (throttled)", refused, outage(), max)
+	if max := 2 * (2 + int(kafkatest.Outage()/(10*time.Second))); refused > max {
+		t.Errorf("refused connections logged %d times in a %v outage, want at most %d (throttled)", refused, kafkatest.Outage(), max)
 	}
-}
-
-// healthOf is x's Health, or, for a component that does not report its
-// health, a func that says so (so that a test checks the rest regardless).
-func healthOf(x any) func() error {
-	if h, ok := x.(flow.HealthReporter); ok {
-		return h.Health
-	}
-	return func() error { return fmt.Errorf("%T does not report its health (flow.HealthReporter)", x) }
 }
 
 func waitFor(cond func() bool, timeout time.Duration) bool {
@@ -295,7 +270,7 @@ func TestChannelBrokerRestartedEmpty(t *testing.T) {
 	if took := time.Since(back); took > 10*time.Second {
 		t.Errorf("the channel resumed %v after the restart, want within seconds", took)
 	}
-	if health := healthOf(ch); !waitFor(func() bool { return health() == nil }, 5*time.Second) {
+	if health := testutil.HealthOf(ch); !waitFor(func() bool { return health() == nil }, 5*time.Second) {
 		t.Errorf("Health() = %v after the channel resumed", health())
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -443,3 +444,17 @@ func (l *Logs) Count(substr string) int {
 	}
 	return n
 }
+
+// Outage is how long a test keeps a topic missing or the brokers down: a
+// few seconds by default, 30 s with SLUICE_LONG=1.
+func Outage() time.Duration {
+	if os.Getenv("SLUICE_LONG") != "" {
+		return 30 * time.Second
+	}
+	return 3 * time.Second
+}
+
+// MaxOutageLogLines bounds what a component may log over an Outage: a few
+// lines at its start, then, for each kind of message that keeps coming, one
+// summary per 10 s (logthrottle), where it used to log thousands a second.
+func MaxOutageLogLines() int { return 10 + 5*int(Outage()/(10*time.Second)) }

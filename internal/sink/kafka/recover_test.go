@@ -2,9 +2,7 @@ package kafkasink
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,21 +14,8 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/kafkaconf/kafkatest"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
-
-// outage is how long a test keeps a topic missing or the brokers down:
-// a few seconds by default, long with SLUICE_LONG=1.
-func outage() time.Duration {
-	if os.Getenv("SLUICE_LONG") != "" {
-		return 30 * time.Second
-	}
-	return 3 * time.Second
-}
-
-// maxLines bounds what a component may log over an outage: a few lines at
-// its start, then, for each kind of message that keeps coming, one summary
-// per 10 s (logthrottle), where it used to log thousands a second.
-func maxLines() int { return 10 + 5*int(outage()/(10*time.Second)) }
 
 // put puts events named prefix0..prefixN-1 into the sink's channel.
 func put(t *testing.T, pl *sourcetest.Pipeline, prefix string, n int) {
@@ -42,15 +27,6 @@ func put(t *testing.T, pl *sourcetest.Pipeline, prefix string, n int) {
 	if err := pl.Processor.Process(context.Background(), evs); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// healthOf is x's Health, or, for a component that does not report its
-// health, a func that says so (so that a test checks the rest regardless).
-func healthOf(x any) func() error {
-	if h, ok := x.(flow.HealthReporter); ok {
-		return h.Health
-	}
-	return func() error { return fmt.Errorf("%T does not report its health (flow.HealthReporter)", x) }
 }
 
 // runSink drives the sink with the agent's SinkRunner (its backoff after
@@ -74,7 +50,7 @@ func TestSinkTopicRecreated(t *testing.T) {
 	pl := sourcetest.NewPipeline(t, 10000, 1000, 100*time.Millisecond)
 	s, reg := newSinkLog(t, kc, pl, map[string]string{"kafka.topic": "re", "healthGraceMillis": "1000"}, logs.Logger())
 	runSink(t, s, logs.Logger())
-	health := healthOf(s)
+	health := testutil.HealthOf(s)
 
 	put(t, pl, "a", 100)
 	if !sourcetest.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 100 }, 10*time.Second) {
@@ -84,7 +60,7 @@ func TestSinkTopicRecreated(t *testing.T) {
 	put(t, pl, "b", 300)
 	time.Sleep(300 * time.Millisecond) // the first failures
 	cpu0, t0 := kafkatest.CPUTime(), time.Now()
-	time.Sleep(outage())
+	time.Sleep(kafkatest.Outage())
 	cpu, window := kafkatest.CPUTime()-cpu0, time.Since(t0)
 	t.Logf("topic missing: CPU %v over %v (%.1f%%)", cpu, window.Round(time.Millisecond), 100*cpu.Seconds()/window.Seconds())
 	if cpu > window/10 {
@@ -100,8 +76,8 @@ func TestSinkTopicRecreated(t *testing.T) {
 		t.Logf("health while missing: %v", err)
 	}
 
-	if n := len(logs.Lines()); n > maxLines() {
-		t.Errorf("%d log lines while the topic was missing, want at most %d:\n%s", n, maxLines(), strings.Join(logs.Lines()[:min(n, 20)], "\n"))
+	if n := len(logs.Lines()); n > kafkatest.MaxOutageLogLines() {
+		t.Errorf("%d log lines while the topic was missing, want at most %d:\n%s", n, kafkatest.MaxOutageLogLines(), strings.Join(logs.Lines()[:min(n, 20)], "\n"))
 	}
 	kc.Create(t, "re", 2)
 	back := time.Now()
@@ -126,8 +102,8 @@ func TestSinkTopicRecreated(t *testing.T) {
 	}
 	lines := logs.Lines()
 	t.Logf("%d log lines:\n%s", len(lines), strings.Join(lines, "\n"))
-	if len(lines) > maxLines() {
-		t.Errorf("%d log lines for one topic re-creation, want at most %d", len(lines), maxLines())
+	if len(lines) > kafkatest.MaxOutageLogLines() {
+		t.Errorf("%d log lines for one topic re-creation, want at most %d", len(lines), kafkatest.MaxOutageLogLines())
 	}
 }
 
@@ -142,7 +118,7 @@ func TestSinkBrokerOutageHealth(t *testing.T) {
 	s, reg := newSinkLog(t, kc, pl, map[string]string{"kafka.topic": "down", "healthGraceMillis": "1000",
 		"kafka.producer.delivery.timeout.ms": "2000"}, logs.Logger())
 	runSink(t, s, logs.Logger())
-	health := healthOf(s)
+	health := testutil.HealthOf(s)
 	put(t, pl, "a", 10)
 	if !sourcetest.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 10 }, 10*time.Second) {
 		t.Fatal("events not delivered before the outage")
@@ -161,7 +137,7 @@ func TestSinkBrokerOutageHealth(t *testing.T) {
 		t.Error("Health() stayed nil with the brokers down past the grace period")
 	}
 	t.Logf("unhealthy %v into the outage: %v", time.Since(down).Round(time.Millisecond), health())
-	time.Sleep(time.Until(down.Add(outage())))
+	time.Sleep(time.Until(down.Add(kafkatest.Outage())))
 	refused := logs.Count("unable to open connection")
 	kc.Up(t)
 	up := time.Now()
@@ -176,8 +152,8 @@ func TestSinkBrokerOutageHealth(t *testing.T) {
 	if refused < 1 {
 		t.Error("the refused connections were not logged at all")
 	}
-	if max := 2 + int(outage()/(10*time.Second)); refused > max {
-		t.Errorf("refused connections logged %d times in a %v outage, want at most %d (throttled)", refused, outage(), max)
+	if max := 2 + int(kafkatest.Outage()/(10*time.Second)); refused > max {
+		t.Errorf("refused connections logged %d times in a %v outage, want at most %d (throttled)", refused, kafkatest.Outage(), max)
 	}
 }
 

@@ -1,32 +1,16 @@
 package kafkasource
 
 import (
-	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/kafkaconf/kafkatest"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
-
-// outage is how long a test keeps a topic missing or the brokers down:
-// a few seconds by default, long with SLUICE_LONG=1.
-func outage() time.Duration {
-	if os.Getenv("SLUICE_LONG") != "" {
-		return 30 * time.Second
-	}
-	return 3 * time.Second
-}
-
-// maxLines bounds what a component may log over an outage: a few lines at
-// its start, then, for each kind of message that keeps coming, one summary
-// per 10 s (logthrottle), where it used to log thousands a second.
-func maxLines() int { return 10 + 5*int(outage()/(10*time.Second)) }
 
 // drainSet takes events from pl until it holds every body in want, or
 // timeout passes, and returns the bodies seen.
@@ -85,7 +69,7 @@ func testSourceTopicRecreated(t *testing.T, props map[string]string, missingIsUn
 	props["healthGraceMillis"] = "1000"
 	s := newSourceLog(t, kc, metrics.NewRegistry("a1"), "r1", props, logs.Logger())
 	start(t, s, pl)
-	health := healthOf(s)
+	health := testutil.HealthOf(s)
 
 	// With latest, only records written after the group joined count.
 	joined := false
@@ -104,7 +88,7 @@ func testSourceTopicRecreated(t *testing.T, props map[string]string, missingIsUn
 	kc.Delete(t, "src")
 	time.Sleep(300 * time.Millisecond)
 	cpu0, t0 := kafkatest.CPUTime(), time.Now()
-	time.Sleep(outage())
+	time.Sleep(kafkatest.Outage())
 	cpu, window := kafkatest.CPUTime()-cpu0, time.Since(t0)
 	t.Logf("topic missing: CPU %v over %v (%.1f%%)", cpu, window.Round(time.Millisecond), 100*cpu.Seconds()/window.Seconds())
 	if cpu > window/10 {
@@ -121,8 +105,8 @@ func testSourceTopicRecreated(t *testing.T, props map[string]string, missingIsUn
 		t.Logf("health while missing: %v", err)
 	}
 
-	if n := len(logs.Lines()); n > maxLines() {
-		t.Errorf("%d log lines while the topic was missing, want at most %d:\n%s", n, maxLines(), strings.Join(logs.Lines()[:min(n, 20)], "\n"))
+	if n := len(logs.Lines()); n > kafkatest.MaxOutageLogLines() {
+		t.Errorf("%d log lines while the topic was missing, want at most %d:\n%s", n, kafkatest.MaxOutageLogLines(), strings.Join(logs.Lines()[:min(n, 20)], "\n"))
 	}
 	kc.Create(t, "src", 2)
 	back := time.Now()
@@ -142,18 +126,9 @@ func testSourceTopicRecreated(t *testing.T, props map[string]string, missingIsUn
 	}
 	lines := logs.Lines()
 	t.Logf("%d log lines:\n%s", len(lines), strings.Join(lines, "\n"))
-	if len(lines) > maxLines() {
-		t.Errorf("%d log lines for one topic re-creation, want at most %d", len(lines), maxLines())
+	if len(lines) > kafkatest.MaxOutageLogLines() {
+		t.Errorf("%d log lines for one topic re-creation, want at most %d", len(lines), kafkatest.MaxOutageLogLines())
 	}
-}
-
-// healthOf is x's Health, or, for a component that does not report its
-// health, a func that says so (so that a test checks the rest regardless).
-func healthOf(x any) func() error {
-	if h, ok := x.(flow.HealthReporter); ok {
-		return h.Health
-	}
-	return func() error { return fmt.Errorf("%T does not report its health (flow.HealthReporter)", x) }
 }
 
 func bodies(from, n int) []string {
@@ -175,7 +150,7 @@ func TestSourceBrokerOutageHealth(t *testing.T) {
 		"kafka.topics": "down", "healthGraceMillis": "1000",
 	}, logs.Logger())
 	start(t, s, pl)
-	health := healthOf(s)
+	health := testutil.HealthOf(s)
 	kafkatest.Produce(t, kc.Addrs, records("down", 0, 10)...)
 	if seen := drainSet(t, pl, bodies(0, 10), 10*time.Second); len(seen) < 10 {
 		t.Fatalf("read %d of 10 records before the outage", len(seen))
@@ -194,7 +169,7 @@ func TestSourceBrokerOutageHealth(t *testing.T) {
 	}
 	t.Logf("unhealthy %v into the outage: %v", time.Since(down).Round(time.Millisecond), health())
 	cpu0, t0 := kafkatest.CPUTime(), time.Now()
-	time.Sleep(time.Until(down.Add(outage())))
+	time.Sleep(time.Until(down.Add(kafkatest.Outage())))
 	cpu, window := kafkatest.CPUTime()-cpu0, time.Since(t0)
 	t.Logf("brokers down: CPU %v over %v", cpu, window.Round(time.Millisecond))
 	if cpu > window/10 {
@@ -215,7 +190,7 @@ func TestSourceBrokerOutageHealth(t *testing.T) {
 	if refused < 1 {
 		t.Error("the refused connections were not logged at all")
 	}
-	if max := 2 + int(outage()/(10*time.Second)); refused > max {
-		t.Errorf("refused connections logged %d times in a %v outage, want at most %d (throttled)", refused, outage(), max)
+	if max := 2 + int(kafkatest.Outage()/(10*time.Second)); refused > max {
+		t.Errorf("refused connections logged %d times in a %v outage, want at most %d (throttled)", refused, kafkatest.Outage(), max)
 	}
 }
