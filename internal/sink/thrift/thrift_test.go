@@ -276,15 +276,8 @@ func TestSinkSuite(t *testing.T) {
 // startSource starts sluice's thrift source on port ("0": any) feeding dst.
 func startSource(t *testing.T, port string, dst *sourcetest.Pipeline) flow.Source {
 	t.Helper()
-	p := config.FromMap("a1.sources.r1.", map[string]string{"bind": "127.0.0.1", "port": port})
-	src, err := thriftsource.New(sourcetest.Env("r1", "thrift"), p)
-	if err != nil || p.Err() != nil {
-		t.Fatal(err, p.Err())
-	}
-	if err := src.Start(context.Background(), dst.Processor); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = src.Stop(context.Background()) })
+	src := sourcetest.New(t, thriftsource.New, sourcetest.Env("r1", "thrift"), sourcetest.Loopback(map[string]string{"port": port}))
+	sourcetest.Start(t, src, dst.Processor)
 	return src
 }
 

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 	"github.com/sluicehq/sluice/internal/testutil"
@@ -23,21 +22,9 @@ import (
 func newSourceLogged(t *testing.T, props map[string]string) (*Source, *testutil.LogBuffer) {
 	t.Helper()
 	var logs testutil.LogBuffer
-	all := map[string]string{"bind": "127.0.0.1", "port": "0"}
-	for k, v := range props {
-		all[k] = v
-	}
-	p := config.FromMap("a1.sources.r1.", all)
 	env := sourcetest.Env("r1", "http")
 	env.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	src, err := New(env, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return src.(*Source), &logs
+	return sourcetest.New(t, New, env, sourcetest.Loopback(props)).(*Source), &logs
 }
 
 func counter(s *Source, name string) int64 { return s.counters.Counter(name).Load() }

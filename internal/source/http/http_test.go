@@ -29,34 +29,12 @@ import (
 
 func newSource(t *testing.T, props map[string]string) *Source {
 	t.Helper()
-	all := map[string]string{"bind": "127.0.0.1", "port": "0"}
-	for k, v := range props {
-		all[k] = v
-	}
-	p := config.FromMap("a1.sources.r1.", all)
-	src, err := New(sourcetest.Env("r1", "http"), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Unused()
-	if err := p.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return src.(*Source)
+	return sourcetest.New(t, New, sourcetest.Env("r1", "http"), sourcetest.Loopback(props)).(*Source)
 }
 
 func start(t *testing.T, s flow.Source, p flow.Processor) {
 	t.Helper()
-	if err := s.Start(context.Background(), p); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	sourcetest.Start(t, s, p)
 }
 
 // send makes a request and returns the status and body.

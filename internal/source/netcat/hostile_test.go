@@ -25,22 +25,9 @@ import (
 func newTCPLogged(tb testing.TB, props map[string]string) (*Source, *testutil.LogBuffer) {
 	tb.Helper()
 	var logs testutil.LogBuffer
-	all := map[string]string{"bind": "127.0.0.1", "port": "0"}
-	for k, v := range props {
-		all[k] = v
-	}
-	p := config.FromMap("a1.sources.r1.", all)
 	env := sourcetest.Env("r1", "netcat")
 	env.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	src, err := New(env, p)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p.Unused()
-	if err := p.Err(); err != nil {
-		tb.Fatal(err)
-	}
-	return src.(*Source), &logs
+	return sourcetest.New(tb, New, env, sourcetest.Loopback(props)).(*Source), &logs
 }
 
 func counter(s *Source, name string) int64 { return s.counters.Counter(name).Load() }

@@ -24,34 +24,12 @@ import (
 
 func newTCP(tb testing.TB, props map[string]string) *Source {
 	tb.Helper()
-	all := map[string]string{"bind": "127.0.0.1", "port": "0"}
-	for k, v := range props {
-		all[k] = v
-	}
-	p := config.FromMap("a1.sources.r1.", all)
-	src, err := New(sourcetest.Env("r1", "netcat"), p)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p.Unused()
-	if err := p.Err(); err != nil {
-		tb.Fatal(err)
-	}
-	return src.(*Source)
+	return sourcetest.New(tb, New, sourcetest.Env("r1", "netcat"), sourcetest.Loopback(props)).(*Source)
 }
 
 func start(tb testing.TB, s flow.Source, p flow.Processor) {
 	tb.Helper()
-	if err := s.Start(context.Background(), p); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			tb.Errorf("stop: %v", err)
-		}
-	})
+	sourcetest.Start(tb, s, p)
 }
 
 func dial(tb testing.TB, addr net.Addr) *net.TCPConn {

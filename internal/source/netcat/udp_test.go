@@ -9,26 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 )
 
 func newUDP(t *testing.T, props map[string]string) *UDPSource {
 	t.Helper()
-	all := map[string]string{"bind": "127.0.0.1", "port": "0"}
-	for k, v := range props {
-		all[k] = v
-	}
-	p := config.FromMap("a1.sources.r1.", all)
-	src, err := NewUDP(sourcetest.Env("r1", "netcatudp"), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Unused()
-	if err := p.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return src.(*UDPSource)
+	return sourcetest.New(t, NewUDP, sourcetest.Env("r1", "netcatudp"), sourcetest.Loopback(props)).(*UDPSource)
 }
 
 func TestUDPDatagramsBecomeEvents(t *testing.T) {

@@ -15,29 +15,12 @@ import (
 
 func newSource(t *testing.T, props map[string]string) *Source {
 	t.Helper()
-	p := config.FromMap("a1.sources.r1.", props)
-	src, err := New(sourcetest.Env("r1", "seq"), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return src.(*Source)
+	return sourcetest.New(t, New, sourcetest.Env("r1", "seq"), props).(*Source)
 }
 
 func start(t *testing.T, s flow.Source, p flow.Processor) {
 	t.Helper()
-	if err := s.Start(context.Background(), p); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	sourcetest.Start(t, s, p)
 }
 
 func TestCountsToTotalEvents(t *testing.T) {

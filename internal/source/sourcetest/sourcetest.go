@@ -122,3 +122,46 @@ func Eventually(cond func() bool, timeout time.Duration) bool {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// Loopback returns props over bind 127.0.0.1 and port 0 (any free port),
+// the address a network source listens on in tests.
+func Loopback(props map[string]string) map[string]string {
+	all := map[string]string{"bind": "127.0.0.1", "port": "0"}
+	for k, v := range props {
+		all[k] = v
+	}
+	return all
+}
+
+// New builds a source named as env names it from its properties (keys
+// relative to a1.sources.NAME.) with newFn. An error, or a problem in the
+// properties (a key the source does not read included), fails the test.
+func New(tb testing.TB, newFn func(flow.Env, *config.Props) (flow.Source, error), env flow.Env, props map[string]string) flow.Source {
+	tb.Helper()
+	p := config.FromMap("a1.sources."+env.Name+".", props)
+	s, err := newFn(env, p)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.Unused()
+	if err := p.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// Start starts s putting into p, and stops it (within 5 s) when the test
+// ends.
+func Start(tb testing.TB, s flow.Source, p flow.Processor) {
+	tb.Helper()
+	if err := s.Start(context.Background(), p); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.Stop(ctx); err != nil {
+			tb.Errorf("stop: %v", err)
+		}
+	})
+}

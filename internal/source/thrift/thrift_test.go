@@ -23,38 +23,16 @@ import (
 
 func newSource(tb testing.TB, props map[string]string, log *slog.Logger) *Source {
 	tb.Helper()
-	m := map[string]string{"bind": "127.0.0.1", "port": "0"}
-	for k, v := range props {
-		m[k] = v
-	}
-	p := config.FromMap("a1.sources.r1.", m)
 	env := sourcetest.Env("r1", "thrift")
 	if log != nil {
 		env.Logger = log
 	}
-	s, err := New(env, p)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p.Unused()
-	if err := p.Err(); err != nil {
-		tb.Fatal(err)
-	}
-	return s.(*Source)
+	return sourcetest.New(tb, New, env, sourcetest.Loopback(props)).(*Source)
 }
 
 func start(tb testing.TB, s *Source, p flow.Processor) string {
 	tb.Helper()
-	if err := s.Start(context.Background(), p); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			tb.Errorf("stop: %v", err)
-		}
-	})
+	sourcetest.Start(tb, s, p)
 	return s.Addr().String()
 }
 
