@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/metrics"
 	avrosource "github.com/sluicehq/sluice/internal/source/avro"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil/sinktest"
 )
 
 // hop is an Avro source putting into channel dst, and an Avro sink taking
@@ -60,22 +61,9 @@ func newSink(t *testing.T, ch flow.Channel, port string, props map[string]string
 	for k, v := range props {
 		m[k] = v
 	}
-	p := config.FromMap("a1.sinks.k1.", m)
 	env := sourcetest.Env("k1", "avro")
 	env.Channel = ch
-	k, err := New(env, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Unused()
-	if err := p.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k.Stop(context.Background()) })
-	return k
+	return sinktest.Start(t, New, env, m)
 }
 
 func put(t *testing.T, pl *sourcetest.Pipeline, prefix string, n int) {

@@ -29,22 +29,9 @@ func newSink(t *testing.T, ch flow.Channel, addr string, props map[string]string
 	for k, v := range props {
 		m[k] = v
 	}
-	p := config.FromMap("a1.sinks.k1.", m)
 	env := sourcetest.Env("k1", "thrift")
 	env.Channel = ch
-	k, err := New(env, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Unused()
-	if err := p.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k.Stop(context.Background()) })
-	return k
+	return sinktest.Start(t, New, env, m)
 }
 
 // events returns n events with headers (one without) and text, binary and

@@ -1,4 +1,5 @@
-// Package sinktest holds the conformance suite every sink runs. It is apart
+// Package sinktest holds the conformance suite every sink runs, and Start,
+// which builds and starts a sink for a test. It is apart
 // from testutil because it builds on the memory channel, whose own tests use
 // testutil.
 package sinktest
