@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -67,7 +65,7 @@ func TestAgentCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
+	var stderr testutil.LogBuffer
 	code := make(chan int, 1)
 	go func() {
 		code <- run(ctx, []string{"agent", "-f", file, "-n", "a1", "--log-format", "json"}, nil, io.Discard, &stderr)
@@ -99,7 +97,7 @@ func TestAgentCommandStartFailure(t *testing.T) {
 	if err := os.WriteFile(file, []byte(netcatToNull(ln.Addr().(*net.TCPAddr).Port)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr testutil.LogBuffer
 	if c := run(context.Background(), []string{"agent", "-f", file, "-n", "a1"}, nil, io.Discard, &stderr); c != 1 {
 		t.Fatalf("exit %d, want 1", c)
 	}
@@ -120,7 +118,7 @@ func TestBinarySignals(t *testing.T) {
 	if err := os.WriteFile(file, []byte(netcatToNull(p1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr testutil.LogBuffer
 	cmd := exec.Command(bin, "agent", "-f", file, "-n", "a1", "--no-reload-conf")
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -153,23 +151,6 @@ func TestBinarySignals(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, stderr.String())
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestShutdownTimeoutFlag: --shutdown-timeout takes seconds, fractions too,

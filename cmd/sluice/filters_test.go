@@ -74,7 +74,7 @@ func TestConfigFiltersNeverPrintSecrets(t *testing.T) {
 
 	port := testutil.FreePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
+	var stderr testutil.LogBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"agent", "-f", file, "-n", "a1", "--log-level", "debug", "--http", fmt.Sprintf("127.0.0.1:%d", port)}, nil, io.Discard, &stderr)

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/kafkaconf/kafkatest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // testdata/seed000.properties is, verbatim, the low-latency Avro -> memory
@@ -83,7 +84,7 @@ func TestSeedConfigRuns(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
+	var stderr testutil.LogBuffer
 	code := make(chan int, 1)
 	go func() { code <- run(ctx, []string{"agent", "-f", file, "-n", "agent"}, nil, io.Discard, &stderr) }()
 	defer func() {

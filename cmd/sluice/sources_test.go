@@ -24,10 +24,10 @@ import (
 
 // startAgent runs `sluice agent args...` in process until the test ends,
 // and returns its log.
-func startAgent(t *testing.T, args ...string) (*syncBuffer, func() int) {
+func startAgent(t *testing.T, args ...string) (*testutil.LogBuffer, func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
+	var stderr testutil.LogBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, append([]string{"agent"}, args...), nil, io.Discard, &stderr) }()
 	var once sync.Once
@@ -62,7 +62,7 @@ func answers(port int) bool {
 	return err == nil && reply == "OK\n"
 }
 
-func waitFor(t *testing.T, what string, log *syncBuffer, cond func() bool) {
+func waitFor(t *testing.T, what string, log *testutil.LogBuffer, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {

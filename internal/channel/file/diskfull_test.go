@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -202,26 +201,9 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 // agent is the real sluice binary running a config.
 type agent struct {
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *testutil.LogBuffer
 	http   string // monitoring address
 	done   chan error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func startAgent(t *testing.T, conf string) *agent {
@@ -231,7 +213,7 @@ func startAgent(t *testing.T, conf string) *agent {
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a := &agent{stderr: &lockedBuffer{}, http: fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t)), done: make(chan error, 1)}
+	a := &agent{stderr: &testutil.LogBuffer{}, http: fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t)), done: make(chan error, 1)}
 	a.cmd = exec.Command(bin, "agent", "-f", file, "-n", "a1", "--http", a.http, "--no-reload-conf", "--log-format", "json")
 	a.cmd.Stderr = a.stderr
 	if err := a.cmd.Start(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // avsc (npm) is an Avro RPC implementation independent of Java's and
@@ -57,7 +58,7 @@ func avscModules(t *testing.T) (node, modules string) {
 // avscServer runs testdata/avsc_server.js and collects the events it prints.
 type avscServer struct {
 	port   string
-	stderr lockedBuffer
+	stderr testutil.LogBuffer
 	mu     sync.Mutex
 	got    []avscEvent
 }
@@ -122,25 +123,6 @@ func startAvsc(t *testing.T) *avscServer {
 		t.Fatalf("the avsc server did not start: %s", s.stderr.String())
 	}
 	return s
-}
-
-// lockedBuffer is a strings.Builder the process's stderr copier and the
-// test may use at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func (s *avscServer) events() []avscEvent {

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func newSource(t *testing.T, env flow.Env, props map[string]string) *Source {
@@ -108,28 +108,10 @@ func TestNoRestart(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination the test can read while the source writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestStderr(t *testing.T) {
 	for _, logIt := range []bool{true, false} {
 		t.Run("logStdErr="+strconv.FormatBool(logIt), func(t *testing.T) {
-			var logs syncBuffer
+			var logs testutil.LogBuffer
 			env := sourcetest.Env("r1", "exec")
 			env.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			pl := sourcetest.NewPipeline(t, 100, 100, time.Second)

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 type fixture struct {
@@ -28,30 +28,13 @@ type fixture struct {
 	props map[string]string
 	pl    *sourcetest.Pipeline
 	src   *Source
-	logs  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	logs  *testutil.LogBuffer
 }
 
 func newFixture(t *testing.T, extra map[string]string) *fixture {
 	t.Helper()
 	t.Parallel()
-	fx := &fixture{t: t, dir: t.TempDir(), logs: &syncBuffer{}}
+	fx := &fixture{t: t, dir: t.TempDir(), logs: &testutil.LogBuffer{}}
 	fx.props = map[string]string{"spoolDir": fx.dir, "pollDelay": "20"}
 	for k, v := range extra {
 		fx.props[k] = v

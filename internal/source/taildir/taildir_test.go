@@ -1,7 +1,6 @@
 package taildir
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -21,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // fixture is a taildir source over one directory, feeding a memory channel.
@@ -31,24 +30,7 @@ type fixture struct {
 	props map[string]string
 	pl    *sourcetest.Pipeline
 	src   *Source
-	logs  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	logs  *testutil.LogBuffer
 }
 
 func newFixture(t *testing.T, extra map[string]string) *fixture {
@@ -59,7 +41,7 @@ func newFixture(t *testing.T, extra map[string]string) *fixture {
 	if err := os.Mkdir(logs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	fx := &fixture{t: t, dir: logs, pos: filepath.Join(dir, "state", "pos.json"), logs: &syncBuffer{}}
+	fx := &fixture{t: t, dir: logs, pos: filepath.Join(dir, "state", "pos.json"), logs: &testutil.LogBuffer{}}
 	fx.props = map[string]string{
 		"filegroups":       "g1",
 		"filegroups.g1":    logs + `/app\.log.*`,
