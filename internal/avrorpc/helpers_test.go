@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // recorder is a Handler that keeps what it receives and replies status.
@@ -49,36 +50,7 @@ func (r *recorder) events() []event.Event {
 // goes to the returned channel.
 func serve(t testing.TB, srv *Server) (addr string, results <-chan error) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan error, 16)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				err := srv.ServeConn(ctx, c)
-				c.Close()
-				ch <- err
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		ln.Close()
-		wg.Wait()
-	})
-	return ln.Addr().String(), ch
+	return testutil.ServeConns(t, srv.ServeConn)
 }
 
 func dialRaw(t *testing.T, addr string) net.Conn {

@@ -1,10 +1,12 @@
 package testutil
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/flow"
@@ -46,4 +48,42 @@ func HealthOf(x any) func() error {
 		return h.Health
 	}
 	return func() error { return fmt.Errorf("%T does not report its health (flow.HealthReporter)", x) }
+}
+
+// ServeConns accepts connections on a loopback port and runs serve on each
+// in its own goroutine, closing the connection when serve returns and then
+// sending serve's result to results (buffered for 16). At the end of the
+// test ctx is cancelled, the listener closed and every serve waited for.
+func ServeConns(t testing.TB, serve func(ctx context.Context, c net.Conn) error) (addr string, results <-chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 16)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := serve(ctx, c)
+				c.Close()
+				ch <- err
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		ln.Close()
+		wg.Wait()
+	})
+	return ln.Addr().String(), ch
 }

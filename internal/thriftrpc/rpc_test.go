@@ -16,6 +16,7 @@ import (
 	"github.com/apache/thrift/lib/go/thrift"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/internal/thriftrpc/flume"
 )
 
@@ -53,35 +54,7 @@ func (r *recorder) got() ([]event.Event, []string) {
 // goes to the returned channel.
 func serve(t testing.TB, srv *Server) (addr string, results <-chan error) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan error, 16)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				ch <- srv.ServeConn(ctx, c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		ln.Close()
-		wg.Wait()
-	})
-	return ln.Addr().String(), ch
+	return testutil.ServeConns(t, srv.ServeConn)
 }
 
 func waitErr(t testing.TB, ch <-chan error) error {
