@@ -280,14 +280,7 @@ func TestWriterNoticesPeerClose(t *testing.T) {
 	}
 	p.waitLines(t, 0, 10)
 	close(closeFirst)
-	// Wait until the FIN reached the writer's socket: the probe sees it.
-	w.mu.Lock()
-	for w.probe() == peerOpen {
-		w.mu.Unlock()
-		time.Sleep(time.Millisecond)
-		w.mu.Lock()
-	}
-	w.mu.Unlock()
+	waitClosed(w) // the FIN reached the writer's socket
 	if err := w.Write(ctx, batch(10, 10)); err != nil {
 		t.Fatal(err)
 	}
@@ -422,16 +415,7 @@ func TestWriterNoticesPeerReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-got
-	w.mu.Lock()
-	st := w.probe()
-	for st == peerOpen {
-		w.mu.Unlock()
-		time.Sleep(time.Millisecond)
-		w.mu.Lock()
-		st = w.probe()
-	}
-	w.mu.Unlock()
-	if st != peerReset {
+	if st := waitClosed(w); st != peerReset {
 		t.Fatalf("probe says %v, want a reset", st)
 	}
 	if err := w.Write(context.Background(), batch(10, 5)); err != nil {
@@ -479,17 +463,13 @@ func TestConnectionClosedWhileIdle(t *testing.T) {
 			}
 			p.waitLines(t, 0, 10)
 			close(closeFirst)
-			w.mu.Lock()
-			for w.probe() == peerOpen { // the close reached the socket
-				w.mu.Unlock()
-				time.Sleep(time.Millisecond)
-				w.mu.Lock()
-			}
+			waitClosed(w)
 			if tc.blind {
+				w.mu.Lock()
 				lc, _ := w.conn.Current()
 				lc.probe = func() peerState { return peerOpen }
+				w.mu.Unlock()
 			}
-			w.mu.Unlock()
 			if err := w.Write(ctx, batch(10, 10)); err != nil {
 				t.Fatalf("the batch after an idle close failed: %v", err)
 			}
@@ -501,5 +481,19 @@ func TestConnectionClosedWhileIdle(t *testing.T) {
 				t.Fatalf("failed %d created %d failures %d, want 0 2 0", c.ConnectionFailed.Load(), c.ConnectionCreated.Load(), w.conn.Failures())
 			}
 		})
+	}
+}
+
+// waitClosed probes w's connection until the peer's close has reached it,
+// and returns what the probe saw first.
+func waitClosed(w *Writer) peerState {
+	for {
+		w.mu.Lock()
+		st := w.probe()
+		w.mu.Unlock()
+		if st != peerOpen {
+			return st
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
