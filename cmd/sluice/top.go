@@ -104,10 +104,11 @@ func sortRows(rows []topRow, by string, reverse bool) {
 		case "":
 			less = a.order < b.order
 		case "NAME":
-			less = a.name < b.name
+			less = a.name < b.name || (a.name == b.name && a.order < b.order)
 		default:
-			// Numbers sort largest first: what a person looks for.
-			less = a.keys[by] > b.keys[by]
+			// Numbers sort largest first, what a person looks for; ties
+			// keep the graph's order.
+			less = a.keys[by] > b.keys[by] || (a.keys[by] == b.keys[by] && a.order < b.order)
 		}
 		if reverse {
 			return !less

@@ -249,3 +249,50 @@ func TestTapThroughAgent(t *testing.T) {
 		}
 	}
 }
+
+// After a reload the page draws the new graph, and a tap on a source the
+// reload replaced keeps watching its successor of the same name.
+func TestStatusAndTapFollowReload(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a.properties")
+	nc, api := testutil.FreePort(t), testutil.FreePort(t)
+	conf := graphConf(nc, api)
+	writeConf(t, file, conf)
+	a := startAgent(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0", AllowTap: true})
+	base := "http://" + a.HTTPAddr()
+	resp, err := http.Get(base + "/api/tap?component=web&rate=1000&limit=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+
+	// web gets a third interceptor (so it is rebuilt) and a new sink k4 appears.
+	conf = strings.Replace(conf, "interceptors = ts h\n", "interceptors = ts h s\na1.sources.web.interceptors.s.type = static\na1.sources.web.interceptors.s.key = tier\na1.sources.web.interceptors.s.value = edge\n", 1)
+	conf = strings.Replace(conf, "a1.sinks = k1 k2 k3", "a1.sinks = k1 k2 k3 k4", 1) + "a1.sinks.k4.type = null\na1.sinks.k4.channel = audit\n"
+	writeConf(t, file, conf)
+	if err := a.Reload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s := getStatus(t, http.DefaultClient, base+"/api/status")
+		found := false
+		for _, e := range s.Edges {
+			found = found || (e.From == "channel/audit" && e.To == "sink/k4")
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page's graph never showed sink k4 after the reload: %+v", s.Edges)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	sendLines(t, fmt.Sprintf("127.0.0.1:%d", nc), 0, 5)
+	var l status.TapLine
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		t.Fatalf("the tap opened before the reload: %v", err)
+	}
+	if l.Headers["tier"] != "edge" {
+		t.Fatalf("tap line %+v: want an event through the reloaded source (header tier=edge)", l)
+	}
+}

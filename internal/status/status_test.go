@@ -359,3 +359,27 @@ func TestTapRequests(t *testing.T) {
 		t.Fatal("the tap still watches after its request ended")
 	}
 }
+
+// A tap outlives the server's read and write timeouts: it may wait a long
+// time for its first event.
+func TestTapOutlivesServerTimeouts(t *testing.T) {
+	a, reg, _, _, _ := testAgent()
+	s := NewSampler(a, reg, time.Second)
+	taps := flow.NewTaps()
+	srv := httptest.NewUnstartedServer(Handler(Config{Sampler: s, Taps: taps, AllowTap: true}))
+	srv.Config.ReadTimeout = 100 * time.Millisecond
+	srv.Config.WriteTimeout = 200 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/api/tap?component=r1&limit=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	time.Sleep(600 * time.Millisecond) // past both timeouts, nothing passed
+	taps.Point("source", "r1").Offer([]event.Event{{Body: []byte("late")}})
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || !strings.Contains(string(b), `"body":"late"`) {
+		t.Fatalf("tap after the server's timeouts: %q, %v", b, err)
+	}
+}

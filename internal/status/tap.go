@@ -118,9 +118,10 @@ func serveTap(w http.ResponseWriter, req *http.Request, cfg Config) {
 	}
 
 	rc := http.NewResponseController(w)
-	// A tap lasts as long as its reader wants: lift the server's read
-	// deadline (which would end the request) and extend the write deadline
-	// write by write.
+	// A tap lasts as long as its reader wants, and may wait long for its
+	// first event: lift the server's read deadline, and extend the write
+	// deadline (the server's WriteTimeout would end the stream) write by
+	// write.
 	_ = rc.SetReadDeadline(time.Time{})
 	r := cfg.Taps.Point(kind, name).Watch(rate, tapBuffer)
 	defer r.Close()
