@@ -75,3 +75,21 @@ func TestExposureWarning(t *testing.T) {
 		}
 	}
 }
+
+func TestFlumeBindingNote(t *testing.T) {
+	for _, tc := range []struct {
+		c    cli
+		addr string
+		note bool
+	}{
+		{cli{sys: map[string]string{"flume.monitoring.type": "http"}}, "127.0.0.1:41414", true},
+		{cli{sys: map[string]string{"flume.monitoring.type": "http"}, httpAddr: "0.0.0.0:41414"}, "0.0.0.0:41414", false},
+		{cli{sys: map[string]string{}, httpAddr: ":41414"}, "127.0.0.1:41414", false},
+	} {
+		var buf bytes.Buffer
+		tc.c.noteFlumeBinding(slog.New(slog.NewTextHandler(&buf, nil)), tc.addr)
+		if got := strings.Contains(buf.String(), "--http 0.0.0.0:41414"); got != tc.note {
+			t.Errorf("%+v: logged %q", tc.c, buf.String())
+		}
+	}
+}

@@ -376,6 +376,18 @@ func (c *cli) httpSecurity(opts *agent.Options) error {
 	return nil
 }
 
+// noteFlumeBinding tells a Flume user whose -Dflume.monitoring.port now
+// listens on loopback (Flume listens on every interface) how to serve other
+// hosts, once, at start.
+func (c *cli) noteFlumeBinding(log *slog.Logger, addr string) {
+	if _, ok := c.sys["flume.monitoring.type"]; !ok || c.httpAddr != "" || !isLoopback(addr) {
+		return
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	log.Info("monitoring listens on loopback only, where Flume listens on every interface; add --http 0.0.0.0:"+port+
+		" to serve other hosts (see docs/status.md for the risk and --http-user, --http-tls-cert)", "addr", addr)
+}
+
 // warnExposure says what an address that other hosts reach shows, once, at
 // start.
 func warnExposure(log *slog.Logger, o agent.Options) {
@@ -492,6 +504,7 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 		return 2
 	}
 	warnExposure(log, opts)
+	c.noteFlumeBinding(log, addr)
 	a, err := agent.New(opts)
 	if err != nil {
 		printProblems(stderr, err)
