@@ -19,7 +19,8 @@ const Usage = `usage:
 Each event carries its sequence number and send time; the report gives events
 sent, delivered, lost and duplicated, throughput, and latency P50/P90/P99/P99.9/max,
 with the agent's stage latencies (source, channel, sink, end_to_end) when it runs
-in this process.
+in this process, or its CPU seconds and peak RSS when a preset runs each agent
+as a process of its own (this binary; rsyslogd for the rsyslog row).
 
 load:
   --send T        netcat (lines over TCP; alias tcp), avro, http (JSON handler) or
@@ -39,6 +40,7 @@ receiver:
   --kafka-brokers LIST  --kafka-topic T   the cluster and topic kafka consumes; the brokers
                   "kfake" start an in-process fake Kafka (franz-go's kfake) for the run
   --drain D       how long to wait for stragglers after the last send (default 10s)
+  --rounds N      how many interleaved rounds of its rows a preset runs (its own default)
 agent in this process:
   -f FILE -n NAME  start the agent NAME of FILE first; the file may read
                   ${bench.in.port}, ${bench.out.port}, ${bench.out.dir}, ${bench.data.dir},
@@ -61,7 +63,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		send, to, receive, listen, dir, brokers, topic string
 		file, name, presetName, examples, svg          string
 		rate                                           float64
-		size, conns, count, batch                      int
+		size, conns, count, batch, rounds              int
 		duration, drain                                time.Duration
 		asJSON, quiet, list                            bool
 	)
@@ -84,6 +86,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&conns, "conns", 1, "")
 	fs.IntVar(&count, "count", 0, "")
 	fs.IntVar(&batch, "batch", 0, "")
+	fs.IntVar(&rounds, "rounds", 0, "")
 	fs.DurationVar(&duration, "duration", 0, "")
 	fs.DurationVar(&drain, "drain", 10*time.Second, "")
 	fs.BoolVar(&asJSON, "json", false, "")
@@ -142,8 +145,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			return bad("unknown preset %q; presets: %s", presetName, strings.Join(names, ", "))
 		}
+		bin, _ := os.Executable()
 		out, err = RunPreset(ctx, p, PresetOptions{
 			Examples: examples, Brokers: brokers, Progress: progress, ProgressTTY: tty, Drain: drain,
+			Binary: bin, Rounds: rounds,
 			Override: func(l *Load) {
 				if set["duration"] {
 					l.Duration, l.Count = duration, 0

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -34,7 +35,7 @@ func (o *Outcome) WriteText(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "row\tsent\tdelivered\tlost\tdup\tevents/s\tMiB/s\tmean ms\tp50\tp90\tp99\tp99.9\tmax\t")
 	for _, r := range o.Runs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Label, r.Sent, r.Received, r.Lost, r.Duplicated,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", o.label(r), r.Sent, r.Received, r.Lost, r.Duplicated,
 			r.Throughput, r.MiBps(), fmtMs(r.Mean), fmtMs(r.P50), fmtMs(r.P90), fmtMs(r.P99), fmtMs(r.P999), fmtMs(r.Max))
 	}
 	opt := func(d time.Duration) string {
@@ -62,14 +63,15 @@ func (o *Outcome) WriteText(w io.Writer) {
 			notes = append(notes, "ended early: "+r.Err.Error())
 		}
 		if len(notes) > 0 {
-			fmt.Fprintf(w, "%s: %s\n", r.Label, strings.Join(notes, "; "))
+			fmt.Fprintf(w, "%s: %s\n", o.label(r), strings.Join(notes, "; "))
 		}
 	}
+	o.writeProcess(w)
 	for _, r := range o.Runs {
 		if len(r.Stages) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "\nstages of %s (the agent's histograms; end_to_end is receipt by the source to the sink's delivery):\n", r.Label)
+		fmt.Fprintf(w, "\nstages of %s (the agent's histograms; end_to_end is receipt by the source to the sink's delivery):\n", o.label(r))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "stage\tcomponent\tcount\tmean ms\tp50\tp90\tp99\tp99.9\tmax\t")
 		for _, s := range r.Stages {
@@ -78,6 +80,104 @@ func (o *Outcome) WriteText(w io.Writer) {
 		}
 		tw.Flush()
 	}
+}
+
+// label is the run's label, with its round when the preset had several.
+func (o *Outcome) label(r *Result) string {
+	if o.Rounds > 1 && r.Round > 0 {
+		return fmt.Sprintf("%s #%d", r.Label, r.Round)
+	}
+	return r.Label
+}
+
+// CPUPerEvent is the agent's CPU time per delivered event.
+func (r *Result) CPUPerEvent() time.Duration {
+	if r.Received == 0 {
+		return 0
+	}
+	return r.CPU / time.Duration(r.Received)
+}
+
+// writeProcess prints the agents' own CPU time and peak memory (agents run
+// as processes), then each row's ratios to its base row in the same round
+// and their medians over the rounds.
+func (o *Outcome) writeProcess(w io.Writer) {
+	procs := false
+	for _, r := range o.Runs {
+		procs = procs || r.CPU > 0 || r.PeakRSS > 0
+	}
+	if !procs {
+		return
+	}
+	fmt.Fprintf(w, "\nagent processes (CPU: user+system seconds from the first send to the last delivery; RSS: peak, VmHWM):\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "row\tCPU s\tCPU µs/event\tcores\tpeak RSS MiB\t")
+	for _, r := range o.Runs {
+		cores := 0.0
+		if r.Elapsed > 0 {
+			cores = r.CPU.Seconds() / r.Elapsed.Seconds()
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.1f\t\n", o.label(r), r.CPU.Seconds(), float64(r.CPUPerEvent())/1e3, cores, float64(r.PeakRSS)/(1<<20))
+	}
+	tw.Flush()
+	type ratio struct{ thr, cpuEv, cpu, rss []float64 }
+	ratios := map[string]*ratio{}
+	var order []string
+	for _, r := range o.Runs {
+		if r.Base == "" {
+			continue
+		}
+		var base *Result
+		for _, b := range o.Runs {
+			if b.Label == r.Base && b.Round == r.Round {
+				base = b
+			}
+		}
+		if base == nil || base.Throughput == 0 || base.CPU == 0 || base.PeakRSS == 0 {
+			continue
+		}
+		k := r.Label + " / " + r.Base
+		if ratios[k] == nil {
+			ratios[k] = &ratio{}
+			order = append(order, k)
+		}
+		q := ratios[k]
+		q.thr = append(q.thr, r.Throughput/base.Throughput)
+		q.cpuEv = append(q.cpuEv, float64(r.CPUPerEvent())/float64(max(base.CPUPerEvent(), 1)))
+		q.cpu = append(q.cpu, r.CPU.Seconds()/base.CPU.Seconds())
+		q.rss = append(q.rss, float64(r.PeakRSS)/float64(base.PeakRSS))
+	}
+	if len(order) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nratios in each round (the median over the rounds in brackets):\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "rows\tthroughput\tCPU per event\tCPU\tpeak RSS\t")
+	list := func(v []float64) string {
+		parts := make([]string, len(v))
+		for i, x := range v {
+			parts[i] = strconv.FormatFloat(x, 'f', 2, 64)
+		}
+		s := strings.Join(parts, ", ")
+		if len(v) > 1 {
+			s += fmt.Sprintf(" (%.2f)", median(v))
+		}
+		return s
+	}
+	for _, k := range order {
+		q := ratios[k]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", k, list(q.thr), list(q.cpuEv), list(q.cpu), list(q.rss))
+	}
+	tw.Flush()
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // MiBps is the delivered body bytes per second (lines count their
@@ -151,6 +251,9 @@ type (
 		Throughput   float64     `json:"throughput_eps"`
 		MiBps        float64     `json:"throughput_mibps"`
 		MaxSendLagMs float64     `json:"max_send_lag_ms"`
+		Round        int         `json:"round,omitempty"`
+		CPUSeconds   float64     `json:"cpu_s,omitempty"`
+		PeakRSSBytes int64       `json:"peak_rss_bytes,omitempty"`
 		LatencyMs    jsonLatency `json:"latency_ms"`
 		Stages       []jsonStage `json:"stages,omitempty"`
 		Error        string      `json:"error,omitempty"`
@@ -187,7 +290,7 @@ func (o *Outcome) WriteJSON(w io.Writer) error {
 			Load: jsonLoad{Transport: r.Load.Transport, Rate: r.Load.Rate, Size: r.Load.Size, Conns: r.Load.Conns,
 				Count: r.Load.Count, DurationS: r.Load.Duration.Seconds(), Batch: r.Load.Batch},
 			Sent: r.Sent, Delivered: r.Received, Lost: r.Lost, Duplicated: r.Duplicated, Malformed: r.Malformed,
-			Retries: r.Retries, ElapsedS: r.Elapsed.Seconds(), Throughput: r.Throughput, MiBps: r.MiBps(), MaxSendLagMs: ms(r.MaxLag),
+			Retries: r.Retries, Round: r.Round, CPUSeconds: r.CPU.Seconds(), PeakRSSBytes: r.PeakRSS, ElapsedS: r.Elapsed.Seconds(), Throughput: r.Throughput, MiBps: r.MiBps(), MaxSendLagMs: ms(r.MaxLag),
 			LatencyMs: jsonLatency{ms(r.Mean), ms(r.P50), ms(r.P90), ms(r.P99), ms(r.P999), ms(r.Max)},
 		}
 		for _, s := range r.Stages {

@@ -30,6 +30,11 @@ type PresetRun struct {
 	Config  string // file name in the examples directory; "" sends straight to the receiver (the floor)
 	Load    Load
 	Receive Receive
+	// Peer runs another agent (PeerRsyslog) instead of Config's.
+	Peer string
+	// Base, when set, is the Label of the row this one is compared with
+	// (throughput and CPU ratios, per round).
+	Base string
 }
 
 // Preset reproduces one of the articles' tests with one command.
@@ -41,7 +46,16 @@ type Preset struct {
 	// (the floor beside the pipeline).
 	Runs     []PresetRun
 	Together bool
-	Anchors  []Anchor
+	// Process runs each agent as a process of its own (the sluice binary
+	// running the bench, or the peer), so each row reports the agent's own
+	// CPU time and peak memory.
+	Process bool
+	// Rounds repeats the rows in turn (row 1, row 2, ..., row 1, row 2,
+	// ...): interleaved rounds, so a change in the machine's speed during
+	// the run touches every row alike, and each round's ratios compare rows
+	// measured a minute apart.
+	Rounds  int
+	Anchors []Anchor
 	// Needs names a component type the preset's configs use that a build
 	// may not have yet; its absence fails the preset with a clear message.
 	Needs []string
@@ -115,6 +129,25 @@ var Presets = []Preset{
 		},
 		Needs: []string{"channel:file"},
 	},
+	throughputPreset("file-vs-memory-roll", "file_roll", "bench-throughput-%s-roll.properties", ReceiveDir),
+	throughputPreset("file-vs-memory-tcp", "tcp", "bench-throughput-%s.properties", ReceiveTCP),
+	{
+		Name: "lowrate",
+		Title: "200 events/s of 1 KiB for 60 s, one connection: netcat -> memory | file -> tcp, and rsyslog (imtcp -> omfwd), " +
+			"each agent a process of its own: CPU seconds, peak RSS, latency",
+		Short: "netcat -> memory | file -> tcp, rsyslog",
+		Runs: []PresetRun{
+			{Label: "sluice, memory channel", Config: "bench-latency.properties",
+				Load: Load{Transport: SendNetcat, Rate: 200, Size: kib, Duration: time.Minute}, Receive: Receive{Kind: ReceiveTCP}},
+			{Label: "sluice, file channel", Config: "bench-latency-file.properties", Base: "sluice, memory channel",
+				Load: Load{Transport: SendNetcat, Rate: 200, Size: kib, Duration: time.Minute}, Receive: Receive{Kind: ReceiveTCP}},
+			{Label: "rsyslog", Peer: PeerRsyslog, Base: "sluice, memory channel",
+				Load: Load{Transport: SendNetcat, Rate: 200, Size: kib, Duration: time.Minute}, Receive: Receive{Kind: ReceiveTCP}},
+		},
+		Process: true,
+		Rounds:  1,
+		Needs:   []string{"channel:file"},
+	},
 	{
 		Name:  "avro-kafka",
 		Title: "avro -> memory -> kafka sink -> consumer, 4 connections of 1 KiB events as fast as they go",
@@ -125,6 +158,26 @@ var Presets = []Preset{
 		},
 		Needs: []string{"sink:kafka"},
 	},
+}
+
+// throughputPreset is issue 17's pair: the same flood through the memory
+// and the file channel, in interleaved rounds, each agent a process of its
+// own (sink is the sink's name; config has %s for memory or file).
+func throughputPreset(name, sink, config, recv string) Preset {
+	load := Load{Transport: SendNetcat, Size: 256, Conns: 4, Count: 1_000_000, Batch: 500}
+	return Preset{
+		Name: name,
+		Title: fmt.Sprintf("throughput, 4 connections of 256-byte lines as fast as they go: netcat -> memory | file -> %s, "+
+			"each agent a process of its own, interleaved rounds", sink),
+		Short: "netcat -> memory | file -> " + sink,
+		Runs: []PresetRun{
+			{Label: "memory channel", Config: fmt.Sprintf(config, "memory"), Load: load, Receive: Receive{Kind: recv}},
+			{Label: "file channel", Config: fmt.Sprintf(config, "file"), Load: load, Receive: Receive{Kind: recv}, Base: "memory channel"},
+		},
+		Process: true,
+		Rounds:  3,
+		Needs:   []string{"channel:file"},
+	}
 }
 
 // FindPreset returns the preset named name.
@@ -144,6 +197,7 @@ type Outcome struct {
 	Runs    []*Result
 	Anchors []Anchor
 	Date    time.Time
+	Rounds  int // rounds of interleaved rows (Result.Round)
 }
 
 // PresetOptions adjust a preset run.
@@ -160,6 +214,13 @@ type PresetOptions struct {
 	Progress    io.Writer
 	ProgressTTY bool
 	Drain       time.Duration
+	// Binary is the sluice binary a Process preset runs its agents with
+	// (the CLI passes its own executable).
+	Binary string
+	// Rounds, when positive, overrides the preset's number of rounds.
+	Rounds int
+	// Env is added to the environment of agents run as processes.
+	Env []string
 }
 
 // RunPreset runs every row of p and returns them with p's anchors.
@@ -173,10 +234,13 @@ func RunPreset(ctx context.Context, p Preset, po PresetOptions) (*Outcome, error
 			return nil, err
 		}
 	}
+	if p.Process && po.Binary == "" {
+		return nil, fmt.Errorf("bench: preset %s runs each agent as a process: it needs the sluice binary (run it with `sluice bench`)", p.Name)
+	}
 	out := &Outcome{Preset: p.Name, Title: p.Title, Anchors: p.Anchors, Date: time.Now()}
 	opts := make([]Options, len(p.Runs))
 	for i, r := range p.Runs {
-		o := Options{Label: r.Label, Load: r.Load, Receive: r.Receive, Drain: po.Drain, ProgressTTY: po.ProgressTTY}
+		o := Options{Label: r.Label, Load: r.Load, Receive: r.Receive, Drain: po.Drain, ProgressTTY: po.ProgressTTY, Peer: r.Peer}
 		if po.Override != nil {
 			po.Override(&o.Load)
 			if o.Load != r.Load {
@@ -188,8 +252,15 @@ func RunPreset(ctx context.Context, p Preset, po PresetOptions) (*Outcome, error
 		}
 		if r.Config != "" {
 			o.Agent = &AgentConfig{File: filepath.Join(dir, r.Config), Name: "a1"}
+			if p.Process {
+				o.Agent.Binary, o.Agent.Env = po.Binary, po.Env
+			}
 		}
 		opts[i] = o
+	}
+	rounds := max(p.Rounds, 1)
+	if po.Rounds > 0 {
+		rounds = po.Rounds
 	}
 	if p.Together {
 		results := make([]*Result, len(opts))
@@ -215,14 +286,18 @@ func RunPreset(ctx context.Context, p Preset, po PresetOptions) (*Outcome, error
 		out.Runs = results
 		return out, nil
 	}
-	for _, o := range opts {
-		o.Progress = po.Progress
-		res, err := Run(ctx, o)
-		if err != nil {
-			return nil, err
+	for round := 1; round <= rounds; round++ {
+		for i, o := range opts {
+			o.Progress = po.Progress
+			res, err := Run(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			res.Round, res.Base = round, p.Runs[i].Base
+			out.Runs = append(out.Runs, res)
 		}
-		out.Runs = append(out.Runs, res)
 	}
+	out.Rounds = rounds
 	return out, nil
 }
 

@@ -46,6 +46,13 @@ type AgentConfig struct {
 	File string
 	Name string
 	Sys  map[string]string
+	// Binary, when set, runs the agent as a process of its own (this
+	// sluice binary: `Binary agent -f File -n Name -D...`) instead of in
+	// the bench's process, so the run can report the agent's own CPU time
+	// and peak memory (Result.CPU, Result.PeakRSS). Env is added to its
+	// environment (GOGC=..., say).
+	Binary string
+	Env    []string
 }
 
 // Options configure one run: a load, where it comes out, and optionally the
@@ -58,6 +65,9 @@ type Options struct {
 	// the one Receive describes (the run does not close it).
 	Receiver *Receiver
 	Agent    *AgentConfig
+	// Peer, instead of Agent, runs another agent between the sender and
+	// the receiver as a process of its own: PeerRsyslog.
+	Peer string
 	// Drain is how long the run waits for the next delivery after the last
 	// send before it counts what is missing as lost. Default 10 s.
 	Drain time.Duration
@@ -90,7 +100,17 @@ type Result struct {
 	// Stages are the agent's stage latencies (source, channel, sink,
 	// end_to_end), the ones that saw events.
 	Stages []metrics.StageLatency
-	Err    error // why the run ended early, if it did
+	// CPU is the user and system CPU time the agent process used from the
+	// first send to the last delivery, and PeakRSS its peak resident set
+	// size (VmHWM) in bytes; both only for an agent run as a process
+	// (AgentConfig.Binary, or a Peer).
+	CPU     time.Duration
+	PeakRSS int64
+	// Round is the round of an interleaved preset this run belongs to, and
+	// Base the label of the row it is compared with in that round.
+	Round int
+	Base  string
+	Err   error // why the run ended early, if it did
 
 	start  time.Time
 	series []sample
@@ -106,7 +126,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		opt.Receive.Kind = ReceiveTCP
 	}
 	tmp := opt.TempDir
-	if tmp == "" && opt.Agent != nil {
+	if tmp == "" && (opt.Agent != nil || opt.Peer != "") {
 		d, err := os.MkdirTemp("", "sluice-bench-")
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
@@ -127,7 +147,46 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 
 	res := &Result{Label: opt.Label}
 	load := opt.Load
-	if opt.Agent != nil {
+	var agentProc *proc
+	if opt.Peer != "" {
+		if opt.Peer != PeerRsyslog {
+			return nil, fmt.Errorf("bench: unknown peer %q", opt.Peer)
+		}
+		port, err := pickPort()
+		if err != nil {
+			return nil, err
+		}
+		_, out, _ := net.SplitHostPort(recv.Addr())
+		if out == "" {
+			return nil, errors.New("bench: the rsyslog peer forwards over TCP: it needs the tcp receiver")
+		}
+		load.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		p, err := startRsyslog(ctx, tmp, strconv.Itoa(port), out)
+		if err != nil {
+			return nil, err
+		}
+		agentProc = p
+		res.Config = "rsyslogd " + RsyslogPath
+	} else if opt.Agent != nil && opt.Agent.Binary != "" {
+		res.Config = opt.Agent.File
+		if load.Addr == "" {
+			port, err := pickPort()
+			if err != nil {
+				return nil, err
+			}
+			sys["bench.in.port"] = strconv.Itoa(port)
+			load.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		}
+		sys["bench.data.dir"] = tmp
+		for k, v := range opt.Agent.Sys {
+			sys[k] = v
+		}
+		p, err := startSluiceProc(ctx, opt.Agent.Binary, opt.Agent, sys, tmp, load.Addr)
+		if err != nil {
+			return nil, err
+		}
+		agentProc = p
+	} else if opt.Agent != nil {
 		res.Config = opt.Agent.File
 		if load.Addr == "" {
 			port, err := pickPort()
@@ -186,6 +245,13 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	} else {
 		close(progressDone)
 	}
+	var cpu0 time.Duration
+	if agentProc != nil {
+		defer agentProc.stop()
+		if cpu0, err = procCPU(agentProc.pid()); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+	}
 	res.Err = gen.Run(ctx)
 	if opt.Receive.Kind != ReceiveNone {
 		want := gen.Sent()
@@ -193,6 +259,19 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			want -= int(u.n)
 		}
 		waitDeliveries(ctx, recv, want, opt.Drain)
+	}
+	if agentProc != nil {
+		cpu1, err := procCPU(agentProc.pid())
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		res.CPU = cpu1 - cpu0
+		if res.PeakRSS, err = procPeakRSS(agentProc.pid()); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		if err := agentProc.stop(); err != nil && res.Err == nil {
+			res.Err = err
+		}
 	}
 	close(stopProgress)
 	<-progressDone
