@@ -41,6 +41,9 @@ receiver:
                   "kfake" start an in-process fake Kafka (franz-go's kfake) for the run
   --drain D       how long to wait for stragglers after the last send (default 10s)
   --rounds N      how many interleaved rounds of its rows a preset runs (its own default)
+  --agent-binary PATH  the sluice binary a preset runs its agent processes with (default:
+                  this one), to compare builds
+  --agent-env K=V  an environment variable for the agent processes (repeatable), such as GOGC=50
 agent in this process:
   -f FILE -n NAME  start the agent NAME of FILE first; the file may read
                   ${bench.in.port}, ${bench.out.port}, ${bench.out.dir}, ${bench.data.dir},
@@ -62,6 +65,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var (
 		send, to, receive, listen, dir, brokers, topic string
 		file, name, presetName, examples, svg          string
+		agentBin                                       string
+		agentEnv                                       multiFlag
 		rate                                           float64
 		size, conns, count, batch, rounds              int
 		duration, drain                                time.Duration
@@ -87,6 +92,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&count, "count", 0, "")
 	fs.IntVar(&batch, "batch", 0, "")
 	fs.IntVar(&rounds, "rounds", 0, "")
+	fs.StringVar(&agentBin, "agent-binary", "", "")
+	fs.Var(&agentEnv, "agent-env", "")
 	fs.DurationVar(&duration, "duration", 0, "")
 	fs.DurationVar(&drain, "drain", 10*time.Second, "")
 	fs.BoolVar(&asJSON, "json", false, "")
@@ -145,10 +152,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			return bad("unknown preset %q; presets: %s", presetName, strings.Join(names, ", "))
 		}
-		bin, _ := os.Executable()
+		bin := agentBin
+		if bin == "" {
+			bin, _ = os.Executable()
+		}
 		out, err = RunPreset(ctx, p, PresetOptions{
 			Examples: examples, Brokers: brokers, Progress: progress, ProgressTTY: tty, Drain: drain,
-			Binary: bin, Rounds: rounds,
+			Binary: bin, Rounds: rounds, Env: agentEnv,
 			Override: func(l *Load) {
 				if set["duration"] {
 					l.Duration, l.Count = duration, 0
@@ -234,6 +244,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// multiFlag is a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // splitArgs splits args into flags (each with its value, if it takes one)
 // and positional arguments, leaving out -D properties.

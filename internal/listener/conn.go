@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/rawio"
 )
 
 // State is where a connection is in its protocol, which decides the
@@ -40,6 +42,10 @@ func (s State) String() string {
 type Conn struct {
 	net.Conn
 	g *Group
+	// rr and rw read and write a TCP connection with raw system calls
+	// (internal/rawio: no scheduler round per event); nil for others.
+	rr *rawio.Reader
+	rw *rawio.Writer
 
 	mu       sync.Mutex
 	state    State
@@ -51,12 +57,18 @@ type Conn struct {
 }
 
 func newConn(raw net.Conn, g *Group, now time.Time) *Conn {
-	return &Conn{Conn: raw, g: g, since: now}
+	return &Conn{Conn: raw, g: g, since: now, rr: rawio.NewReader(raw), rw: rawio.NewWriter(raw)}
 }
 
 // Read reads from the connection, counting what arrives.
 func (c *Conn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
+	var n int
+	var err error
+	if c.rr != nil {
+		n, err = c.rr.Read(p)
+	} else {
+		n, err = c.Conn.Read(p)
+	}
 	if n > 0 {
 		c.mu.Lock()
 		c.read += int64(n)
@@ -67,6 +79,14 @@ func (c *Conn) Read(p []byte) (int, error) {
 		c.mu.Unlock()
 	}
 	return n, err
+}
+
+// Write writes to the connection.
+func (c *Conn) Write(p []byte) (int, error) {
+	if c.rw != nil {
+		return c.rw.Write(p)
+	}
+	return c.Conn.Write(p)
 }
 
 // Idle says the connection is between messages: everything it sent so far

@@ -40,6 +40,11 @@ type Options struct {
 	// can inject write and sync failures; nil means OpenSegmentFile.
 	OpenSegment func(path string) (SegmentFile, error)
 
+	// LazyDelay bounds how long an AppendAsync waits for a write pass that
+	// another Append starts before the log starts one for it; default
+	// DefaultLazyDelay.
+	LazyDelay time.Duration
+
 	// noWriteback turns off starting writeback after each write pass
 	// (for measuring what it brings).
 	noWriteback bool
@@ -47,6 +52,9 @@ type Options struct {
 
 // DefaultSegmentSize is the segment size when Options.SegmentSize is 0.
 const DefaultSegmentSize = 64 << 20
+
+// DefaultLazyDelay is Options.LazyDelay's default.
+const DefaultLazyDelay = 200 * time.Millisecond
 
 const (
 	minSegmentSize = 64 << 10
@@ -152,12 +160,14 @@ type Log struct {
 	epoch      uint64      // bumped by each recovery; the syncer drops results from an older one
 	lost       []lostRange // tickets cut off by recovered failures
 	closing    bool
+	lazyArmed  bool   // lazyTimer will nudge the writer for queued AppendAsyncs
 	first      uint64 // oldest segment still present
 	openDamage []Damage
 
 	recoverReq chan chan error // to the writer, which owns the files
 
 	wake       chan struct{} // cap 1; nudges the writer
+	lazyTimer  *time.Timer   // nudges the writer LazyDelay after an AppendAsync
 	syncWake   chan struct{} // cap 1; nudges the syncer
 	writerDone chan struct{} // closed when the writer exits
 	done       chan struct{} // closed when the syncer exits
@@ -203,6 +213,9 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.OpenSegment == nil {
 		opts.OpenSegment = OpenSegmentFile
 	}
+	if opts.LazyDelay <= 0 {
+		opts.LazyDelay = DefaultLazyDelay
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("wal: create %s: %w", dir, err)
 	}
@@ -224,6 +237,13 @@ func Open(dir string, opts Options) (*Log, error) {
 		throttle:   logthrottle.New(time.Minute, 1),
 	}
 	l.cond.L = &l.mu
+	l.lazyTimer = time.AfterFunc(time.Hour, func() {
+		l.mu.Lock()
+		l.lazyArmed = false
+		l.mu.Unlock()
+		l.nudge()
+	})
+	l.lazyTimer.Stop()
 	if err := l.recover(); err != nil {
 		lock.Close()
 		return nil, err
@@ -431,19 +451,20 @@ func (l *Log) append(pos []Position, recs [][]byte) error {
 type Ticket uint64
 
 // AppendAsync queues recs as Append does but returns at once, without
-// waiting for them to be written or synced. They become durable with the
-// log's next fdatasync, which follows by itself within about one sync
-// time (no later Append is needed); a crash before it loses them.
-// WaitDurable waits for them. It suits records whose loss only repeats
-// work, such as the file channel's take records. It fails only when the
-// log has already failed or is closed; a later write or sync error sticks
-// as usual.
+// waiting for them to be written or synced, and without starting a write
+// pass of their own: they go out with the next pass another Append starts
+// (sharing its write and its fdatasync), or when WaitDurable is called for
+// them, or at the latest LazyDelay later. A crash before they are synced
+// loses them. It suits records whose loss only repeats work, such as the
+// file channel's take records: at low rates each take record then costs
+// no fdatasync of its own. It fails only when the log has already failed
+// or is closed; a later write or sync error sticks as usual.
 func (l *Log) AppendAsync(recs ...[]byte) (Ticket, error) {
 	p, err := l.frame(recs)
 	if err != nil || p == nil {
 		return 0, err
 	}
-	seq, err := l.enqueue(p, nil, len(recs), func(i int) int64 { return FrameSize(len(recs[i])) })
+	seq, err := l.enqueue(p, nil, len(recs), func(i int) int64 { return FrameSize(len(recs[i])) }, true)
 	if err != nil {
 		return 0, err
 	}
@@ -508,10 +529,19 @@ func (l *Log) AppendBatch(b *Batch, pos []Position) error {
 	return l.enqueueWait(&pending{buf: &b.buf}, pos, n, func(i int) int64 { return FrameSize(b.PayloadLen(i)) })
 }
 
+// nudge wakes the writer.
+func (l *Log) nudge() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
 // enqueue queues p's n framed records (frame(i) is the size of record i)
 // and returns its ticket without waiting. p's buffer belongs to the writer
-// until wait(ticket) returns; a pooled one it releases itself.
-func (l *Log) enqueue(p *pending, pos []Position, n int, frame func(int) int64) (uint64, error) {
+// until wait(ticket) returns; a pooled one it releases itself. A lazy one
+// does not wake the writer (see AppendAsync).
+func (l *Log) enqueue(p *pending, pos []Position, n int, frame func(int) int64, lazy bool) (uint64, error) {
 	total := int64(len(*p.buf))
 	capacity := l.opts.SegmentSize - SegmentHeaderSize
 	l.mu.Lock()
@@ -531,11 +561,16 @@ func (l *Log) enqueue(p *pending, pos []Position, n int, frame func(int) int64) 
 	l.nextSeq++
 	p.seq = l.nextSeq
 	l.queue = append(l.queue, p)
-	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
+	if lazy {
+		if !l.lazyArmed {
+			l.lazyArmed = true
+			l.lazyTimer.Reset(l.opts.LazyDelay)
+		}
+		l.mu.Unlock()
+		return p.seq, nil
 	}
+	l.mu.Unlock()
+	l.nudge()
 	return p.seq, nil
 }
 
@@ -546,6 +581,9 @@ func (l *Log) enqueue(p *pending, pos []Position, n int, frame func(int) int64) 
 func (l *Log) wait(seq uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.doneSeq < seq {
+		l.nudge() // it may be a lazy AppendAsync no pass has taken yet
+	}
 	for l.doneSeq < seq || (l.durableSeq < seq && l.err == nil) {
 		l.cond.Wait()
 	}
@@ -562,7 +600,7 @@ func (l *Log) wait(seq uint64) error {
 
 // enqueueWait is enqueue then wait, counting the Append once durable.
 func (l *Log) enqueueWait(p *pending, pos []Position, n int, frame func(int) int64) error {
-	seq, err := l.enqueue(p, pos, n, frame)
+	seq, err := l.enqueue(p, pos, n, frame, false)
 	if err == nil {
 		err = l.wait(seq)
 	}
@@ -630,9 +668,18 @@ func putBuf(bp *[]byte) {
 // written before.
 func (l *Log) runWriter() {
 	defer close(l.writerDone)
+	var recoverReply chan error // a Recover that came while Appends were queued
 	for {
 		l.mu.Lock()
 		for len(l.queue) == 0 {
+			if recoverReply != nil {
+				// The queue is settled (each Append failed): cut back now.
+				l.mu.Unlock()
+				recoverReply <- l.repair()
+				recoverReply = nil
+				l.mu.Lock()
+				continue
+			}
 			if l.closing {
 				l.mu.Unlock()
 				return
@@ -641,13 +688,26 @@ func (l *Log) runWriter() {
 			select {
 			case <-l.wake:
 			case reply := <-l.recoverReq:
-				reply <- l.repair()
+				l.mu.Lock()
+				queued := len(l.queue) > 0
+				l.mu.Unlock()
+				if !queued {
+					reply <- l.repair()
+				} else {
+					// Lazy Appends came in without waking the writer; they
+					// were placed before the cut, so settle them first.
+					recoverReply = reply
+				}
 			}
 			l.mu.Lock()
 		}
 		batch := l.queue
 		l.queue, l.spare = l.spare[:0], nil
 		failed := l.err != nil
+		if l.lazyArmed {
+			l.lazyArmed = false
+			l.lazyTimer.Stop() // whatever was lazy goes out with this pass
+		}
 		l.mu.Unlock()
 
 		var err error
@@ -1033,6 +1093,7 @@ func (l *Log) Close() error {
 	default:
 	}
 	<-l.done
+	l.lazyTimer.Stop()
 	var errs []error
 	l.seal()
 	if l.cur != nil {

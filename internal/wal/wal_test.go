@@ -698,3 +698,115 @@ func TestCheckpointFile(t *testing.T) {
 		}
 	}
 }
+
+// An AppendAsync starts no write pass and no fdatasync of its own: it goes
+// out with the next Append's, which one sync covers (issue 17: a take
+// record per event cost a second fdatasync per event at low rates).
+func TestAppendAsyncRidesTheNextAppend(t *testing.T) {
+	o := quietOpts(0)
+	o.LazyDelay = time.Hour // never, in this test
+	l := mustOpen(t, t.TempDir(), o)
+	defer l.Close()
+	first, err := l.Append([]byte("put-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := l.Stats()
+	tk, err := l.AppendAsync([]byte("take-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // an eager log would have written and synced it by now
+	if st := l.Stats(); st.Syncs != before.Syncs || st.BytesWritten != before.BytesWritten {
+		t.Fatalf("an AppendAsync alone wrote %d bytes and synced %d times; want it to wait for the next pass",
+			st.BytesWritten-before.BytesWritten, st.Syncs-before.Syncs)
+	}
+	if _, err := l.Append([]byte("put-2")); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Stats().Syncs - before.Syncs; got != 1 {
+		t.Fatalf("the AppendAsync and the Append after it took %d fdatasyncs, want 1", got)
+	}
+	if err := l.WaitDurable(tk); err != nil {
+		t.Fatal(err)
+	}
+	want := Position{first.Segment, first.Offset + FrameSize(len("put-1")) + FrameSize(len("take-1")) + FrameSize(len("put-2"))}
+	if got := l.End(); got != want {
+		t.Fatalf("End = %v, want %v (the take record before put-2)", got, want)
+	}
+}
+
+// Waiting for a lazy AppendAsync starts its pass at once, without waiting
+// for LazyDelay.
+func TestWaitDurableStartsALazyPass(t *testing.T) {
+	o := quietOpts(0)
+	o.LazyDelay = time.Hour
+	l := mustOpen(t, t.TempDir(), o)
+	defer l.Close()
+	tk, err := l.AppendAsync([]byte("take"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.WaitDurable(tk) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitDurable on a lazy AppendAsync did not return within 10 s")
+	}
+}
+
+// A Recover that arrives while lazy AppendAsyncs are queued (no pass took
+// them) settles them as failed before it cuts the log back: they were
+// placed in the failed segment.
+func TestRecoverWithLazyAppendsQueued(t *testing.T) {
+	dir := t.TempDir()
+	h := &fileHooks{}
+	o := hookedOpts(h)
+	o.LazyDelay = time.Hour
+	l := mustOpen(t, dir, o)
+	if _, err := l.Append([]byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("disk on fire")
+	hold, held := make(chan struct{}), make(chan struct{})
+	h.mu.Lock()
+	h.hold, h.held, h.failSync = hold, held, boom
+	h.mu.Unlock()
+	failed := make(chan error, 1)
+	go func() { _, err := l.Append([]byte("failing")); failed <- err }()
+	<-held // its fdatasync is under way (and will fail)
+	tk, err := l.AppendAsync([]byte("lazy, queued"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	if err := <-failed; !errors.Is(err, boom) {
+		t.Fatalf("Append = %v, want the sync failure", err)
+	}
+	h.mu.Lock()
+	h.failSync = nil
+	h.mu.Unlock()
+	if err := l.Recover(); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	if err := l.WaitDurable(tk); !errors.Is(err, boom) {
+		t.Fatalf("WaitDurable of the lazy append queued at the failure = %v, want the failure", err)
+	}
+	if _, err := l.Append([]byte("after")); err != nil {
+		t.Fatalf("Append after Recover: %v", err)
+	}
+	l.Close()
+	l = mustOpen(t, dir, quietOpts(0))
+	defer l.Close()
+	var got []string
+	for _, r := range readAll(t, l, Position{Segment: 1, Offset: SegmentHeaderSize}) {
+		got = append(got, string(r.b))
+	}
+	if fmt.Sprint(got) != "[kept after]" {
+		t.Fatalf("after reopen: %q", got)
+	}
+}

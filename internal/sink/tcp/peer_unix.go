@@ -5,6 +5,8 @@ package tcpsink
 import (
 	"net"
 	"syscall"
+
+	"github.com/sluicehq/sluice/internal/rawio"
 )
 
 // peerClosed returns a function that reports, without blocking, whether the
@@ -19,7 +21,13 @@ func peerClosed(c *net.TCPConn) func() peerState {
 	var st peerState
 	probe := func(fd uintptr) bool {
 		for {
-			n, _, err := syscall.Recvfrom(int(fd), buf, syscall.MSG_DONTWAIT)
+			var n int
+			var err error
+			if rawio.Enabled() {
+				n, err = rawio.Recv(fd, buf) // a raw call: no scheduler round per batch
+			} else {
+				n, _, err = syscall.Recvfrom(int(fd), buf, syscall.MSG_DONTWAIT)
+			}
 			switch {
 			case err == syscall.EINTR:
 				continue

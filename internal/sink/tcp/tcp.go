@@ -40,6 +40,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/rawio"
 )
 
 const (
@@ -149,7 +150,11 @@ func (w *Writer) dial(ctx context.Context) (*lineConn, error) {
 	if w.onDial != nil {
 		w.onDial(tc)
 	}
-	w.bw.Reset(tc)
+	if rw := rawio.NewWriter(tc); rw != nil {
+		w.bw.Reset(rw) // no scheduler round per batch (internal/rawio)
+	} else {
+		w.bw.Reset(tc)
+	}
 	return &lineConn{TCPConn: tc, probe: peerClosed(tc), bw: w.bw}, nil
 }
 

@@ -1,0 +1,6 @@
+//go:build race
+
+package rawio
+
+// raceEnabled: see useRaw.
+const raceEnabled = true
