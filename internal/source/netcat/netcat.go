@@ -34,6 +34,14 @@ import (
 
 const (
 	minReadBuffer = 64 << 10
+	// maxReadBuffer bounds the large read buffer a batchSize asks for.
+	// A batch is what one read brought in, so a larger buffer means fewer,
+	// larger commits: with the file channel each commit waits for an
+	// fdatasync, and 256 KiB (about 1000 lines of 256 bytes) instead of
+	// 64 KiB doubled its throughput end to end (issue 17).
+	maxReadBuffer = 256 << 10
+	// lineGuess is the line length the buffer is sized for.
+	lineGuess = 256
 	// Retry pacing while the channel is full. The channel itself already
 	// waits up to its keep-alive before refusing a put, so these are short.
 	minFullBackoff = 10 * time.Millisecond
@@ -112,6 +120,9 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 		p.Errorf(listener.DashNames.MaxBytesInFlight, "%d bytes cannot hold one line of max-line-length %d (up to %d bytes); raise it or lower max-line-length",
 			s.maxInFlight, s.maxLine, s.bigBufs.Size())
 	}
+	// Room for a batch of batchSize lines of about 256 bytes, up to
+	// 256 KiB, as far as the budget allows.
+	s.bigSize = max(s.bigSize, int(min(int64(min(maxReadBuffer, s.batchSize*lineGuess)), s.maxInFlight)))
 	checkUTF8(p, "encoding")
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,

@@ -426,3 +426,63 @@ func TestRetryRebuildsEvents(t *testing.T) {
 		t.Fatalf("got %q, want each line once, marked once", got)
 	}
 }
+
+// batchProc records the size of each batch; the first Process waits for
+// release, so the lines sent meanwhile pile up in the socket.
+type batchProc struct {
+	mu      sync.Mutex
+	sizes   []int
+	total   int
+	release chan struct{}
+	first   chan struct{}
+}
+
+func (p *batchProc) Process(_ context.Context, evs []event.Event) error {
+	p.mu.Lock()
+	n := len(p.sizes)
+	p.sizes = append(p.sizes, len(evs))
+	p.total += len(evs)
+	p.mu.Unlock()
+	if n == 0 {
+		close(p.first)
+		<-p.release
+	}
+	return nil
+}
+
+// With batchSize 1000 the connection's large read buffer holds a batch of
+// 1000 lines of 256 bytes (256 KiB), so lines that are already waiting go
+// into one commit, not four: each commit to a file channel waits for an
+// fdatasync (issue 17). A 64 KiB buffer holds at most 256 such lines.
+func TestReadBufferFitsTheBatch(t *testing.T) {
+	s := newTCP(t, map[string]string{"batchSize": "1000", "ack-every-event": "false"})
+	p := &batchProc{release: make(chan struct{}), first: make(chan struct{})}
+	start(t, s, p)
+	c := dial(t, s.Addr())
+	if _, err := c.Write([]byte("first\n")); err != nil {
+		t.Fatal(err)
+	}
+	<-p.first // the handler is busy with the first line
+	const lines = 3000
+	line := strings.Repeat("x", 255) + "\n"
+	if _, err := c.Write([]byte(strings.Repeat(line, lines))); err != nil {
+		t.Fatal(err)
+	}
+	close(p.release)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		total, sizes := p.total, slices.Clone(p.sizes)
+		p.mu.Unlock()
+		if total == lines+1 {
+			if m := slices.Max(sizes); m <= 256 {
+				t.Fatalf("largest batch %d lines of 256 bytes (batches %v); want one read to hold more than 64 KiB", m, sizes)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d of %d lines", total, lines+1)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
