@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every figure in docs/PERFORMANCE.md: runs each `sluice bench`
 # preset and every opt-in performance test (SLUICE_PERF=1), and prints their
-# tables. Takes about 20 minutes (the 10-minute latency preset is most of it).
+# tables. Takes about 30 minutes (the 10-minute latency preset is most of it).
 #
 #   scripts/perf.sh            everything
 #   scripts/perf.sh --quick    the 30 s latency preset instead of the 10-minute one
@@ -25,6 +25,16 @@ echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load average: $(cut -d
 echo "== build"
 go build -o "$bin" ./cmd/sluice || exit 1
 
+# The lowrate preset measures a private rsyslog beside sluice (its own config
+# and ports on loopback; nothing of the system's rsyslog is used or started).
+if ! [ -x /usr/sbin/rsyslogd ]; then
+  echo "== installing rsyslog (Debian) for the lowrate preset"
+  if command -v apt-get >/dev/null; then
+    (apt-get install -y -q rsyslog >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q rsyslog >/dev/null 2>&1; }) ||
+      echo "(could not install rsyslog: the lowrate preset will fail on its rsyslog row)"
+  fi
+fi
+
 preset() {
   local name=$1; shift
   echo
@@ -37,6 +47,12 @@ preset() {
 if $quick; then preset latency-200-short; else preset latency-200; fi
 preset latency-200-avro-short
 preset memory-vs-file
+# Issue 17: memory and file channel in interleaved rounds, each agent a
+# process of its own (CPU seconds, peak RSS, ratios); then 200 events/s for
+# 60 s through memory, file and a private rsyslog.
+preset file-vs-memory-tcp
+preset file-vs-memory-roll
+preset lowrate
 # A real cluster when given, else the in-process fake broker.
 preset avro-kafka --kafka-brokers "${KAFKA_BROKERS:-kfake}"
 
