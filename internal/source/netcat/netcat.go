@@ -115,14 +115,14 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.hygiene = listener.ReadConfig(p, listener.DashNames, listener.DefaultConfig)
 	s.maxInFlight = listener.ReadBudget(p, listener.DashNames, DefaultMaxInFlight, minReadBuffer)
 	// A line of maxLine UTF-16 units takes at most 3 bytes per unit in UTF-8.
-	s.bigBufs = listener.NewBigBuffers(max(minReadBuffer, 3*s.maxLine+8))
-	if int64(s.bigBufs.Size()) > s.maxInFlight {
+	lineBuf := max(minReadBuffer, 3*s.maxLine+8)
+	if int64(lineBuf) > s.maxInFlight {
 		p.Errorf(listener.DashNames.MaxBytesInFlight, "%d bytes cannot hold one line of max-line-length %d (up to %d bytes); raise it or lower max-line-length",
-			s.maxInFlight, s.maxLine, s.bigBufs.Size())
+			s.maxInFlight, s.maxLine, lineBuf)
 	}
-	// Room for a batch of batchSize lines of about 256 bytes, up to
+	// Room for a batch of batchSize lines of about 256 bytes too, up to
 	// 256 KiB, as far as the budget allows.
-	s.bigSize = max(s.bigSize, int(min(int64(min(maxReadBuffer, s.batchSize*lineGuess)), s.maxInFlight)))
+	s.bigBufs = listener.NewBigBuffers(max(lineBuf, int(min(int64(min(maxReadBuffer, s.batchSize*lineGuess)), s.maxInFlight))))
 	checkUTF8(p, "encoding")
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,
