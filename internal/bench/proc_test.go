@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -11,22 +12,30 @@ import (
 // purpose, and memory it touched on purpose, must show.
 func TestProcCPUAndRSS(t *testing.T) {
 	pid := os.Getpid()
-	before, err := procCPU(pid)
-	if err != nil {
-		t.Fatal(err)
+	rusage := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	start := time.Now()
+	// Burn at least 200 ms of CPU, as the kernel counts it.
+	start := rusage()
 	x := 0
-	for time.Since(start) < 300*time.Millisecond {
-		x++
+	for rusage()-start < 200*time.Millisecond {
+		for range 100000 {
+			x++
+		}
 	}
 	_ = x
-	after, err := procCPU(pid)
+	got, err := procCPU(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := after - before; d < 200*time.Millisecond || d > 5*time.Second {
-		t.Errorf("CPU time grew by %v over a 300 ms busy loop", d)
+	want := rusage()
+	// /proc counts in 10 ms ticks; getrusage to the microsecond.
+	if d := got - want; d < -50*time.Millisecond || d > 50*time.Millisecond {
+		t.Errorf("procCPU = %v, getrusage = %v", got, want)
 	}
 	const size = 64 << 20
 	b := make([]byte, size)
