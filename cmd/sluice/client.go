@@ -105,7 +105,7 @@ func (f *clientFlags) client() (*agentClient, error) {
 			pass, _, _ = strings.Cut(string(b), "\n")
 			pass, ok = strings.TrimRight(pass, "\r"), true
 		}
-		if !ok {
+		if !ok || pass == "" {
 			return nil, errors.New("--http-user needs a password: --http-password-file FILE, or SLUICE_HTTP_PASSWORD in the environment")
 		}
 		c.user, c.pass = f.user, pass

@@ -109,6 +109,19 @@ func startAgent(t *testing.T, extra ...string) *runningAgent {
 // ${sys:webPort}, ${sys:apiPort} and ${sys:outDir} as it likes.
 func startAgentFile(t *testing.T, conf string, extra ...string) *runningAgent {
 	t.Helper()
+	return startAgentWith(t, conf, func(a *runningAgent) bool {
+		resp, err := http.Get("http://" + a.HTTP + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}, extra...)
+}
+
+// startAgentWith is startAgentFile with its own test of readiness.
+func startAgentWith(t *testing.T, conf string, ready func(*runningAgent) bool, extra ...string) *runningAgent {
+	t.Helper()
 	bin := sluiceBinary(t)
 	a := &runningAgent{
 		HTTP:    fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t)),
@@ -143,12 +156,8 @@ func startAgentFile(t *testing.T, conf string, extra ...string) *runningAgent {
 	})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get("http://" + a.HTTP + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return a
-			}
+		if ready(a) {
+			return a
 		}
 		select {
 		case <-a.stopped:
