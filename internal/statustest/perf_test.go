@@ -23,16 +23,54 @@ import (
 // agentCPU returns the CPU time the process pid has used so far.
 func agentCPU(t *testing.T, pid int) time.Duration {
 	t.Helper()
+	cpu, _, ok := procStat(pid)
+	if !ok {
+		t.Fatalf("no process %d", pid)
+	}
+	return cpu
+}
+
+// procStat returns the CPU time process pid has used and its parent.
+func procStat(pid int) (cpu time.Duration, ppid int, ok bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		t.Fatal(err)
+		return 0, 0, false
 	}
 	// The fields after the command name (in parentheses, which may hold
-	// spaces): utime and stime are the 12th and 13th, in clock ticks.
+	// spaces): ppid is the 2nd, utime and stime the 12th and 13th, in
+	// clock ticks.
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	ppid, _ = strconv.Atoi(f[1])
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // CLK_TCK is 100 on Linux
+	return time.Duration(ut+st) * 10 * time.Millisecond, ppid, true // CLK_TCK is 100 on Linux
+}
+
+// treeCPU returns the CPU time process root and its living descendants
+// have used so far (chromium: the browser, its renderers and helpers).
+func treeCPU(root int) time.Duration {
+	entries, _ := os.ReadDir("/proc")
+	parent := map[int]int{}
+	cpu := map[int]time.Duration{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if c, pp, ok := procStat(pid); ok {
+			parent[pid], cpu[pid] = pp, c
+		}
+	}
+	var total time.Duration
+	for pid, c := range cpu {
+		for p := pid; p > 1; p = parent[p] {
+			if p == root {
+				total += c
+				break
+			}
+		}
+	}
+	return total
 }
 
 // TestPerfStatusCost measures what watching costs the agent: W1 (netcat ->
@@ -46,9 +84,11 @@ func agentCPU(t *testing.T, pid int) time.Duration {
 //	poll+tap  the page's requests made by a plain client instead of chromium
 //	          (chromium itself takes CPU on this 2-core machine), and the tap
 //
-// It reports, per kind, the median lines/s and the agent's CPU per line,
-// and the ratio to alone. SLUICE_PERF=1 runs it; SLUICE_PERF_ROUNDS (5) and
-// SLUICE_PERF_LINES (1,000,000 per round) size it.
+// It reports, per kind, the median lines/s, the agent's CPU per line and
+// chromium's CPU, and the ratios to alone. SLUICE_PERF=1 runs it;
+// SLUICE_PERF_ROUNDS (5) and SLUICE_PERF_LINES (1,000,000 per round) size
+// it; SLUICE_PERF_KINDS chooses the kinds ("alone page+tap poll+tap" by
+// default; page, poll and tap alone too).
 func TestPerfStatusCost(t *testing.T) {
 	testutil.RequirePerf(t)
 	bin := sluiceBinary(t)
@@ -67,13 +107,19 @@ func TestPerfStatusCost(t *testing.T) {
 		if kind == "alone" {
 			return func() {}
 		}
-		tap := exec.Command(bin, "tap", "r1", "--http", a.HTTP)
-		tap.Stdout, tap.Stderr = io.Discard, io.Discard
-		if err := tap.Start(); err != nil {
-			t.Fatal(err)
+		stopTap := func() {}
+		if strings.Contains(kind, "tap") {
+			tap := exec.Command(bin, "tap", "r1", "--http", a.HTTP)
+			tap.Stdout, tap.Stderr = io.Discard, io.Discard
+			if err := tap.Start(); err != nil {
+				t.Fatal(err)
+			}
+			stopTap = func() { _ = tap.Process.Kill(); _ = tap.Wait() }
 		}
-		var stopPage func()
-		if kind == "page+tap" {
+		stopPage := func() {}
+		switch {
+		case kind == "tap":
+		case strings.HasPrefix(kind, "page"):
 			if err := chromedp.Do(ctx, chromedp.Navigate("http://"+a.HTTP+"/")); err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +128,7 @@ func TestPerfStatusCost(t *testing.T) {
 				t.Fatal(err)
 			}
 			stopPage = func() { _ = chromedp.Do(ctx, chromedp.Navigate("about:blank")) }
-		} else {
+		default:
 			pctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			wg.Add(1)
@@ -112,24 +158,28 @@ func TestPerfStatusCost(t *testing.T) {
 		time.Sleep(time.Second) // let the watchers settle before the load
 		return func() {
 			stopPage()
-			_ = tap.Process.Kill()
-			_ = tap.Wait()
+			stopTap()
 		}
 	}
 
+	browserPID := chromedp.FromContext(ctx).Browser.Process().Pid
+
 	type result struct {
-		rate, cpuPerLine float64
+		rate, cpuPerLine, browserCores float64
 	}
 	results := map[string][]result{}
 	kinds := []string{"alone", "page+tap", "poll+tap"}
+	if k := os.Getenv("SLUICE_PERF_KINDS"); k != "" { // also: page, poll, tap alone
+		kinds = strings.Fields(k)
+	}
 	var sent uint64
-	for r := range rounds {
+	for r := -1; r < rounds; r++ { // round -1 warms up (chromium's first page, the agent's buffers): not counted
 		for i := range kinds {
-			kind := kinds[(r+i)%len(kinds)] // each kind goes first, second and last in turn
+			kind := kinds[(r+1+i)%len(kinds)] // each kind goes first, second and last in turn
 			stop := watch(kind)
 			before := dirBytes(t, a.OutDir)
 			want := before + int64(conns*perConn)*(size+1)
-			cpu0 := agentCPU(t, pid)
+			cpu0, browser0 := agentCPU(t, pid), treeCPU(browserPID)
 			start := time.Now()
 			errs := make(chan error, conns)
 			for c := range conns {
@@ -155,6 +205,7 @@ func TestPerfStatusCost(t *testing.T) {
 			}
 			elapsed := time.Since(start)
 			cpu := agentCPU(t, pid) - cpu0
+			browserCPU := treeCPU(browserPID) - browser0
 			for range conns {
 				if err := <-errs; err != nil {
 					t.Fatal(err)
@@ -165,9 +216,12 @@ func TestPerfStatusCost(t *testing.T) {
 				t.Fatalf("round %d %s: file_roll holds %d bytes, want %d", r, kind, got, want)
 			}
 			lines := float64(conns * perConn)
-			res := result{rate: lines / elapsed.Seconds(), cpuPerLine: float64(cpu.Nanoseconds()) / 1e3 / lines}
-			results[kind] = append(results[kind], res)
-			t.Logf("round %d %-9s %9.0f lines/s  agent CPU %.3f µs/line", r, kind, res.rate, res.cpuPerLine)
+			res := result{rate: lines / elapsed.Seconds(), cpuPerLine: float64(cpu.Nanoseconds()) / 1e3 / lines,
+				browserCores: browserCPU.Seconds() / elapsed.Seconds()}
+			if r >= 0 {
+				results[kind] = append(results[kind], res)
+			}
+			t.Logf("round %d %-9s %9.0f lines/s  agent CPU %.3f µs/line  chromium %.3f cores", r, kind, res.rate, res.cpuPerLine, res.browserCores)
 		}
 	}
 	median := func(kind string, f func(result) float64) float64 {
@@ -180,12 +234,27 @@ func TestPerfStatusCost(t *testing.T) {
 	}
 	rate := func(r result) float64 { return r.rate }
 	cpu := func(r result) float64 { return r.cpuPerLine }
+	browserCores := func(r result) float64 { return r.browserCores }
 	load, _ := os.ReadFile("/proc/loadavg")
 	t.Logf("medians of %d rounds of %d lines of %d B over %d connections (load average at the end: %s)",
 		rounds, conns*perConn, size, conns, strings.TrimSpace(string(load)))
+	// Rounds drift with the machine's other load, so each kind is also
+	// compared with alone in the same round (they ran seconds apart): the
+	// median of those ratios, and their range.
+	paired := func(kind string, f func(result) float64) (med, lo, hi float64) {
+		var v []float64
+		for i, r := range results[kind] {
+			v = append(v, f(r)/f(results["alone"][i]))
+		}
+		slices.Sort(v)
+		return v[len(v)/2], v[0], v[len(v)-1]
+	}
 	for _, k := range kinds {
-		t.Logf("%-9s %9.0f lines/s (%.3f of alone)  agent CPU %.3f µs/line (%.3f of alone)",
-			k, median(k, rate), median(k, rate)/median("alone", rate), median(k, cpu), median(k, cpu)/median("alone", cpu))
+		pr, prLo, prHi := paired(k, rate)
+		pc, pcLo, pcHi := paired(k, cpu)
+		t.Logf("%-9s %9.0f lines/s (%.3f of alone; in-round %.3f, %.3f-%.3f)  agent CPU %.3f µs/line (%.3f; in-round %.3f, %.3f-%.3f)  chromium %.3f cores",
+			k, median(k, rate), median(k, rate)/median("alone", rate), pr, prLo, prHi,
+			median(k, cpu), median(k, cpu)/median("alone", cpu), pc, pcLo, pcHi, median(k, browserCores))
 	}
 }
 
