@@ -2,14 +2,7 @@ package kafkaconf
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,26 +12,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/kafkaconf/kafkatest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
-
-func selfSigned(t *testing.T, dnsName string) (tls.Certificate, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: dnsName}, DNSNames: []string{dnsName},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
 
 // TestDisableTLSHostnameVerification: Flume's
 // kafka.producer.ssl.disableTLSHostnameVerification = true is honoured, not
@@ -46,8 +21,9 @@ func selfSigned(t *testing.T, dnsName string) (tls.Certificate, []byte) {
 // reached; without it, it is not; and the certificate chain is checked
 // either way (an untrusted broker is refused).
 func TestDisableTLSHostnameVerification(t *testing.T) {
-	cert, certPEM := selfSigned(t, "kafka.internal.example") // no IP: 127.0.0.1 does not match
-	_, otherPEM := selfSigned(t, "kafka.internal.example")
+	c := testutil.SelfSigned(t, "kafka.internal.example") // no IP: 127.0.0.1 does not match
+	cert, certPEM := c.TLS(), c.CertPEM()
+	otherPEM := testutil.SelfSigned(t, "kafka.internal.example").CertPEM()
 	kc := kafkatest.NewTLS(t, &tls.Config{Certificates: []tls.Certificate{cert}}, "t")
 	dir := t.TempDir()
 	trusted, untrusted := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "other.pem")

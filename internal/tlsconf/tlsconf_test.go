@@ -3,14 +3,10 @@ package tlsconf
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,29 +17,8 @@ import (
 	"software.sslmate.com/src/go-pkcs12"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
-
-func selfSigned(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key
-}
 
 func write(t *testing.T, dir, name string, data []byte) string {
 	t.Helper()
@@ -58,7 +33,8 @@ func write(t *testing.T, dir, name string, data []byte) string {
 // a client trusting a PEM truststore complete a TLS handshake.
 func TestPKCS12KeystoreAndPEMTruststore(t *testing.T) {
 	dir := t.TempDir()
-	cert, key := selfSigned(t)
+	c := testutil.SelfSigned(t, "localhost")
+	cert, key := c.X509, c.Key
 	p12, err := pkcs12.Modern.Encode(key, cert, nil, "secret")
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +59,7 @@ func TestPKCS12KeystoreAndPEMTruststore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := net.Pipe()
+	a, b := tcpPair(t)
 	defer a.Close()
 	defer b.Close()
 	errc := make(chan error, 1)
@@ -101,8 +77,9 @@ func TestPKCS12KeystoreAndPEMTruststore(t *testing.T) {
 // does), and still refuses a certificate the truststore does not vouch for.
 func TestVerifyHostname(t *testing.T) {
 	dir := t.TempDir()
-	cert, key := selfSigned(t) // names localhost
-	other, _ := selfSigned(t)
+	c := testutil.SelfSigned(t, "localhost")
+	cert, key := c.X509, c.Key
+	other := testutil.SelfSigned(t, "localhost").X509
 	ks := write(t, dir, "ks.pem", append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), pemKey(t, key)...))
 	trusted := write(t, dir, "ts.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}))
 	untrusted := write(t, dir, "other.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: other.Raw}))
@@ -131,7 +108,7 @@ func TestVerifyHostname(t *testing.T) {
 			if err != nil || cp.Err() != nil {
 				t.Fatal(err, cp.Err())
 			}
-			a, b := net.Pipe()
+			a, b := tcpPair(t)
 			defer a.Close()
 			defer b.Close()
 			go func() { _ = tls.Server(a, scfg).Handshake(); a.Close() }()
@@ -210,7 +187,8 @@ func TestServerSettingProblems(t *testing.T) {
 // one, a TLS connection whose handshake is done, and a server that does
 // not speak TLS fails the dial once ctx ends.
 func TestDial(t *testing.T) {
-	cert, key := selfSigned(t)
+	crt := testutil.SelfSigned(t, "localhost")
+	cert, key := crt.X509, crt.Key
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
 	scfg := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}}
@@ -263,4 +241,25 @@ func TestDial(t *testing.T) {
 		c.Close()
 		t.Fatal("a TLS dial to a server that does not speak TLS succeeded")
 	}
+}
+
+// tcpPair is a connected pair of loopback TCP connections, closed at the
+// end of the test. Unlike net.Pipe's they buffer, so a handshake that fails
+// on one side while the other is still writing its flight does not hang.
+func tcpPair(t *testing.T) (a, b net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	b, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err = ln.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
 }

@@ -2,18 +2,10 @@ package kafkasink
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/kafkaconf/kafkatest"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 var quiet = func() *slog.Logger {
@@ -542,25 +535,12 @@ func waitSent(t *testing.T, f *flowTest, n int64) {
 // TLS: the sink trusts the broker through a PEM truststore, and checks the
 // host name unless ssl.endpoint.identification.algorithm is empty.
 func TestSinkTLS(t *testing.T) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kafka-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cert := testutil.SelfSigned(t, "127.0.0.1")
 	ca := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+	if err := os.WriteFile(ca, cert.CertPEM(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kc := kafkatest.NewTLS(t, &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, "secure")
+	kc := kafkatest.NewTLS(t, &tls.Config{Certificates: []tls.Certificate{cert.TLS()}}, "secure")
 	for _, hostCheck := range []string{"https", ""} {
 		t.Run("algorithm="+hostCheck, func(t *testing.T) {
 			pl := sourcetest.NewPipeline(t, 100, 100, 100*time.Millisecond)

@@ -2,16 +2,10 @@ package avrosource
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func newSource(tb testing.TB, props map[string]string) *Source {
@@ -278,7 +273,8 @@ func TestIPFilter(t *testing.T) {
 
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	certPEM, keyPEM := selfSigned(t)
+	cert := testutil.SelfSigned(t, "localhost", "127.0.0.1")
+	certPEM, keyPEM := cert.CertPEM(), cert.KeyPEM()
 	ks := filepath.Join(dir, "server.pem")
 	if err := os.WriteFile(ks, append(certPEM, keyPEM...), 0o600); err != nil {
 		t.Fatal(err)
@@ -299,33 +295,6 @@ func TestTLS(t *testing.T) {
 	if _, err := plain.AppendBatch(context.Background(), batch("x", 1)); err == nil {
 		t.Fatal("a plain client was served by a TLS source")
 	}
-}
-
-func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "localhost"},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
 }
 
 // TestStopWithIdleConnections: Stop returns promptly although clients keep

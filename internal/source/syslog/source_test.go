@@ -2,16 +2,10 @@ package syslog
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -25,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // newSource builds a source of type typ (syslogtcp, syslogudp,
@@ -253,7 +248,8 @@ func TestTCPBackpressure(t *testing.T) {
 
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	certPEM, keyPEM := selfSigned(t)
+	cert := testutil.SelfSigned(t, "localhost")
+	certPEM, keyPEM := cert.CertPEM(), cert.KeyPEM()
 	ks := filepath.Join(dir, "server.pem")
 	if err := os.WriteFile(ks, append(certPEM, keyPEM...), 0o600); err != nil {
 		t.Fatal(err)
@@ -281,32 +277,6 @@ func TestTLS(t *testing.T) {
 			}
 		})
 	}
-}
-
-func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "localhost"},
-		DNSNames:     []string{"localhost"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
 }
 
 func TestMultiport(t *testing.T) {
