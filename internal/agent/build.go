@@ -107,7 +107,7 @@ func typeMessage(kind, written, typ string, known []string) string {
 	msg := fmt.Sprintf("unknown %s type %q", kind, written)
 	best, bestD := "", 3
 	for _, k := range known {
-		if d := editDistance(typ, k); d < bestD {
+		if d := config.EditDistance(typ, k); d < bestD {
 			best, bestD = k, d
 		}
 	}
@@ -138,26 +138,6 @@ func (b *builder) prepare(c *config.Component, typ string) {
 	for _, k := range sortedKeys(ignoredKeys[c.Kind+":"+typ]) {
 		c.Props.Ignored(k, ignoredKeys[c.Kind+":"+typ][k])
 	}
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := prev[j-1]
-			if a[i-1] != b[j-1] {
-				c++
-			}
-			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func (b *builder) build() *graph {

@@ -489,7 +489,7 @@ func (l *loader) classify(key, rest string, v Value) {
 	first, tail, _ := strings.Cut(rest, ".")
 	best, bestD := "", 3
 	for _, part := range listParts {
-		if d := editDistance(strings.ToLower(first), part); d < bestD {
+		if d := EditDistance(strings.ToLower(first), part); d < bestD {
 			best, bestD = part, d
 		}
 	}

@@ -359,7 +359,7 @@ func (p *Props) closest(k string) string {
 	best, bestD := "", 3
 	lk := strings.ToLower(k)
 	for u := range p.asked {
-		if d := editDistance(lk, strings.ToLower(u)); d < bestD || (d == bestD && u < best && best != "") {
+		if d := EditDistance(lk, strings.ToLower(u)); d < bestD || (d == bestD && u < best && best != "") {
 			best, bestD = u, d
 		}
 	}
@@ -375,7 +375,9 @@ func (p *Props) closest(k string) string {
 	return best
 }
 
-func editDistance(a, b string) int {
+// EditDistance is the Levenshtein distance between a and b (in bytes): the
+// measure behind every "did you mean" in a config message.
+func EditDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
