@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/metrics"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for
@@ -86,4 +87,16 @@ func ServeConns(t testing.TB, serve func(ctx context.Context, c net.Conn) error)
 		wg.Wait()
 	})
 	return ln.Addr().String(), ch
+}
+
+// Metric is the value set shows for the attribute name (a counter or a
+// gauge, as /metrics prints it), or "" when it has none.
+func Metric(set *metrics.Set, name string) string {
+	v := ""
+	set.Each(func(n, val string) {
+		if n == name {
+			v = val
+		}
+	})
+	return v
 }

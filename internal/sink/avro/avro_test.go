@@ -79,16 +79,6 @@ func put(t *testing.T, pl *sourcetest.Pipeline, prefix string, n int) {
 	}
 }
 
-func counterOf(s *metrics.Set, name string) string {
-	v := ""
-	s.Each(func(n, val string) {
-		if n == name {
-			v = val
-		}
-	})
-	return v
-}
-
 func TestHopDeliversEveryEvent(t *testing.T) {
 	for _, deflate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("deflate=%v", deflate), func(t *testing.T) {

@@ -60,15 +60,7 @@ func batch(prefix string, n int) []event.Event {
 	return out
 }
 
-func counter(s *Source, name string) string {
-	v := ""
-	s.counters.Each(func(n, val string) {
-		if n == name {
-			v = val
-		}
-	})
-	return v
-}
+func counter(s *Source, name string) string { return testutil.Metric(s.counters.Set, name) }
 
 func TestConfig(t *testing.T) {
 	tests := []struct {

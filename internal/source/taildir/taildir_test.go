@@ -646,14 +646,8 @@ func TestLongLinePieces(t *testing.T) {
 	if n := fx.src.splitLines.Load(); n != 6 {
 		t.Errorf("SplitLineCount = %d, want 6", n)
 	}
-	shown := ""
-	fx.src.counters.Each(func(name, value string) {
-		if name == "SplitLineCount" {
-			shown = value
-		}
-	})
-	if shown != "6" {
-		t.Errorf("metrics show SplitLineCount %q, want 6", shown)
+	if shown := testutil.Metric(fx.src.counters.Set, "SplitLineCount"); shown != "6" {
+		t.Errorf("metrics show SplitLineCount %q, want 6", testutil.Metric(fx.src.counters.Set, "SplitLineCount"))
 	}
 	if n := strings.Count(fx.logs.String(), "longer than maxLineLength"); n != 1 {
 		t.Errorf("%d log lines about split lines, want 1 (throttled): %s", n, fx.logs.String())

@@ -36,15 +36,7 @@ func start(tb testing.TB, s *Source, p flow.Processor) string {
 	return s.Addr().String()
 }
 
-func counter(s *Source, name string) string {
-	v := ""
-	s.counters.Each(func(n, val string) {
-		if n == name {
-			v = val
-		}
-	})
-	return v
-}
+func counter(s *Source, name string) string { return testutil.Metric(s.counters.Set, name) }
 
 func TestConfig(t *testing.T) {
 	tests := []struct {

@@ -99,11 +99,7 @@ func (f *sinkFixture) counter(name string) string {
 	var v string
 	for _, s := range f.reg.Sets() {
 		if s.Kind == metrics.KindSink && s.Name == "k1" {
-			s.Each(func(n, val string) {
-				if n == name {
-					v = val
-				}
-			})
+			v = testutil.Metric(s, name)
 		}
 	}
 	return v
