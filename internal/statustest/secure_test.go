@@ -88,23 +88,31 @@ func TestTopAndTapOverTLSWithPassword(t *testing.T) {
 	cmd.Env = append(os.Environ(), "SLUICE_HTTP_PASSWORD=s3cret")
 	tapOut := make(chan []byte, 1)
 	go func() { b, _ := cmd.CombinedOutput(); tapOut <- b }()
-	time.Sleep(500 * time.Millisecond)
 	c, err := net.Dial("tcp", a.Netcat)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Write([]byte("secret event\n")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case b := <-tapOut:
-		if !strings.Contains(string(b), `"body":"secret event"`) {
-			t.Fatalf("tap over TLS with the password printed %s", b)
+	// The tap connects when it connects (a loaded machine, a TLS
+	// handshake): send until it has printed one event.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(20 * time.Second)
+	for done := false; !done; {
+		select {
+		case b := <-tapOut:
+			if !strings.Contains(string(b), `"body":"secret event"`) {
+				t.Fatalf("tap over TLS with the password printed %s", b)
+			}
+			done = true
+		case <-tick.C:
+			if _, err := c.Write([]byte("secret event\n")); err != nil {
+				t.Fatal(err)
+			}
+		case <-timeout:
+			_ = cmd.Process.Kill()
+			t.Fatal("tap over TLS printed nothing in 20 s")
 		}
-	case <-time.After(20 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatal("tap over TLS printed nothing in 20 s")
 	}
 
 	for _, tc := range []struct {
