@@ -48,7 +48,8 @@ agent in this process:
   -f FILE -n NAME  start the agent NAME of FILE first; the file may read
                   ${bench.in.port}, ${bench.out.port}, ${bench.out.dir}, ${bench.data.dir},
                   ${bench.kafka.brokers}, ${bench.kafka.topic}
-  -DX=V           a system property for the file
+  -DX=V           a system property for the file (with a preset too: its configs read
+                  ${bench.capacity}, the channel capacity, 100000 unless given)
   --examples DIR  where presets find their configs (default: examples/ found upwards)
 output:
   --json          print the report as JSON on stdout
@@ -158,7 +159,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		out, err = RunPreset(ctx, p, PresetOptions{
 			Examples: examples, Brokers: brokers, Progress: progress, ProgressTTY: tty, Drain: drain,
-			Binary: bin, Rounds: rounds, Env: agentEnv,
+			Binary: bin, Rounds: rounds, Env: agentEnv, Sys: sys,
 			Override: func(l *Load) {
 				if set["duration"] {
 					l.Duration, l.Count = duration, 0

@@ -219,8 +219,11 @@ type PresetOptions struct {
 	Binary string
 	// Rounds, when positive, overrides the preset's number of rounds.
 	Rounds int
-	// Env is added to the environment of agents run as processes.
+	// Env is added to the environment of agents run as processes, and Sys
+	// to every agent's system properties (what its config reads with
+	// ${name}, such as bench.capacity).
 	Env []string
+	Sys map[string]string
 }
 
 // RunPreset runs every row of p and returns them with p's anchors.
@@ -251,7 +254,7 @@ func RunPreset(ctx context.Context, p Preset, po PresetOptions) (*Outcome, error
 			o.Receive.Brokers = po.Brokers
 		}
 		if r.Config != "" {
-			o.Agent = &AgentConfig{File: filepath.Join(dir, r.Config), Name: "a1"}
+			o.Agent = &AgentConfig{File: filepath.Join(dir, r.Config), Name: "a1", Sys: po.Sys}
 			if p.Process {
 				o.Agent.Binary, o.Agent.Env = po.Binary, po.Env
 			}

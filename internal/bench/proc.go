@@ -85,6 +85,45 @@ func procPeakRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
 }
 
+// procAnon returns pid's resident anonymous memory (RssAnon) in bytes:
+// the heap and stacks, without the pages of the executable that RSS also
+// counts.
+func procAnon(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/status: RssAnon: %w", pid, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no RssAnon", pid)
+}
+
+// watchAnon samples pid's RssAnon every 20 ms until stop is closed, and
+// sends the largest it saw.
+func watchAnon(pid int, stop <-chan struct{}, peak chan<- int64) {
+	var max int64
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if v, err := procAnon(pid); err == nil && v > max {
+			max = v
+		}
+		select {
+		case <-stop:
+			peak <- max
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // startProc starts cmd with its output in logPath and waits until addr
 // accepts connections (its source is listening).
 func startProc(ctx context.Context, name string, cmd *exec.Cmd, logPath, addr string) (*proc, error) {

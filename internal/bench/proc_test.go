@@ -46,8 +46,15 @@ func TestProcCPUAndRSS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	anon, err := procAnon(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	runtime.KeepAlive(b)
 	if rss < size {
 		t.Errorf("peak RSS %d bytes after touching %d bytes", rss, size)
+	}
+	if anon < size {
+		t.Errorf("anonymous RSS %d bytes while holding %d bytes", anon, size)
 	}
 }

@@ -106,6 +106,10 @@ type Result struct {
 	// (AgentConfig.Binary, or a Peer).
 	CPU     time.Duration
 	PeakRSS int64
+	// PeakAnon is the largest anonymous RSS (RssAnon: heap and stacks,
+	// not the executable's pages) seen in samples every 20 ms during the
+	// run.
+	PeakAnon int64
 	// Round is the round of an interleaved preset this run belongs to, and
 	// Base the label of the row it is compared with in that round.
 	Round int
@@ -246,11 +250,13 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		close(progressDone)
 	}
 	var cpu0 time.Duration
+	stopAnon, anon := make(chan struct{}), make(chan int64, 1)
 	if agentProc != nil {
 		defer agentProc.stop()
 		if cpu0, err = procCPU(agentProc.pid()); err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
+		go watchAnon(agentProc.pid(), stopAnon, anon)
 	}
 	res.Err = gen.Run(ctx)
 	if opt.Receive.Kind != ReceiveNone {
@@ -266,6 +272,8 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 		res.CPU = cpu1 - cpu0
+		close(stopAnon)
+		res.PeakAnon = <-anon
 		if res.PeakRSS, err = procPeakRSS(agentProc.pid()); err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}

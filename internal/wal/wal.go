@@ -704,10 +704,6 @@ func (l *Log) runWriter() {
 		batch := l.queue
 		l.queue, l.spare = l.spare[:0], nil
 		failed := l.err != nil
-		if l.lazyArmed {
-			l.lazyArmed = false
-			l.lazyTimer.Stop() // whatever was lazy goes out with this pass
-		}
 		l.mu.Unlock()
 
 		var err error
