@@ -44,6 +44,8 @@ receiver:
   --agent-binary PATH  the sluice binary a preset runs its agent processes with (default:
                   this one), to compare builds
   --agent-env K=V  an environment variable for the agent processes (repeatable), such as GOGC=50
+  --compare PATH  run each sluice row again with this sluice binary, right after, as "ROW [B]",
+                  with its ratios to ROW: two builds measured in the same run
 agent in this process:
   -f FILE -n NAME  start the agent NAME of FILE first; the file may read
                   ${bench.in.port}, ${bench.out.port}, ${bench.out.dir}, ${bench.data.dir},
@@ -66,7 +68,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var (
 		send, to, receive, listen, dir, brokers, topic string
 		file, name, presetName, examples, svg          string
-		agentBin                                       string
+		agentBin, compare                              string
 		agentEnv                                       multiFlag
 		rate                                           float64
 		size, conns, count, batch, rounds              int
@@ -94,6 +96,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&batch, "batch", 0, "")
 	fs.IntVar(&rounds, "rounds", 0, "")
 	fs.StringVar(&agentBin, "agent-binary", "", "")
+	fs.StringVar(&compare, "compare", "", "")
 	fs.Var(&agentEnv, "agent-env", "")
 	fs.DurationVar(&duration, "duration", 0, "")
 	fs.DurationVar(&drain, "drain", 10*time.Second, "")
@@ -159,7 +162,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		out, err = RunPreset(ctx, p, PresetOptions{
 			Examples: examples, Brokers: brokers, Progress: progress, ProgressTTY: tty, Drain: drain,
-			Binary: bin, Rounds: rounds, Env: agentEnv, Sys: sys,
+			Binary: bin, Rounds: rounds, Env: agentEnv, Sys: sys, Compare: compare,
 			Override: func(l *Load) {
 				if set["duration"] {
 					l.Duration, l.Count = duration, 0

@@ -217,6 +217,11 @@ type PresetOptions struct {
 	// Binary is the sluice binary a Process preset runs its agents with
 	// (the CLI passes its own executable).
 	Binary string
+	// Compare, when set, is a second sluice binary: each sluice row of a
+	// Process preset is run again with it, right after, labelled "[B]"
+	// and compared with the same row of Binary in the same round, so two
+	// builds are measured under the same conditions.
+	Compare string
 	// Rounds, when positive, overrides the preset's number of rounds.
 	Rounds int
 	// Env is added to the environment of agents run as processes, and Sys
@@ -241,6 +246,9 @@ func RunPreset(ctx context.Context, p Preset, po PresetOptions) (*Outcome, error
 		return nil, fmt.Errorf("bench: preset %s runs each agent as a process: it needs the sluice binary (run it with `sluice bench`)", p.Name)
 	}
 	out := &Outcome{Preset: p.Name, Title: p.Title, Anchors: p.Anchors, Date: time.Now()}
+	if po.Compare != "" && !p.Process {
+		return nil, fmt.Errorf("bench: preset %s runs its agent in this process; --compare needs a preset whose agents are processes", p.Name)
+	}
 	opts := make([]Options, len(p.Runs))
 	for i, r := range p.Runs {
 		o := Options{Label: r.Label, Load: r.Load, Receive: r.Receive, Drain: po.Drain, ProgressTTY: po.ProgressTTY, Peer: r.Peer}
@@ -297,6 +305,19 @@ func RunPreset(ctx context.Context, p Preset, po PresetOptions) (*Outcome, error
 				return nil, err
 			}
 			res.Round, res.Base = round, p.Runs[i].Base
+			out.Runs = append(out.Runs, res)
+			if po.Compare == "" || o.Agent == nil {
+				continue
+			}
+			b := o
+			ac := *o.Agent
+			ac.Binary = po.Compare
+			b.Agent, b.Label = &ac, o.Label+" [B]"
+			res, err = Run(ctx, b)
+			if err != nil {
+				return nil, err
+			}
+			res.Round, res.Base = round, o.Label
 			out.Runs = append(out.Runs, res)
 		}
 	}
