@@ -5,7 +5,8 @@
 // or power loss, Start replays the log from the last checkpoint and the
 // channel holds every committed event that was not taken and committed. A
 // take commit waits for the fdatasync of the take commit before it, not
-// its own, which follows within about one sync time: a crash in between
+// its own, which goes out with the next put's write and fdatasync (or when
+// the next take commit waits for it, or within 200 ms): a crash in between
 // delivers that one batch again (at least once), never loses it.
 //
 // Properties (Flume's names and defaults):
