@@ -58,6 +58,12 @@ func (g *gate) close(ctx context.Context) error {
 	if old := g.state.Or(gateClosed); old&^gateClosed == 0 {
 		g.idleOnce.Do(func() { close(g.idle) })
 	}
+	// Idle already: done, even if ctx is too (select would pick at random).
+	select {
+	case <-g.idle:
+		return nil
+	default:
+	}
 	select {
 	case <-g.idle:
 		return nil

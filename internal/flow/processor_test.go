@@ -304,6 +304,21 @@ func TestProcessorCloseGate(t *testing.T) {
 	}
 }
 
+// TestProcessorCloseIdleWithExpiredDeadline: with no put in progress, Close
+// succeeds even when its deadline has already passed (an agent whose start
+// failed stops with a deadline of now), rather than reporting a put that
+// did not finish.
+func TestProcessorCloseIdleWithExpiredDeadline(t *testing.T) {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 50 {
+		s := newProc(t, []string{"c1"}, nil, nil)
+		if err := s.proc.Close(done); err != nil {
+			t.Fatalf("Close of an idle processor with an expired deadline = %v, want nil", err)
+		}
+	}
+}
+
 // TestProcessorCloseWaitsForCommit: a put that is committing when Close is
 // called completes (its sender may be acknowledged); Close returns only
 // after it, and ctx bounds the wait.
