@@ -74,6 +74,14 @@ func TestReader(t *testing.T) {
 func TestWriter(t *testing.T) {
 	raw(t)
 	a, b := tcpPair(t)
+	// Small socket buffers, so 4 MiB cannot fit in them whatever the
+	// kernel's autotuning would allow (loopback buffers can grow past 4 MiB).
+	if err := a.SetWriteBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetReadBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
 	w := NewWriter(a)
 	if w == nil {
 		t.Fatal("no raw writer for a TCP connection")
