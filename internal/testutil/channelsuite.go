@@ -209,6 +209,26 @@ func expectCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// takeN takes n events in tx, appended to dst. A Take may return fewer than
+// it could (a Kafka channel hands out what its fetches brought so far), so
+// it takes again until n arrived or a take waited expectWait in vain.
+func takeN(t *testing.T, tx flow.Transaction, dst []event.Event, n int) []event.Event {
+	t.Helper()
+	want := len(dst) + n
+	for len(dst) < want {
+		before := len(dst)
+		var err error
+		dst, err = tx.Take(expectCtx(t), dst, want-len(dst))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dst) == before {
+			t.Fatalf("took %d of %d events in %v", len(dst)-(want-n), n, expectWait)
+		}
+	}
+	return dst
+}
+
 func (s *channelSuite) testFIFO(t *testing.T) {
 	ch := s.start(t, 100, 10)
 	before := event.Now()
@@ -248,14 +268,8 @@ func (s *channelSuite) testRollbackTakes(t *testing.T) {
 	ch := s.start(t, 100, 10)
 	mustPut(t, ch, Events("r", 10))
 	tx := ch.Begin()
-	got, err := tx.Take(expectCtx(t), nil, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err = tx.Take(expectCtx(t), got, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := takeN(t, tx, nil, 4)
+	got = takeN(t, tx, got, 3)
 	wantBodies(t, got, seq("r", 0, 7))
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
@@ -440,10 +454,7 @@ func (s *channelSuite) testTakeAppends(t *testing.T) {
 	mustPut(t, ch, Events("n", 2))
 	dst := Events("old", 1)
 	tx := ch.Begin()
-	got, err := tx.Take(expectCtx(t), dst, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := takeN(t, tx, dst, 2)
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
