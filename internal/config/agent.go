@@ -212,6 +212,10 @@ func LoadSources(srcs []Source, agentName string, lk Lookup) (*Agent, error) {
 		}
 	}
 	lk.agent = agentName
+	lk.props = map[string]string{}
+	for _, e := range all {
+		lk.props[javaTrim(e.Key)] = e.Value
+	}
 	l := &loader{file: srcs[0].Name, name: agentName, prefix: agentName + ".", lk: lk, probs: probs}
 	a := l.load(all)
 	a.Files = names
@@ -354,7 +358,7 @@ func (l *loader) load(entries []fileEntry) *Agent {
 			rest = append(rest, e)
 			continue
 		}
-		v, ok := l.value(e, Lookup{Sys: l.lk.Sys, Env: l.lk.Env, agent: l.lk.agent})
+		v, ok := l.value(e, Lookup{Sys: l.lk.Sys, Env: l.lk.Env, agent: l.lk.agent, props: l.lk.props})
 		if !ok {
 			continue
 		}

@@ -23,6 +23,10 @@ type Lookup struct {
 	// name; the loader sets both.
 	filters map[string]*filter
 	agent   string
+	// props are the configuration's own properties (every key of every
+	// source, the last one winning), which a bare ${NAME} reads first, as
+	// Flume 1.10+ does; the loader sets them.
+	props map[string]string
 }
 
 // expansion is what substituting one value found.
@@ -38,7 +42,9 @@ type expansion struct {
 //
 //	${env:NAME}       the environment variable NAME
 //	${sys:NAME}       the system property NAME (-DNAME=value)
-//	${NAME}           the system property NAME, else the environment variable
+//	${NAME}           the property NAME of the configuration (any key of
+//	                  any -f file or URI, as in Flume), else the system
+//	                  property NAME, else the environment variable
 //	${NAME:-default}  default when NAME is not set (with any of the above)
 //	$${NAME}          the literal text ${NAME}
 //
@@ -47,11 +53,13 @@ type expansion struct {
 // it is. Every reference to a variable that is not set is returned as a
 // problem message, and the reference is left in the result unexpanded.
 //
-// Flume's own bare ${NAME} looks NAME up among the other properties (or,
-// with -DpropertiesImplementation=org.apache.flume.node.EnvVarResolverProperties,
-// among the properties and then the environment); sluice looks in the
-// system properties and then the environment, which covers what such
-// configurations use in practice.
+// Flume's bare ${NAME} looks NAME up among the properties (the user guide's
+// example sets NC_PORT = 44444 in a second -f file) or, with
+// -DpropertiesImplementation=org.apache.flume.node.EnvVarResolverProperties,
+// among the properties and then the environment; sluice looks among the
+// properties, then the system properties, then the environment, so both
+// kinds of configuration run unchanged. A property's value is expanded in
+// turn.
 func (l Lookup) Substitute(value string) (string, []string) {
 	out, x := l.substitute(value)
 	return out, x.probs
@@ -170,10 +178,17 @@ func (l Lookup) resolve(name, ref string, x *expansion, depth int) (string, bool
 		v, ok = l.Sys[key]
 		missing = fmt.Sprintf("system property %s is not set; pass -D%s=value to sluice", key, key)
 	case "":
+		if raw, found := l.props[key]; found {
+			if depth >= maxNesting {
+				*probs = append(*probs, fmt.Sprintf("%s: property %s refers to properties nested too deeply (does it refer to itself?)", ref, key))
+				return "", false
+			}
+			return javaTrim(l.expand(raw, x, depth+1)), true
+		}
 		if v, ok = l.Sys[key]; !ok {
 			v, ok = l.env(key)
 		}
-		missing = fmt.Sprintf("%s is neither a system property (-D%s=value) nor an environment variable", key, key)
+		missing = fmt.Sprintf("%s is neither a property of the configuration, a system property (-D%s=value) nor an environment variable", key, key)
 	default:
 		*probs = append(*probs, fmt.Sprintf("%s: unknown lookup %q; use ${env:NAME}, ${sys:NAME} or ${NAME}", ref, kind))
 		return "", false

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -44,11 +45,43 @@ func TestSubstitute(t *testing.T) {
 	f("${NOPE:-}", "")
 	f("${env:NOPE}", "${env:NOPE}", "environment variable NOPE is not set")
 	f("${sys:nope}", "${sys:nope}", "system property nope is not set; pass -Dnope=value to sluice")
-	f("${NOPE}", "${NOPE}", "NOPE is neither a system property (-DNOPE=value) nor an environment variable")
+	f("${NOPE}", "${NOPE}", "NOPE is neither a property of the configuration, a system property (-DNOPE=value) nor an environment variable")
 	f("${env:A} ${env:B}", "${env:A} ${env:B}", "environment variable A is not set", "environment variable B is not set")
 	f("${}", "${}", "${} has no variable name")
 	f("${sys:}", "${sys:}", "${sys:} has no variable name")
 	f("${java:version}", "${java:version}", `${java:version}: unknown lookup "java"; use ${env:NAME}, ${sys:NAME} or ${NAME}`)
+}
+
+// TestSubstituteProperty: a bare ${NAME} reads the configuration's own
+// property NAME first (Flume 1.10+; the user guide sets NC_PORT = 44444 in
+// an override file), expanded in turn, then the system property, then the
+// environment; a property that refers to itself is one problem, not a hang.
+func TestSubstituteProperty(t *testing.T) {
+	lk := Lookup{
+		Sys:   map[string]string{"both": "from-sys", "port": "4141"},
+		Env:   func(name string) (string, bool) { return map[string]string{"HOST": "h1"}[name], name == "HOST" },
+		props: map[string]string{"both": " from-props ", "NC_PORT": "44444", "addr": "${HOST}:${NC_PORT}", "loop": "x${loop}", "a1.sources.r1.port": "${port}"},
+	}
+	for _, tt := range []struct{ in, want, prob string }{
+		{"${NC_PORT}", "44444", ""},
+		{"${both}", "from-props", ""}, // the property before the system property, trimmed as Flume trims values
+		{"${addr}", "h1:44444", ""},   // expanded in turn
+		{"${a1.sources.r1.port}", "4141", ""},
+		{"${port}", "4141", ""},              // no such property: the system property
+		{"${env:NC_PORT:-none}", "none", ""}, // env: and sys: do not read properties
+		{"${loop}", "${loop}", "property loop refers to properties nested too deeply"},
+	} {
+		got, probs := lk.Substitute(tt.in)
+		if got != tt.want && !(tt.prob != "" && len(probs) > 0) {
+			t.Errorf("Substitute(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		switch {
+		case tt.prob == "" && len(probs) > 0:
+			t.Errorf("Substitute(%q) problems %q", tt.in, probs)
+		case tt.prob != "" && (len(probs) != 1 || !strings.Contains(probs[0], tt.prob)):
+			t.Errorf("Substitute(%q) problems %q, want one with %q", tt.in, probs, tt.prob)
+		}
+	}
 }
 
 func TestSubstituteDeepNesting(t *testing.T) {
