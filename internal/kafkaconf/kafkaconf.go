@@ -149,13 +149,13 @@ func (s *settings) security() Security {
 	sec.TLS.Truststore = s.str("ssl.truststore.location", "")
 	sec.TLS.TruststorePassword = s.str("ssl.truststore.password", "")
 	const storeWhy = "use PKCS12 or PEM (convert a JKS store with keytool -importkeystore -srckeystore store.jks -destkeystore store.p12 -deststoretype PKCS12)"
-	sec.TLS.TruststoreType = strings.ToLower(s.oneOf("ssl.truststore.type", "JKS", storeWhy, "PKCS12", "PEM"))
+	sec.TLS.TruststoreType = strings.ToLower(s.oneOf("ssl.truststore.type", "JKS", storeWhy, "PKCS12", "PEM", "JKS"))
 	sec.Keystore = s.str("ssl.keystore.location", "")
 	sec.KeystorePassword = s.str("ssl.keystore.password", "")
 	if kp := s.str("ssl.key.password", ""); kp != "" && sec.KeystorePassword == "" {
 		sec.KeystorePassword = kp
 	}
-	sec.KeystoreType = strings.ToLower(s.oneOf("ssl.keystore.type", "JKS", storeWhy, "PKCS12", "PEM"))
+	sec.KeystoreType = strings.ToLower(s.oneOf("ssl.keystore.type", "JKS", storeWhy, "PKCS12", "PEM", "JKS"))
 	alg := s.oneOf("ssl.endpoint.identification.algorithm", "https",
 		"use https (verify the broker's host name, the default) or an empty value (do not)", "https", "")
 	sec.NoHostnameCheck = alg == ""
@@ -166,23 +166,27 @@ func (s *settings) security() Security {
 		sec.NoHostnameCheck = true
 	}
 	if tlsOn {
-		if sec.TLS.Truststore != "" && sec.TLS.TruststoreType == "jks" {
-			s.p.Errorf(s.prefix+"ssl.truststore.type", "JKS stores are not supported (JKS is Kafka's default type); %s, and set ssl.truststore.type", storeWhy)
-		}
-		if sec.Keystore != "" && sec.KeystoreType == "jks" {
-			s.p.Errorf(s.prefix+"ssl.keystore.type", "JKS stores are not supported (JKS is Kafka's default type); %s, and set ssl.keystore.type", storeWhy)
-		}
+		s.refuseJKS("ssl.truststore", sec.TLS.Truststore, sec.TLS.TruststoreType)
+		s.refuseJKS("ssl.keystore", sec.Keystore, sec.KeystoreType)
 	}
 
 	saslOn := strings.HasPrefix(sec.Protocol, "SASL_")
+	const saslWhy = "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with the user in sasl.jaas.config"
+	mechSet := s.p.Has(s.prefix + "sasl.mechanism")
 	sec.Mechanism = s.oneOf("sasl.mechanism", "GSSAPI",
-		"use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (Kerberos/GSSAPI and OAUTHBEARER are not supported)",
-		"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+		"use "+saslWhy+" (Kerberos/GSSAPI and OAUTHBEARER are not supported)",
+		"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI")
+	// Read as part of the Kerberos setting, which is refused below as one
+	// problem (Kafka ignores it with the other mechanisms).
+	s.has("sasl.kerberos.service.name")
 	jaas := s.str("sasl.jaas.config", "")
-	if saslOn {
-		if sec.Mechanism == "GSSAPI" {
-			s.p.Errorf(s.prefix+"sasl.mechanism", "security.protocol %s needs sasl.mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (Kerberos/GSSAPI, Kafka's default, is not supported)", sec.Protocol)
-		}
+	switch {
+	case !saslOn:
+	case sec.Mechanism == "GSSAPI" && mechSet:
+		s.p.Errorf(s.prefix+"sasl.mechanism", "Kerberos (GSSAPI) is not supported by sluice's Kafka client; use %s", saslWhy)
+	case sec.Mechanism == "GSSAPI":
+		s.p.Errorf(s.prefix+"security.protocol", "%s without sasl.mechanism means Kerberos (GSSAPI, Kafka's default), which sluice's Kafka client does not support; set sasl.mechanism to %s", sec.Protocol, saslWhy)
+	default:
 		for _, m := range jaasField.FindAllStringSubmatch(jaas, -1) {
 			v := strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(m[2])
 			switch m[1] {
@@ -197,6 +201,21 @@ func (s *settings) security() Security {
 		}
 	}
 	return sec
+}
+
+// refuseJKS refuses a JKS store, which Go cannot read, at the key that
+// makes it one: store.type when it is set, else store.location (JKS is
+// Kafka's default type, so a Flume config often names only the file).
+func (s *settings) refuseJKS(store, location, typ string) {
+	if location == "" || typ != "jks" {
+		return
+	}
+	const how = "convert it with keytool -importkeystore -srckeystore store.jks -destkeystore store.p12 -deststoretype PKCS12"
+	if s.p.Has(s.prefix + store + ".type") {
+		s.p.Errorf(s.prefix+store+".type", "JKS stores are not supported by sluice (Go reads PKCS12 and PEM); %s and set %s.type = PKCS12", how, store)
+		return
+	}
+	s.p.Errorf(s.prefix+store+".location", "is read as a JKS store (%s.type is not set, and JKS is Kafka's default), and JKS stores are not supported by sluice (Go reads PKCS12 and PEM); %s and set %s%s.type = PKCS12", store, how, s.prefix, store)
 }
 
 // tlsConfig loads the stores and returns the TLS configuration, or nil
