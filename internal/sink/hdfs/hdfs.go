@@ -168,7 +168,24 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 	if opt.Format.Type == sequenceFile {
 		wf := p.Enum("hdfs.writeFormat", "writable", "Writable", "Text")
 		opt.Format.TextValues = wf == "text"
-		p.MarkUsed("serializer")
+		// Flume's SequenceFile writer ignores the serializer too, so a
+		// serializer set without hdfs.fileType (the guide's avro_event
+		// examples) writes SequenceFiles there as here: say so, rather
+		// than that sluice does not read serializer.* at all.
+		keys := p.Keys("serializer.")
+		if p.Has("serializer") {
+			keys = append([]string{"serializer"}, keys...)
+		}
+		for _, k := range keys {
+			p.MarkUsed(k)
+		}
+		if len(keys) > 0 {
+			with := ""
+			if len(keys) > 1 {
+				with = ", with " + strings.Join(keys[1:], ", ")
+			}
+			p.Warnf(keys[0], "ignored%s: hdfs.fileType is SequenceFile (the default), which uses no serializer (it writes hdfs.writeFormat records, as in Flume); set hdfs.fileType = DataStream to write with the serializer", with)
+		}
 	} else {
 		opt.Format.Serializer = serializer.Parse(p, "serializer")
 		p.MarkUsed("hdfs.writeFormat")

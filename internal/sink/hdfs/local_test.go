@@ -498,6 +498,30 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// TestSerializerWithSequenceFile: a serializer set while hdfs.fileType is
+// SequenceFile (the default; the user guide's avro_event examples set no
+// fileType) is unused, as in Flume: one warning saying why and what to set,
+// not "sluice does not read it" for each serializer.* key; with DataStream
+// the same keys are read without a warning.
+func TestSerializerWithSequenceFile(t *testing.T) {
+	props := map[string]string{"hdfs.path": "/x", "serializer": "avro_event", "serializer.compressionCodec": "snappy"}
+	p := config.FromMap("a1.sinks.k1.", props)
+	New(flow.Env{Agent: "a1", Name: "k1"}, p)
+	p.Unused()
+	ps := p.Problems().Sorted()
+	if len(ps) != 1 || ps[0].Key != "a1.sinks.k1.serializer" || ps[0].Severity != config.Warning ||
+		!strings.Contains(ps[0].Msg, "with serializer.compressionCodec: hdfs.fileType is SequenceFile (the default), which uses no serializer") {
+		t.Fatalf("problems %v, want one warning about the SequenceFile", ps)
+	}
+	props["hdfs.fileType"] = "DataStream"
+	p = config.FromMap("a1.sinks.k1.", props)
+	New(flow.Env{Agent: "a1", Name: "k1"}, p)
+	p.Unused()
+	if ps := p.Problems().Sorted(); len(ps) != 0 {
+		t.Fatalf("DataStream: problems %v", ps)
+	}
+}
+
 // TestHDFSWithoutNamenode writes to an hdfs:// path where no NameNode
 // answers: batches still commit (they are durable in staging), the files
 // wait in the journal with their data, and /healthz would tell once the
