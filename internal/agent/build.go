@@ -397,7 +397,14 @@ func (b *builder) buildSources(g *graph) {
 			ics = append(ics, i)
 		}
 		var sel flow.Selector
-		if msg := missingTypeMessage("selector", c.Selector.String("type", "")); msg != "" {
+		styp := strings.TrimSpace(c.Selector.String("type", ""))
+		msg := missingTypeMessage("selector", styp)
+		if msg == "" && strings.Contains(styp, ".") && !strings.HasPrefix(strings.ToLower(styp), "org.apache.flume.channel.") {
+			// A selector class of the user's own, in the words every
+			// other plugin class gets.
+			msg = typeMessage("selector", styp, styp, []string{flow.SelectorMultiplexing, flow.SelectorReplicating})
+		}
+		if msg != "" {
 			c.Selector.Errorf("type", "%s", msg)
 			for _, k := range c.Selector.Keys("") {
 				c.Selector.MarkUsed(k)
