@@ -75,12 +75,12 @@ var userGuideCases = map[string]userGuideCase{
 	"syslog-tcp-source":                      {},
 	"multiport-syslog-tcp-source":            {},
 	"syslog-udp-source":                      {},
-	// The guide's custom handler class and two Jetty settings.
+	// The guide's custom handler class (refused) and two Jetty settings (notes).
 	"http-source": {refused: true, lines: []string{
 		`a1.sources.r1.handler: handler "org.example.rest.RestHandler" is not supported; sluice's HTTP source has only org.apache.flume.source.http.JSONHandler`,
 		"a1.sources.r1.handler.nickname: ignored: sluice does not read it",
-		"a1.sources.r1.HttpConfiguration.sendServerVersion: is a Jetty setting",
-		"a1.sources.r1.ServerConnector.idleTimeout: is a Jetty setting"}},
+		"a1.sources.r1.HttpConfiguration.sendServerVersion: ignored (not needed by sluice): a Jetty setting",
+		"a1.sources.r1.ServerConnector.idleTimeout: ignored (not needed by sluice): a Jetty setting"}},
 	"stress-source":        {refused: true, lines: []string{"StressSource " + notProvided + "s are seq or `sluice bench`"}},
 	"avro-legacy-source":   {refused: true, lines: []string{"AvroLegacySource " + notProvided + " is avro"}},
 	"thrift-legacy-source": {refused: true, lines: []string{"ThriftLegacySource " + notProvided + " is avro"}},

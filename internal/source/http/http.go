@@ -125,12 +125,19 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 		p.Errorf(listener.CamelNames.MaxBytesInFlight, "%d is less than 2.5 × maxRequestBytes (%d: the body, then its events), so the largest request could never be decoded; raise it to %d or lower maxRequestBytes",
 			s.maxInFlight, s.maxBody, need)
 	}
-	// Jetty tuning has no equivalent here; say so rather than "unknown".
-	for _, prefix := range []string{"QueuedThreadPool.", "HttpConfiguration.", "SslContextFactory.", "ServerConnector."} {
+	// Jetty's tuning has no meaning here and must not stop a Flume config
+	// from starting: a note says so. Jetty's TLS settings are refused, since
+	// running without a protocol or cipher restriction the user asked for
+	// would be weaker than their config says.
+	for _, prefix := range []string{"QueuedThreadPool.", "HttpConfiguration.", "ServerConnector."} {
 		for _, k := range p.Keys(prefix) {
 			p.MarkUsed(k)
-			p.Errorf(k, "is a Jetty setting, which sluice's HTTP source does not have; remove it")
+			p.Ignored(k, "a Jetty setting, and sluice's HTTP source is not Jetty; its own limits are maxConnections, idleTimeout, maxRequestBytes and maxBytesInFlight")
 		}
+	}
+	for _, k := range p.Keys("SslContextFactory.") {
+		p.MarkUsed(k)
+		p.Errorf(k, "is a Jetty TLS setting, which sluice cannot honour; use the source's keys include-protocols, exclude-protocols, include-cipher-suites and exclude-cipher-suites instead")
 	}
 	// Flume's HTTP source also reads three older spellings.
 	pick := func(key, old string) string {

@@ -253,6 +253,31 @@ func TestTLS(t *testing.T) {
 	}
 }
 
+// Jetty's tuning keys, common in Flume configs, start the source with a
+// note each, not an error.
+func TestJettyTuningIsANote(t *testing.T) {
+	p := config.FromMap("a1.sources.r1.", map[string]string{"port": "1",
+		"QueuedThreadPool.MaxThreads": "100", "HttpConfiguration.sendServerVersion": "false", "ServerConnector.idleTimeout": "300"})
+	if _, err := New(sourcetest.Env("r1", "http"), p); err != nil {
+		t.Fatal(err)
+	}
+	p.Unused()
+	if err := p.Err(); err != nil {
+		t.Fatalf("Jetty tuning keys refused: %v", err)
+	}
+	notes := 0
+	for _, pr := range p.Problems().List {
+		if pr.Severity != config.Note || !strings.Contains(pr.Msg, "is not Jetty") {
+			t.Errorf("unexpected problem %+v", pr)
+			continue
+		}
+		notes++
+	}
+	if notes != 3 {
+		t.Errorf("%d notes, want one per Jetty key (3)", notes)
+	}
+}
+
 func TestBadProperties(t *testing.T) {
 	tests := []struct {
 		props map[string]string
@@ -260,7 +285,7 @@ func TestBadProperties(t *testing.T) {
 	}{
 		{map[string]string{}, "a1.sources.r1.port: missing required property"},
 		{map[string]string{"port": "1", "handler": "org.apache.flume.source.http.BLOBHandler"}, "is not supported; sluice's HTTP source has only org.apache.flume.source.http.JSONHandler"},
-		{map[string]string{"port": "1", "QueuedThreadPool.MaxThreads": "10"}, "QueuedThreadPool.MaxThreads: is a Jetty setting"},
+		{map[string]string{"port": "1", "SslContextFactory.ExcludeCipherSuites": "TLS_RSA_WITH_AES_128_CBC_SHA"}, "SslContextFactory.ExcludeCipherSuites: is a Jetty TLS setting, which sluice cannot honour"},
 		{map[string]string{"port": "1", "ssl": "true", "keystore": "/x.jks"}, "JKS stores are not supported"},
 		{map[string]string{"port": "1", "ssl": "true", "keystore-type": "PEM"}, "ssl is true but no keystore is set"},
 		{map[string]string{"port": "1", "ssl": "true", "keystore": "/x", "keystore-type": "PEM", "include-protocols": "SSLv3"}, `protocol "SSLv3" is not supported`},
