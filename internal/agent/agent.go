@@ -294,7 +294,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.setState("starting")
 	if err := a.startNodes(a.g, true, true); err != nil {
 		a.setState("stopping")
-		a.stopNodes(a.g, nil, time.Now(), "start failed")
+		// The parts that did start may already hold acknowledged events
+		// (another source's): they get the drain any stop gives.
+		a.stopNodes(a.g, nil, time.Now().Add(a.opts.ShutdownTimeout), "start failed")
 		a.setState("stopped")
 		return err
 	}

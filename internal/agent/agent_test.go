@@ -437,3 +437,33 @@ func TestFailingSinkReported(t *testing.T) {
 	}
 	waitFor(t, func() bool { return a.Health() == nil })
 }
+
+// TestStartFailureReportsOnlyTheFailure: a source that cannot bind fails the
+// start; the stop that follows drains as any stop does (an empty channel at
+// once) and says nothing untrue about a shutdown deadline.
+func TestStartFailureReportsOnlyTheFailure(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	_, p, _ := net.SplitHostPort(busy.Addr().String())
+	ncPort, _ := strconv.Atoi(p)
+	file := filepath.Join(t.TempDir(), "a.properties")
+	writeConf(t, file, netcatPipeline(ncPort, testutil.FreePort(t), 1000))
+	logs := &testutil.LogBuffer{}
+	a, err := agent.New(agent.Options{Name: "a1", File: file, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if err := a.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("Start = %v, want the bind failure", err)
+	}
+	if el := time.Since(t0); el > 5*time.Second {
+		t.Errorf("a failed start with an empty channel took %v", el)
+	}
+	if n := logs.Lines("shutdown deadline"); n != 0 {
+		t.Errorf("a failed start logged %d lines about a shutdown deadline that never passed:\n%s", n, logs)
+	}
+}
