@@ -117,12 +117,31 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 		if w.opt.RequestTimeout > 0 {
 			lc.SetWriteDeadline(time.Now().Add(w.opt.RequestTimeout))
 		}
+		// A peer that stops reading blocks the write once the socket
+		// buffers are full. When ctx ends (the agent stops, or a reload
+		// stops this sink's runner) the write is cut off at once, rather
+		// than at request-timeout, so a stop keeps its deadline; the batch
+		// rolls back. The deadline is moved from the AfterFunc, and Write
+		// waits for it, so a late one cannot cut the next batch short.
+		cut := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			defer close(cut)
+			lc.SetWriteDeadline(time.Now())
+		})
+		defer func() {
+			if !stop() {
+				<-cut
+			}
+		}()
 		bw := w.bw
 		for i := range events {
 			bw.Write(events[i].Body) // errors are sticky and returned by Flush
 			bw.WriteByte('\n')
 		}
 		if err := bw.Flush(); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("tcp sink: write to %s cut off: %w (%v)", w.opt.Addr, context.Cause(ctx), err)
+			}
 			return fmt.Errorf("tcp sink: write to %s: %w", w.opt.Addr, err)
 		}
 		return nil
