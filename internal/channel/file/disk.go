@@ -122,18 +122,31 @@ func (c *Channel) refusal() error {
 	return &refusedError{msg: fmt.Sprintf("file channel %s refuses puts: %s", c.name, strings.Join(why, "; ")), cause: cause}
 }
 
+// ckFailsUnhealthy is how many checkpoints in a row must fail before the
+// channel reports itself unhealthy: one may fail for a passing reason.
+const ckFailsUnhealthy = 3
+
 // Health implements flow.HealthReporter: the reason the channel refuses
-// puts for lack of disk space or a failing disk, or nil when it takes them.
-// Takes may go on meanwhile. It reads state the watcher and the puts keep
-// up to date (free space at most a second old), so it never blocks on the
-// disk.
+// puts for lack of disk space or a failing disk, or, while puts and takes
+// work, the reason its checkpoints keep failing (nothing is lost then, but
+// the log cannot be trimmed: its disk use grows until puts are refused, and
+// a restart replays it all). nil when all is well. It reads state the
+// watcher, the puts and the checkpointer keep up to date (free space at
+// most a second old), so it never blocks on the disk.
 func (c *Channel) Health() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.running {
 		return nil
 	}
-	return c.refusal()
+	if err := c.refusal(); err != nil {
+		return err
+	}
+	if c.ckFails >= ckFailsUnhealthy {
+		return fmt.Errorf("file channel %s: %d checkpoints in a row failed since %s (checkpointDir %s): %w; events are kept, but the log cannot be trimmed, so its disk use grows and a restart replays it all",
+			c.name, c.ckFails, c.ckFailSince.UTC().Format(time.RFC3339), c.ckDir, c.ckErr)
+	}
+	return nil
 }
 
 // pickDir chooses the data dir of put transaction txid: dir txid mod n,

@@ -162,11 +162,16 @@ type Channel struct {
 	// space.
 	takenSinceCk bool
 	lastFreeing  time.Time
-	ckRequest    chan struct{}
-	stop         chan struct{}
-	ckLoopDone   chan struct{}
-	watchNudge   chan struct{}
-	watchDone    chan struct{}
+	// ckFails counts checkpoints failed in a row since ckFailSince (the
+	// last one's error in ckErr); a success resets it.
+	ckFails     int
+	ckFailSince time.Time
+	ckErr       error
+	ckRequest   chan struct{}
+	stop        chan struct{}
+	ckLoopDone  chan struct{}
+	watchNudge  chan struct{}
+	watchDone   chan struct{}
 }
 
 var (
@@ -495,7 +500,19 @@ func (c *Channel) checkpointLoop() {
 		case <-t.C:
 		case <-c.ckRequest:
 		}
-		if err := c.checkpoint(); err != nil {
+		err := c.checkpoint()
+		c.mu.Lock()
+		if err == nil {
+			c.ckFails, c.ckErr = 0, nil
+		} else {
+			if c.ckFails == 0 {
+				c.ckFailSince = time.Now()
+			}
+			c.ckFails++
+			c.ckErr = err
+		}
+		c.mu.Unlock()
+		if err != nil {
 			c.throttle.Log(c.log, slog.LevelWarn, "checkpoint "+c.name, "file channel: checkpoint failed; the next one retries",
 				"channel", c.name, "err", err)
 		}
