@@ -138,7 +138,7 @@ func TestStopWithStalledTCPPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	acked := sendAcked(t, addr, 0, 100000) // 10 MB of lines: more than the socket buffers hold
-	time.Sleep(500 * time.Millisecond) // the sink's write is blocked by now
+	time.Sleep(500 * time.Millisecond)     // the sink's write is blocked by now
 	start := time.Now()
 	p.signal(syscall.SIGTERM)
 	code := p.exit(60 * time.Second)
