@@ -102,6 +102,41 @@ func (a *Agent) componentCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), a.opts.StopTimeout)
 }
 
+// stopGrace is how long past its stop timeout the agent still waits for a
+// component's Stop before it goes on without it.
+const stopGrace = time.Second
+
+// errLeftRunning is what stopBounded returns for a Stop it stopped waiting
+// for; it has logged it already.
+var errLeftRunning = errors.New("left running")
+
+// stopBounded calls stop with a context that ends after StopTimeout and
+// waits for it at most stopGrace longer. Every Stop must honour its context;
+// one that does not (a sink blocked on a downstream that stopped reading
+// did) would hold the agent's stop or reload for ever. It is left running,
+// said once at ERROR, and the process's exit ends it.
+func (a *Agent) stopBounded(kind, name string, stop func(context.Context) error) error {
+	ctx, cancel := a.componentCtx()
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- stop(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(stopGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		a.log.Error(kind+" did not stop within its stop timeout; going on without it", "component", name,
+			"waited", a.opts.StopTimeout+stopGrace)
+		return errLeftRunning
+	}
+}
+
 // startNodes starts every node of g that is not running and whose channels
 // run, in order: channels, sinks, sink runners, sources. A node whose start
 // failed before is tried again only once its retry is due, unless now is
@@ -168,9 +203,7 @@ func (a *Agent) startNodes(g *graph, now, intake bool) error {
 		if err != nil {
 			// Undo what a source started before it failed (one of several
 			// ports bound), so the retry starts from nothing.
-			ctx, cancel := a.componentCtx()
-			_ = n.src.Stop(ctx)
-			cancel()
+			_ = a.stopBounded("source", c.Name, n.src.Stop)
 		}
 		if err := a.started(&n.life, "source", c.Name, err); err != nil {
 			errs = append(errs, err)
@@ -425,9 +458,7 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 		stops.Add(1)
 		go func() {
 			defer stops.Done()
-			ctx, cancel := a.componentCtx()
-			defer cancel()
-			if err := n.src.Stop(ctx); err != nil {
+			if err := a.stopBounded("source", names[i], n.src.Stop); err != nil && !errors.Is(err, errLeftRunning) {
 				a.log.Warn("source did not stop cleanly", "component", names[i], "err", err)
 			}
 			a.setLife(&n.life, stopped)
@@ -460,9 +491,7 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 					a.log.Warn("sinks did not empty their channels before the shutdown deadline", "runner", name, "shutdown_timeout", a.opts.ShutdownTimeout)
 				}
 			}
-			ctx, cancel := a.componentCtx()
-			defer cancel()
-			if err := r.runner.Stop(ctx); err != nil {
+			if err := a.stopBounded("sink runner", name, r.runner.Stop); err != nil && !errors.Is(err, errLeftRunning) {
 				a.log.Warn("sink runner did not stop in time; its batch in flight stays taken", "runner", name, "err", err)
 			}
 			a.setLife(&r.life, stopped)
@@ -479,9 +508,7 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 		stops.Add(1)
 		go func() {
 			defer stops.Done()
-			ctx, cancel := a.componentCtx()
-			defer cancel()
-			if err := n.sink.Stop(ctx); err != nil {
+			if err := a.stopBounded("sink", name, n.sink.Stop); err != nil && !errors.Is(err, errLeftRunning) {
 				a.log.Warn("sink did not stop cleanly", "component", name, "err", err)
 			}
 			a.setLife(&n.life, stopped)
@@ -515,11 +542,9 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 			a.reg.Dropped(name, "stopped_with_events").Add(float64(left))
 			lost = append(lost, ChannelLoss{Channel: name, Events: left})
 		}
-		ctx, cancel := a.componentCtx()
-		if err := n.ch.Stop(ctx); err != nil {
+		if err := a.stopBounded("channel", name, n.ch.Stop); err != nil && !errors.Is(err, errLeftRunning) {
 			a.log.Warn("channel did not stop cleanly", "component", name, "err", err)
 		}
-		cancel()
 		a.setLife(&n.life, stopped)
 	}
 	return lost, handed
