@@ -292,7 +292,13 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.sampler.Start()
 	}
 	a.setState("starting")
-	if err := a.startNodes(a.g, true, true); err != nil {
+	// Sources last, and only if no stop was asked for while the channels
+	// started (a file channel's replay can take a while).
+	err := a.startNodes(a.g, true, false)
+	if err == nil && ctx.Err() == nil {
+		err = a.startNodes(a.g, true, true)
+	}
+	if err != nil {
 		a.setState("stopping")
 		// The parts that did start may already hold acknowledged events
 		// (another source's): they get the drain any stop gives.
@@ -487,13 +493,14 @@ func (a *Agent) poll(ctx context.Context) {
 // Run starts the agent and runs it until ctx is done, reloading when
 // reload receives or the config file changes; then it stops.
 func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
+	// Intake closes the moment ctx ends: during the start (sources that
+	// have not started then never do), and while a reload holds the agent
+	// (draining a removed channel); the stop follows when it is done.
+	defer context.AfterFunc(ctx, a.closeIntake)()
 	if err := a.Start(ctx); err != nil {
 		_ = a.Stop(context.Background())
 		return err
 	}
-	// Intake closes the moment ctx ends, even while a reload holds the
-	// agent (draining a removed channel); the stop follows when it is done.
-	defer context.AfterFunc(ctx, a.closeIntake)()
 	var tick <-chan time.Time
 	if a.opts.PollInterval > 0 {
 		t := time.NewTicker(a.opts.PollInterval)

@@ -194,7 +194,9 @@ func (a *Agent) startNodes(g *graph, now, intake bool) error {
 	}
 	for _, c := range g.cfg.Sources {
 		n, ok := g.sources[c.Name]
-		if !ok || !intake || !due(&n.life) || waitingFor(g, n) != "" {
+		// intakeClosed: a stop was asked for while channels started (a
+		// long replay); no source may start acknowledging after it.
+		if !ok || !intake || a.intakeClosed.Load() || !due(&n.life) || waitingFor(g, n) != "" {
 			continue
 		}
 		ctx, cancel := a.componentCtx()

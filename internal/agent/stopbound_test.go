@@ -66,3 +66,26 @@ a1.sinks.k1.channel = c1
 		t.Errorf("%d lines saying the sink did not stop, want 1:\n%s", n, logs)
 	}
 }
+
+// TestStopDuringStartStartsNoSource: a stop asked for while the agent
+// starts (here before Run begins; in life, during a file channel's long
+// replay) means no source starts listening, so nothing is acknowledged
+// after the signal.
+func TestStopDuringStartStartsNoSource(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a.properties")
+	writeConf(t, file, netcatPipeline(testutil.FreePort(t), testutil.FreePort(t), 1000))
+	logs := &testutil.LogBuffer{}
+	a, err := agent.New(agent.Options{Name: "a1", File: file, ShutdownTimeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.Run(ctx, nil); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := logs.Lines("listening"); n != 0 {
+		t.Errorf("a source started listening after the stop was asked for:\n%s", logs)
+	}
+}
