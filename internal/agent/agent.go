@@ -277,6 +277,9 @@ func (a *Agent) HTTPAddr() string {
 func (a *Agent) Start(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// Starting from here: /healthz, served from the next lines, must not
+	// call an agent that is starting "stopped".
+	a.setState("starting")
 	if a.opts.HTTPAddr != "" {
 		a.sampler = status.NewSampler(a, a.reg, 0)
 		var h http.Handler = status.Handler(status.Config{Sampler: a.sampler, Taps: a.taps, AllowTap: a.opts.AllowTap,
@@ -286,12 +289,12 @@ func (a *Agent) Start(ctx context.Context) error {
 		}
 		srv, err := metrics.Serve(ctx, a.opts.HTTPAddr, h, a.opts.HTTPTLS, a.log)
 		if err != nil {
+			a.setState("stopped")
 			return fmt.Errorf("monitoring endpoint: %w", err)
 		}
 		a.http = srv
 		a.sampler.Start()
 	}
-	a.setState("starting")
 	// Sources last, and only if no stop was asked for while the channels
 	// started (a file channel's replay can take a while).
 	err := a.startNodes(a.g, true, false)
