@@ -154,13 +154,17 @@ type rec struct {
 // parseAsFlumeEvent (true), pollTimeout (500 ms), sluice's
 // transactionCapacity (10000) and healthGraceMillis (30000), and kafka.producer.* / kafka.consumer.*
 // (see kafkaconf; acks default all, delivery.timeout.ms 10000 and
-// auto.offset.reset earliest here: a channel must not skip the events put
-// before its consumer group first joined, which Kafka's latest does).
+// auto.offset.reset earliest here, as Flume's KafkaChannel sets them: a
+// channel must not skip the events put before its consumer group first
+// joined, which Kafka's latest does). Flume 1.6's topic, groupId and
+// readSmallestOffset (false: latest) count when the new keys are unset.
 func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	c := &Channel{env: env, log: env.Log().With("channel", env.Name), parts: map[tp]*partState{},
 		throttle: logthrottle.New(kafkaconf.LogEvery, 1)}
 	c.brokers = kafkaconf.Brokers(p, "")
-	c.topic = strings.TrimSpace(p.String("kafka.topic", DefaultTopic))
+	// Flume 1.6's topic, groupId and readSmallestOffset count when the new
+	// keys are unset, as Flume 1.11's KafkaChannel still translates them.
+	c.topic = strings.TrimSpace(p.String("kafka.topic", p.String("topic", DefaultTopic)))
 	if c.topic == "" {
 		p.Errorf("kafka.topic", "the topic must not be empty")
 	}
@@ -168,11 +172,11 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	c.txCap = p.IntRange("transactionCapacity", DefaultTransactionCapacity, 1, math.MaxInt32)
 	c.pollTimeout = time.Duration(p.IntRange("pollTimeout", int(DefaultPollTimeout/time.Millisecond), 1, math.MaxInt32)) * time.Millisecond
 	c.producer = kafkaconf.ReadProducer(p, "kafka.producer.", kafkaconf.ProducerDefaults{Acks: "all", DeliveryTimeout: 10 * time.Second})
-	c.consumer = kafkaconf.ReadConsumer(p, "kafka.consumer.", kafkaconf.ConsumerDefaults{Group: DefaultGroup, Reset: "earliest"})
-	// Flume 1.6's names, accepted so old configs load.
-	p.String("topic", "")
-	p.String("groupId", "")
-	p.String("readSmallestOffset", "")
+	reset := "earliest"
+	if p.Has("readSmallestOffset") && !p.Bool("readSmallestOffset", false) {
+		reset = "latest"
+	}
+	c.consumer = kafkaconf.ReadConsumer(p, "kafka.consumer.", kafkaconf.ConsumerDefaults{Group: p.String("groupId", DefaultGroup), Reset: reset})
 	c.health = kafkaconf.NewHealth(kafkaconf.ReadHealthGrace(p))
 
 	c.counters = metrics.NewChannelCounters(env.Name, env.Type)
