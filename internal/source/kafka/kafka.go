@@ -127,6 +127,12 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.useFlumeFormat = p.Bool("useFlumeEventFormat", false)
 	s.setTopicHeader = p.Bool("setTopicHeader", true)
 	s.topicHeader = p.String("topicHeader", DefaultTopicHeader)
+	// Flume's PollableSource sleeps after an empty poll or a full channel;
+	// sluice's poll waits up to batchDurationMillis for records instead, and a
+	// full channel is retried sooner (see put), so events flow again sooner.
+	for _, k := range []string{"backoffSleepIncrement", "maxBackoffSleep"} {
+		p.Ignored(k, "the poll waits up to batchDurationMillis for records, and a full channel is retried after 50 ms doubling to 1 s")
+	}
 	s.health = kafkaconf.NewHealth(kafkaconf.ReadHealthGrace(p))
 
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
@@ -347,8 +353,10 @@ func (s *Source) put(ctx context.Context, p flow.Processor, recs []*kgo.Record, 
 }
 
 // toEvents turns records into Flume events with the headers Flume's Kafka
-// source adds when absent: timestamp (now, in ms), the topic header,
-// partition and offset; key is set from the record's key.
+// source adds when absent: timestamp (the record's timestamp in ms, as
+// Flume 1.11 sets it; Flume 1.9 and 1.10 used the receive time, which a
+// record without a timestamp gets here), the topic header, partition and
+// offset; key is set from the record's key.
 func (s *Source) toEvents(recs []*kgo.Record, dst []event.Event) []event.Event {
 	now := event.Now()
 	nowMs := strconv.FormatInt(now/1e6, 10)
@@ -371,7 +379,11 @@ func (s *Source) toEvents(recs []*kgo.Record, dst []event.Event) []event.Event {
 		for k, v := range e.Headers {
 			h[k] = v
 		}
-		setIfAbsent(h, "timestamp", nowMs)
+		if r.Timestamp.IsZero() {
+			setIfAbsent(h, "timestamp", nowMs)
+		} else {
+			setIfAbsent(h, "timestamp", strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
+		}
 		if s.setTopicHeader {
 			setIfAbsent(h, s.topicHeader, r.Topic)
 		}
