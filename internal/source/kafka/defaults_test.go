@@ -67,3 +67,35 @@ func TestFlumeDefaults(t *testing.T) {
 		t.Errorf("headers %v, want topic t, partition 2, offset 7", h)
 	}
 }
+
+// TestHeaderMapping checks the User Guide's header.<flume header> = <Kafka
+// header>: the Kafka header's value (the last one when it repeats) is set on
+// the event, replacing a header the event had, and a missing Kafka header
+// sets nothing; and timestampHeader, which gets the record's timestamp.
+func TestHeaderMapping(t *testing.T) {
+	p := config.FromMap("a1.sources.r1.", map[string]string{
+		"kafka.bootstrap.servers": "127.0.0.1:9092",
+		"kafka.topics":            "t",
+		"header.trace":            "trace-id",
+		"header.timestamp":        "produced-at",
+		"header.absent":           "nope",
+		"timestampHeader":         "kafka.ts",
+	})
+	src, err := New(flow.Env{Name: "r1", Type: "kafka", Logger: quiet}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Unused()
+	if err := p.Err(); err != nil {
+		t.Fatal(err)
+	}
+	evs := src.(*Source).toEvents([]*kgo.Record{{Topic: "t", Value: []byte("a"), Timestamp: time.UnixMilli(5),
+		Headers: []kgo.RecordHeader{{Key: "trace-id", Value: []byte("x1")}, {Key: "trace-id", Value: []byte("x2")}, {Key: "produced-at", Value: []byte("42")}}}}, nil)
+	h := evs[0].Headers
+	if h["trace"] != "x2" || h["timestamp"] != "42" || h["kafka.ts"] != "5" {
+		t.Errorf("headers %v, want trace x2 (the last trace-id), timestamp 42 (from produced-at) and kafka.ts 5 (timestampHeader)", h)
+	}
+	if _, ok := h["absent"]; ok {
+		t.Errorf("header absent set (%q) though the record has no nope header", h["absent"])
+	}
+}

@@ -61,16 +61,18 @@ const (
 
 // Source is the Kafka source. Build it with New.
 type Source struct {
-	env            flow.Env
-	brokers        []string
-	topics         []string
-	regex          bool
-	consumer       *kafkaconf.Consumer
-	batchSize      int
-	batchDur       time.Duration
-	useFlumeFormat bool
-	setTopicHeader bool
-	topicHeader    string
+	env             flow.Env
+	brokers         []string
+	topics          []string
+	regex           bool
+	consumer        *kafkaconf.Consumer
+	batchSize       int
+	batchDur        time.Duration
+	useFlumeFormat  bool
+	setTopicHeader  bool
+	topicHeader     string
+	headerMap       []headerMapping // header.<event header> = <Kafka header>
+	timestampHeader string          // gets the record's timestamp (ms) when set
 
 	counters              *metrics.SourceCounters
 	getTimer, commitTimer *atomic.Int64
@@ -92,7 +94,8 @@ type Source struct {
 // (required), kafka.topics (a comma list) or kafka.topics.regex,
 // kafka.consumer.group.id (flume), batchSize (1000), batchDurationMillis
 // (1000), useFlumeEventFormat (false), setTopicHeader (true), topicHeader
-// (topic), sluice's healthGraceMillis (30000), and kafka.consumer.* (see
+// (topic), timestampHeader, header.<event header> = <Kafka header>, sluice's
+// healthGraceMillis (30000), and kafka.consumer.* (see
 // kafkaconf.ReadConsumer; the offset reset is Kafka's latest unless set).
 // Flume 1.6's topic and groupId are read when the new names are not set.
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
@@ -127,6 +130,15 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.useFlumeFormat = p.Bool("useFlumeEventFormat", false)
 	s.setTopicHeader = p.Bool("setTopicHeader", true)
 	s.topicHeader = p.String("topicHeader", DefaultTopicHeader)
+	s.timestampHeader = strings.TrimSpace(p.String("timestampHeader", ""))
+	for _, k := range p.Keys("header.") {
+		name, kafkaName := strings.TrimPrefix(k, "header."), strings.TrimSpace(p.String(k, ""))
+		if name == "" || kafkaName == "" {
+			p.Errorf(k, "write header.<event header> = <Kafka header name>, both not empty")
+			continue
+		}
+		s.headerMap = append(s.headerMap, headerMapping{flume: name, kafka: kafkaName})
+	}
 	// Flume's PollableSource sleeps after an empty poll or a full channel;
 	// sluice's poll waits up to batchDurationMillis for records instead, and a
 	// full channel is retried sooner (see put), so events flow again sooner.
@@ -379,10 +391,20 @@ func (s *Source) toEvents(recs []*kgo.Record, dst []event.Event) []event.Event {
 		for k, v := range e.Headers {
 			h[k] = v
 		}
-		if r.Timestamp.IsZero() {
-			setIfAbsent(h, "timestamp", nowMs)
-		} else {
-			setIfAbsent(h, "timestamp", strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
+		ts := nowMs
+		if !r.Timestamp.IsZero() {
+			ts = strconv.FormatInt(r.Timestamp.UnixMilli(), 10)
+		}
+		setIfAbsent(h, "timestamp", ts)
+		if s.timestampHeader != "" {
+			h[s.timestampHeader] = ts
+		}
+		for _, m := range s.headerMap {
+			for _, rh := range r.Headers {
+				if rh.Key == m.kafka {
+					h[m.flume] = string(rh.Value) // as Flume: set, not if absent; the last one wins
+				}
+			}
 		}
 		if s.setTopicHeader {
 			setIfAbsent(h, s.topicHeader, r.Topic)
@@ -398,6 +420,9 @@ func (s *Source) toEvents(recs []*kgo.Record, dst []event.Event) []event.Event {
 	}
 	return dst
 }
+
+// headerMapping copies a Kafka record header into an event header.
+type headerMapping struct{ flume, kafka string }
 
 func setIfAbsent(h map[string]string, k, v string) {
 	if _, ok := h[k]; !ok {
