@@ -22,9 +22,12 @@ type Writer struct{}
 // Write discards events.
 func (Writer) Write(context.Context, []event.Event) error { return nil }
 
-// New builds a null sink from its properties: batchSize (100).
+// New builds a null sink from its properties: batchSize (100). Flume's
+// logEveryNEvents is accepted and ignored: EventDrainSuccessCount counts
+// what the sink discarded.
 func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 	batch := p.IntRange("batchSize", DefaultBatchSize, 1, math.MaxInt32)
+	p.Ignored("logEveryNEvents", "the sink's EventDrainSuccessCount counts the discarded events; sluice does not log every N")
 	c := metrics.NewSinkCounters(env.Name, env.Type)
 	env.Registry().Add(c.Set)
 	return flow.NewBatchSink(env, Writer{}, batch, c), nil
