@@ -74,7 +74,9 @@ type Source struct {
 // (100), maxBackoff (4000 ms), inputCharset (UTF-8), decodeErrorPolicy
 // (FAIL|REPLACE|IGNORE), deserializer (LINE) with
 // deserializer.maxLineLength (2048) and deserializer.outputCharset (UTF-8),
-// and recursiveDirectorySearch (only false).
+// and recursiveDirectorySearch (only false). Flume's deprecated
+// bufferMaxLines and bufferMaxLineLength are accepted and ignored, as Flume
+// ignores them.
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env}
 	s.dir = p.Required("spoolDir")
@@ -116,6 +118,9 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.maxLineLength = p.IntRange("deserializer.maxLineLength", 2048, 1, 1<<30)
 	if cs := strings.ToUpper(p.String("deserializer.outputCharset", "UTF-8")); cs != "UTF-8" && cs != "UTF8" {
 		p.Errorf("deserializer.outputCharset", "%q is not supported; sluice writes UTF-8", cs)
+	}
+	for _, k := range []string{"bufferMaxLines", "bufferMaxLineLength"} {
+		p.Ignored(k, "deprecated and ignored by Flume too; deserializer.maxLineLength bounds a line")
 	}
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	env.Registry().Add(s.counters.Set)
