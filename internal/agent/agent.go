@@ -340,6 +340,8 @@ func (a *Agent) Stop(ctx context.Context) error {
 		lost, _ := a.stopNodes(a.g, nil, deadline, "stop")
 		a.removeMetrics(a.g, nil)
 		a.setState("stopped")
+		a.startLog.Flush()
+		a.polls.Flush()
 		if len(lost) > 0 {
 			dropped := &DroppedError{Channels: lost}
 			err = dropped

@@ -126,6 +126,7 @@ func (c *Conn[C]) Send(ctx context.Context, send func(C) error) error {
 	switch {
 	case err == nil:
 		if c.fails > 0 {
+			c.logs.Flush() // the streak's summary comes before its end
 			c.log.Info(c.opt.Name+": delivering again", "addr", c.opt.Addr, "failures", c.fails)
 		}
 		c.fails, c.backoff = 0, 0
@@ -183,8 +184,7 @@ func (c *Conn[C]) failed(err error) {
 	c.next = time.Now().Add(c.backoff)
 	c.fails++
 	if c.fails == 1 {
-		// A new streak is told at once; what the last one held back is
-		// still summarised by its own throttle.
+		// A new streak is told at once.
 		c.logs = logthrottle.New(logEvery, 1)
 	}
 	c.logs.Log(c.log, slog.LevelWarn, c.opt.Addr, c.opt.Name+": delivery failed; the events stay in the channel and will be sent again",
@@ -205,6 +205,16 @@ func (c *Conn[C]) Close() error {
 	var zero C
 	c.cur, c.open = zero, false
 	c.opt.Counters.ConnectionClosed.Add(1)
+	return err
+}
+
+// Stop closes the open connection, if any, and writes the failure summary
+// still held back, so that no timer logs for a sink that stopped.
+func (c *Conn[C]) Stop() error {
+	err := c.Close()
+	if c.logs != nil {
+		c.logs.Flush()
+	}
 	return err
 }
 

@@ -121,7 +121,11 @@ func (p *ChannelProcessor) Process(ctx context.Context, events []event.Event) er
 // at most its channel's keep-alive for space), or until ctx ends and then
 // returns ctx's error. Calling it again waits again; it never reopens.
 func (p *ChannelProcessor) Close(ctx context.Context) error {
-	return p.gate.close(ctx)
+	if err := p.gate.close(ctx); err != nil {
+		return err
+	}
+	p.optThrottle.Flush()
+	return nil
 }
 
 // Closed reports whether Close was called.

@@ -66,6 +66,19 @@ func NewSinkRunner(name string, s Sink, log *slog.Logger) *SinkRunner {
 	return &SinkRunner{name: name, sink: s, log: log, throttle: logthrottle.New(10*time.Second, 1)}
 }
 
+// logFlusher is a sink that throttles its own logs (a sink group, whose
+// members fail one after another): the runner, the only caller of its
+// Process, flushes them when its loop ends, so that no timer logs for a
+// group that stopped.
+type logFlusher interface{ flushLogs() }
+
+func (r *SinkRunner) flushLogs() {
+	r.throttle.Flush()
+	if f, ok := r.sink.(logFlusher); ok {
+		f.flushLogs()
+	}
+}
+
 // Start starts the loop. Calling it on a running runner does nothing.
 func (r *SinkRunner) Start() {
 	r.mu.Lock()
@@ -83,6 +96,7 @@ func (r *SinkRunner) Start() {
 
 func (r *SinkRunner) loop(ctx context.Context, done chan struct{}, drain <-chan []Channel, drained chan struct{}) {
 	defer close(done)
+	defer r.flushLogs() // the summaries held back come out before Stop returns
 	failures := 0
 	var draining []Channel
 	isDraining, lastBackoff := false, false

@@ -133,7 +133,11 @@ type group struct {
 }
 
 func (g *group) Start(context.Context) error { return nil }
-func (g *group) Stop(context.Context) error  { return nil }
+
+func (g *group) Stop(context.Context) error { return nil }
+
+// flushLogs writes the member failures still held back by the throttle.
+func (g *group) flushLogs() { g.throttle.Flush() }
 
 // BatchSize is the largest batch size of the members, for the agent's
 // transactionCapacity check.

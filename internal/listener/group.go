@@ -400,6 +400,7 @@ func (g *Group) Shutdown(ctx context.Context) error {
 		close(g.stopChecker)
 	}
 	<-g.checkerDone
+	g.opt.Rejects.Flush()
 	return err
 }
 

@@ -70,6 +70,14 @@ func (r *Rejects) counter(rs Reason) *atomic.Int64 {
 	return c
 }
 
+// Flush writes the refusals still held back by the log throttle; the
+// source calls it (through Group.Shutdown) when it stops.
+func (r *Rejects) Flush() {
+	if r != nil {
+		r.thr.Flush()
+	}
+}
+
 // Add counts one rejected input of reason from peer and logs it, throttled.
 func (r *Rejects) Add(rs Reason, peer string, args ...any) { r.AddN(rs, 1, peer, args...) }
 

@@ -112,6 +112,27 @@ func (t *Throttle) flushKey(key string, s *state) {
 	l.Log(context.Background(), level, msg+" (repeated)", args...)
 }
 
+// Flush writes the summaries still held back now, instead of at the end of
+// their intervals, and stops their timers. An owner calls it when it stops,
+// so that its summaries come out before its "stopped" line and no timer
+// logs for a component that is gone (or is lost when the process exits).
+// Messages logged after Flush are throttled as before.
+func (t *Throttle) Flush() {
+	t.mu.Lock()
+	var pending []*state
+	var keys []string
+	for k, s := range t.keys {
+		if s.flush != nil {
+			s.flush.Stop()
+			pending, keys = append(pending, s), append(keys, k)
+		}
+	}
+	t.mu.Unlock()
+	for i, s := range pending {
+		t.flushKey(keys[i], s)
+	}
+}
+
 // forgetIdle drops keys with nothing pending. Caller holds t.mu.
 func (t *Throttle) forgetIdle(now time.Time) {
 	for k, s := range t.keys {

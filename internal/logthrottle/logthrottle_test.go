@@ -116,3 +116,28 @@ func TestDisabledLevelCostsNothing(t *testing.T) {
 		t.Fatalf("a disabled level logged: %v", got)
 	}
 }
+
+// A component that stops flushes its throttle: the held-back count comes out
+// then, once, and no timer writes for it afterwards.
+func TestFlushWritesPendingNow(t *testing.T) {
+	out := &lines{}
+	l := slog.New(slog.NewTextHandler(out, nil))
+	th := New(100*time.Millisecond, 1)
+	for i := 0; i < 10; i++ {
+		th.Log(l, slog.LevelWarn, "a", "sink failed", "sink", "k1")
+	}
+	th.Log(l, slog.LevelWarn, "b", "other")
+	th.Flush()
+	got := out.get()
+	if len(got) != 3 || !strings.Contains(got[2], "suppressed=9") || !strings.Contains(got[2], "(repeated)") {
+		t.Fatalf("want the burst of key a, key b, then a's summary of 9 at Flush, got:\n%s", strings.Join(got, "\n"))
+	}
+	time.Sleep(250 * time.Millisecond) // past the interval: the stopped timer must not write again
+	if again := out.get(); len(again) != 3 {
+		t.Fatalf("lines after Flush:\n%s", strings.Join(again[3:], "\n"))
+	}
+	th.Flush() // nothing pending: writes nothing
+	if again := out.get(); len(again) != 3 {
+		t.Fatalf("a second Flush wrote:\n%s", strings.Join(again[3:], "\n"))
+	}
+}

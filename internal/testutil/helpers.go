@@ -100,3 +100,22 @@ func Metric(set *metrics.Set, name string) string {
 	})
 	return v
 }
+
+// MemoryDir returns a new directory on a memory filesystem (/dev/shm, where
+// Linux has one), removed when the test ends, else t.TempDir(). It is for
+// tests of what a process kill or restart does to a file channel, which
+// the page cache keeps whether or not the data reached a disk: there a
+// shared CI disk whose fsyncs take seconds only times the test out and
+// tests nothing more.
+func MemoryDir(t testing.TB) string {
+	t.Helper()
+	if st, err := os.Stat("/dev/shm"); err != nil || !st.IsDir() {
+		return t.TempDir()
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "sluice-test-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}

@@ -1090,6 +1090,7 @@ func (l *Log) Close() error {
 	}
 	<-l.done
 	l.lazyTimer.Stop()
+	l.throttle.Flush()
 	var errs []error
 	l.seal()
 	if l.cur != nil {

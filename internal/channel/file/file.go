@@ -452,6 +452,7 @@ func (c *Channel) Stop(ctx context.Context) error {
 	for _, w := range logs {
 		errs = append(errs, w.Close())
 	}
+	c.throttle.Flush()
 	c.counters.Stopped()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("file channel %s: stop: %w", c.name, err)

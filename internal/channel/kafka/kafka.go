@@ -298,6 +298,7 @@ func (c *Channel) Stop(context.Context) error {
 	c.commitOffsets(nil)
 	c.cons.Close()
 	c.prod.Close()
+	c.throttle.Flush()
 	c.lag.Unregister()
 	c.counters.Stopped()
 	return nil

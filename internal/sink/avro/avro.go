@@ -119,7 +119,7 @@ func (w *Writer) dial(ctx context.Context) (*avrorpc.Client, error) {
 func (w *Writer) Stop(context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.conn.Close()
+	w.conn.Stop()
 	return nil
 }
 

@@ -172,6 +172,7 @@ func (w *Writer) Stop(ctx context.Context) error {
 	if err := w.store.close(); err != nil {
 		errs = append(errs, err)
 	}
+	w.warn.Flush()
 	return errors.Join(errs...)
 }
 

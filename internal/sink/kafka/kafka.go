@@ -218,6 +218,7 @@ func (w *Writer) Stop(context.Context) error {
 		w.cl.Close()
 		w.cl = nil
 	}
+	w.throttle.Flush()
 	return nil
 }
 

@@ -181,7 +181,7 @@ func (w *Writer) dial(ctx context.Context) (*lineConn, error) {
 func (w *Writer) Stop(context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.conn.Close()
+	return w.conn.Stop()
 }
 
 // peerState is what a probe found out about the peer's side of a connection.

@@ -100,7 +100,7 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 func (w *Writer) Stop(context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.conn.Close()
+	w.conn.Stop()
 	return nil
 }
 

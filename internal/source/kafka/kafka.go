@@ -227,6 +227,7 @@ func (s *Source) Stop(ctx context.Context) error {
 	if err == nil {
 		<-done
 	}
+	s.throttle.Flush()
 	s.lag.Unregister()
 	s.counters.Stopped()
 	return err

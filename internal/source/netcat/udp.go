@@ -118,6 +118,7 @@ func (s *UDPSource) Stop(ctx context.Context) error {
 	cancel()
 	conn.Close()
 	defer s.counters.Stopped()
+	defer s.rejects.Flush()
 	select {
 	case <-done:
 		return nil

@@ -161,7 +161,10 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 		return fmt.Errorf("spooldir %s: %w", s.env.Name, err)
 	}
 	s.counters.Started()
-	s.worker.Go(func(ctx context.Context) { r.run(ctx) })
+	s.worker.Go(func(ctx context.Context) {
+		r.run(ctx)
+		r.throttle.Flush()
+	})
 	return nil
 }
 

@@ -144,6 +144,7 @@ func (s *UDPSource) Stop(ctx context.Context) error {
 	}
 	conn.Close()
 	defer s.counters.Stopped()
+	defer s.rejects.Flush()
 	defer stopProc()
 	select {
 	case <-done:

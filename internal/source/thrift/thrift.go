@@ -169,6 +169,7 @@ func (s *Source) Stop(ctx context.Context) error {
 		return nil
 	}
 	defer s.counters.Stopped()
+	defer s.logs.Flush() // after the connections are closed, before "stopped"
 	cancel()
 	_ = ln.Close()
 	done := make(chan struct{})
