@@ -238,11 +238,19 @@ func TestLogsOncePerStreak(t *testing.T) {
 		}
 		conn.Send(context.Background(), ok)
 	}
-	if n := logs.Count("level=WARN msg=\"test sink: delivery failed"); n != 2 {
-		t.Fatalf("%d WARN lines for two streaks of 5 failures, want 2:\n%s", n, logs.String())
+	// Each streak: its first failure at once, then, when it ends, one
+	// summary of the 4 held back, before "delivering again".
+	if n := logs.Count("level=WARN msg=\"test sink: delivery failed"); n != 4 {
+		t.Fatalf("%d WARN lines for two streaks of 5 failures, want 2 each (first, summary):\n%s", n, logs.String())
 	}
-	if n := logs.Count("test sink: delivering again"); n != 2 {
-		t.Fatalf("%d 'delivering again' lines, want 2", n)
+	if n := logs.Count("again (repeated)\" addr=peer:1 err=FAILED failures=5 retry_in=1.6s suppressed=4"); n != 2 {
+		t.Fatalf("%d summaries of 4 held back, want one per streak:\n%s", n, logs.String())
+	}
+	lines := strings.Split(logs.String(), "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "(repeated)") && (i+1 == len(lines) || !strings.Contains(lines[i+1], "delivering again")) {
+			t.Fatalf("want each summary right before its 'delivering again':\n%s", logs.String())
+		}
 	}
 }
 
