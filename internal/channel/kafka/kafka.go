@@ -87,6 +87,8 @@ type Channel struct {
 	brokers     []string
 	topic       string
 	parse       bool
+	partHeader  string // partitionIdHeader: "" for none
+	defaultPart int32  // defaultPartitionId: -1 for none
 	txCap       int
 	pollTimeout time.Duration
 	producer    *kafkaconf.Producer
@@ -158,6 +160,9 @@ type rec struct {
 // channel must not skip the events put before its consumer group first
 // joined, which Kafka's latest does). Flume 1.6's topic, groupId and
 // readSmallestOffset (false: latest) count when the new keys are unset.
+// As Flume's, the "key" header is the record key, and partitionIdHeader and
+// defaultPartitionId choose a partition (a header that is not a number, or
+// a partition the topic lacks, refuses the put).
 func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	c := &Channel{env: env, log: env.Log().With("channel", env.Name), parts: map[tp]*partState{},
 		throttle: logthrottle.New(kafkaconf.LogEvery, 1)}
@@ -169,6 +174,11 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 		p.Errorf("kafka.topic", "the topic must not be empty")
 	}
 	c.parse = p.Bool("parseAsFlumeEvent", true)
+	c.partHeader = p.String("partitionIdHeader", "")
+	c.defaultPart = -1
+	if p.Has("defaultPartitionId") {
+		c.defaultPart = int32(p.IntRange("defaultPartitionId", 0, 0, math.MaxInt32))
+	}
 	c.txCap = p.IntRange("transactionCapacity", DefaultTransactionCapacity, 1, math.MaxInt32)
 	c.pollTimeout = time.Duration(p.IntRange("pollTimeout", int(DefaultPollTimeout/time.Millisecond), 1, math.MaxInt32)) * time.Millisecond
 	c.producer = kafkaconf.ReadProducer(p, "kafka.producer.", kafkaconf.ProducerDefaults{Acks: "all", DeliveryTimeout: 10 * time.Second})
@@ -229,7 +239,8 @@ func (c *Channel) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kafka channel %s: %w", c.env.Name, err)
 	}
-	popts = append(popts, kgo.DefaultProduceTopic(c.topic), kgo.WithLogger(kafkaconf.Logger(c.log, c.throttle)))
+	popts = append(popts, kgo.DefaultProduceTopic(c.topic), kgo.WithLogger(kafkaconf.Logger(c.log, c.throttle)),
+		kgo.RecordPartitioner(kafkaconf.Partitioner{}))
 	prod, err := kgo.NewClient(popts...)
 	if err != nil {
 		return fmt.Errorf("kafka channel %s: %w", c.env.Name, err)
@@ -628,8 +639,42 @@ func (t *tx) Put(events []event.Event) error {
 	if len(t.puts)+len(events) > t.c.txCap {
 		return flow.FullErrorf("channel %s: a transaction of more than %d events (transactionCapacity)", t.c.env.Name, t.c.txCap)
 	}
+	if h := t.c.partHeader; h != "" {
+		for i := range events {
+			if v, ok := events[i].Headers[h]; ok {
+				if _, err := parsePartition(v); err != nil {
+					// As Flume's KafkaChannel, which refuses the put ("Non
+					// integer partition id specified"): the sender hears of it.
+					return fmt.Errorf("channel %s: event header %s (partitionIdHeader) = %q: %w", t.c.env.Name, h, v, err)
+				}
+			}
+		}
+	}
 	t.puts = append(t.puts, events...)
 	return nil
+}
+
+// parsePartition reads a partition number from a header value.
+func parsePartition(v string) (int32, error) {
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n < 0 {
+		return 0, errors.New("not a partition number (a whole number from 0)")
+	}
+	return int32(n), nil
+}
+
+// partitionOf is the partition an event is put into: its partitionIdHeader,
+// else defaultPartitionId, as Flume's KafkaChannel; false: Kafka's
+// partitioning (by the key header, else sticky).
+func (c *Channel) partitionOf(e *event.Event) (int32, bool) {
+	if c.partHeader != "" {
+		if v, ok := e.Headers[c.partHeader]; ok {
+			if n, err := parsePartition(v); err == nil {
+				return n, true
+			}
+		}
+	}
+	return c.defaultPart, c.defaultPart >= 0
 }
 
 func (t *tx) Take(ctx context.Context, dst []event.Event, max int) ([]event.Event, error) {
@@ -762,10 +807,20 @@ func (t *tx) produce() error {
 		}
 	}
 	now := time.Now()
+	var manual context.Context
 	for i := range t.puts {
 		e := &t.puts[i]
 		r := &recs[i]
 		r.Context, r.Timestamp = ctx, now
+		if k, ok := e.Headers[kafkaconf.KeyHeader]; ok {
+			r.Key = []byte(k)
+		}
+		if p, ok := c.partitionOf(e); ok {
+			if manual == nil {
+				manual = kafkaconf.WithManualPartition(ctx)
+			}
+			r.Partition, r.Context = p, manual
+		}
 		if c.parse {
 			r.Value = values[offs[i]:offs[i+1]:offs[i+1]]
 		} else {
@@ -794,6 +849,11 @@ func (t *tx) produce() error {
 		pending = res.failed
 	}
 	c.sendTimer.Add(time.Since(t0).Milliseconds())
+	if err != nil && kafkaconf.InvalidPartition(err) {
+		// The events' fault, not Kafka's: refused, and the channel stays healthy.
+		return fmt.Errorf("channel %s: a put names a partition topic %s does not have (partitionIdHeader %q, defaultPartitionId %d): %w",
+			c.env.Name, c.topic, c.partHeader, c.defaultPart, err)
+	}
 	if err != nil {
 		c.health.Fail("put", fmt.Errorf("puts fail: Kafka refuses them or does not acknowledge them within %v (delivery.timeout.ms): %w",
 			c.producer.DeliveryTimeout, err), c.health.Grace()/2)

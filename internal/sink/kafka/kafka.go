@@ -52,7 +52,7 @@ const (
 	DefaultTopic     = "default-flume-topic"
 	DefaultBatchSize = 100
 	DefaultTopicHdr  = "topic"
-	KeyHeader        = "key"
+	KeyHeader        = kafkaconf.KeyHeader
 )
 
 // Options are the sink's settings besides the producer's.
@@ -103,10 +103,6 @@ type Sink struct {
 // Health reports whether the sink reaches its brokers and delivers (see
 // flow.HealthReporter).
 func (s *Sink) Health() error { return s.w.Health() }
-
-// manualKey marks a record's context when the record carries its own
-// partition (partitionIdHeader or defaultPartitionId).
-type manualKey struct{}
 
 // New builds a Kafka sink from its properties (see the package comment of
 // kafkaconf for kafka.producer.*): kafka.bootstrap.servers (required),
@@ -195,7 +191,7 @@ func (w *Writer) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kafka sink: %w", err)
 	}
-	opts = append(opts, kgo.WithLogger(kafkaconf.Logger(w.log, w.throttle)), kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}))
+	opts = append(opts, kgo.WithLogger(kafkaconf.Logger(w.log, w.throttle)), kgo.RecordPartitioner(kafkaconf.Partitioner{Wrap: true}))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka sink: %w", err)
@@ -267,7 +263,7 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 		}
 		if p, ok := w.partitionOf(e); ok {
 			if manual == nil {
-				manual = context.WithValue(dctx, manualKey{}, true)
+				manual = kafkaconf.WithManualPartition(dctx)
 			}
 			r.Partition, r.Context = int32(p), manual
 		}
@@ -418,42 +414,6 @@ func (w *Writer) partitionOf(e *event.Event) (int, bool) {
 		return w.opt.DefaultPartition, true
 	}
 	return 0, false
-}
-
-// partitioner sends records that carry their own partition there (when
-// the topic has it; otherwise they fall back), and the rest through Kafka's
-// default partitioning: murmur2 of the key, as Java's producer, so keyed
-// records land where a Flume agent would put them; sticky batches without a
-// key.
-type partitioner struct{ inner kgo.Partitioner }
-
-func (p partitioner) ForTopic(t string) kgo.TopicPartitioner {
-	return topicPartitioner{p.inner.ForTopic(t)}
-}
-
-type topicPartitioner struct{ inner kgo.TopicPartitioner }
-
-func isManual(r *kgo.Record) bool { return r.Context != nil && r.Context.Value(manualKey{}) != nil }
-
-func (t topicPartitioner) RequiresConsistency(r *kgo.Record) bool {
-	return isManual(r) || t.inner.RequiresConsistency(r)
-}
-
-func (t topicPartitioner) Partition(r *kgo.Record, n int) int {
-	if isManual(r) && int(r.Partition) < n {
-		return int(r.Partition)
-	}
-	if isManual(r) && !t.inner.RequiresConsistency(r) {
-		// Out of range, no key: a stable choice among all partitions.
-		return int(r.Partition) % n
-	}
-	return t.inner.Partition(r, n)
-}
-
-func (t topicPartitioner) OnNewBatch() {
-	if nb, ok := t.inner.(kgo.TopicPartitionerOnNewBatch); ok {
-		nb.OnNewBatch()
-	}
 }
 
 // topicTemplate is kafka.topic split into literal parts and %{header}
