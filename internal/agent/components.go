@@ -197,8 +197,11 @@ var ignoredKeys = map[string]map[string]string{
 	},
 	"sink:avro": {"maxIoWorkers": "Flume's Netty I/O thread count; sluice needs no such setting"},
 	"channel:file": {
-		"use-fast-replay":     "sluice always replays fast, from its own log",
-		"fsyncPerTransaction": "sluice always syncs every commit before acknowledging it (group commit keeps that cheap), which is at least as safe",
+		"use-fast-replay":          "sluice always replays fast, from its own log",
+		"use-log-replay-v1":        "sluice has one replay, from its own log; Flume's old replay logic has no counterpart",
+		"fsyncPerTransaction":      "sluice always syncs every commit before acknowledging it (group commit keeps that cheap), which is at least as safe",
+		"fsyncInterval":            "it counts only with fsyncPerTransaction = false; sluice syncs every commit",
+		"compressBackupCheckpoint": "sluice writes its backup checkpoint (useDualCheckpoints) uncompressed",
 	},
 }
 
