@@ -129,9 +129,9 @@ var userGuideCases = map[string]userGuideCase{
 	"custom-channel":                        {refused: true, lines: []string{`a1.channels.c1.type: channel type "org.example.MyChannel" ` + javaClass}},
 
 	"replicating-selector":    {},
-	"load-balancing-selector": {refused: true, lines: []string{"a1.sources.r1.selector.type: Flume type load_balancing " + notProvided}},
+	"load-balancing-selector": {},
 	"multiplexing-selector":   {},
-	"custom-selector":         {refused: true, lines: []string{`a1.sources.r1.selector.type: selector type "org.example.MyChannelSelector" ` + javaClass + "; its selector types are multiplexing, replicating"}},
+	"custom-selector":         {refused: true, lines: []string{`a1.sources.r1.selector.type: selector type "org.example.MyChannelSelector" ` + javaClass + "; its selector types are load_balancing, multiplexing, replicating"}},
 
 	"sink-processors":               {},
 	"failover-sink-processor":       {},

@@ -402,7 +402,7 @@ func (b *builder) buildSources(g *graph) {
 		if msg == "" && strings.Contains(styp, ".") && !strings.HasPrefix(strings.ToLower(styp), "org.apache.flume.channel.") {
 			// A selector class of the user's own, in the words every
 			// other plugin class gets.
-			msg = typeMessage("selector", styp, styp, []string{flow.SelectorMultiplexing, flow.SelectorReplicating})
+			msg = typeMessage("selector", styp, styp, []string{flow.SelectorLoadBalancing, flow.SelectorMultiplexing, flow.SelectorReplicating})
 		}
 		if msg != "" {
 			c.Selector.Errorf("type", "%s", msg)

@@ -137,8 +137,7 @@ var missingTypes = map[string][]string{
 	"sink:morphline_solr": {"elasticsearch"},
 	"sink:kite":           {"file_roll", "kafka"},
 
-	"selector:load_balancing": {"replicating (every channel)", "multiplexing (by header)"},
-	"interceptor:morphline":   {"regex_filter", "regex_extractor", "search_replace"},
+	"interceptor:morphline": {"regex_filter", "regex_extractor", "search_replace"},
 }
 
 // missingClassNames maps the class names of Flume types sluice lacks that
@@ -152,7 +151,6 @@ var missingClassNames = map[string]string{
 	"org.apache.flume.source.thriftlegacy.thriftlegacysource":           "thriftlegacy",
 	"org.apache.flume.sink.solr.morphline.morphlinesolrsink":            "morphline_solr",
 	"org.apache.flume.sink.kite.datasetsink":                            "kite",
-	"org.apache.flume.channel.loadbalancingchannelselector":             "load_balancing",
 	"org.apache.flume.sink.solr.morphline.morphlineinterceptor$builder": "morphline",
 }
 

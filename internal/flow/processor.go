@@ -141,6 +141,9 @@ func (p *ChannelProcessor) process(events []event.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
+	if s, ok := p.sel.(*selector); ok && s.spreads() {
+		return p.processGrouped(events)
+	}
 	req, opt := p.sel.Route(&events[0])
 	uniform := true
 	for i := 1; i < len(events); i++ {

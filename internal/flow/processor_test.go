@@ -361,3 +361,46 @@ func (b *blockingInterceptor) Intercept(evs []event.Event) []event.Event {
 	b.once.Do(func() { close(b.entered); <-b.release })
 	return evs
 }
+
+// Flume 1.10's load_balancing selector: each event goes to exactly one
+// channel; round_robin takes them in turn, event by event across batches,
+// random spreads them.
+func TestProcessorLoadBalancing(t *testing.T) {
+	names := []string{"c1", "c2", "c3"}
+	s := newProc(t, names, nil, map[string]string{"type": "load_balancing"})
+	for b := range 10 { // batches of 1..10 events: 55 in all
+		if err := s.proc.Process(t.Context(), events("b"+string(rune('a'+b))+"-", b+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []string
+	for i, c := range names {
+		got := drain(t, s.chans[c])
+		if want := []int{19, 18, 18}[i]; len(got) != want {
+			t.Errorf("%s got %d of 55 events, want %d (round robin)", c, len(got), want)
+		}
+		all = append(all, got...)
+	}
+	if len(all) != 55 || len(slices.Compact(slices.Sorted(slices.Values(all)))) != 55 {
+		t.Fatalf("%d events delivered (each once?): %v", len(all), all)
+	}
+	if n := histCount(t, s.reg, metrics.StageSource, "r1"); n != 55 {
+		t.Errorf("source latency observations = %d, want 55", n)
+	}
+
+	r := newProc(t, names, nil, map[string]string{"type": "load_balancing", "policy": "random"})
+	if err := r.proc.Process(t.Context(), events("r", 300)); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, c := range names {
+		n := len(drain(t, r.chans[c]))
+		if n < 50 { // expected 100 each; below 50 is about 1e-8 likely
+			t.Errorf("random: %s got %d of 300 events", c, n)
+		}
+		total += n
+	}
+	if total != 300 {
+		t.Fatalf("random: %d of 300 events delivered", total)
+	}
+}

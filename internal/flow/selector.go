@@ -2,8 +2,10 @@ package flow
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
@@ -16,8 +18,8 @@ type SelectedChannel struct {
 }
 
 // Selector decides which of a source's channels get each event, as Flume's
-// channel selectors do. A selector is read-only after construction and safe
-// for concurrent use.
+// channel selectors do. A selector is safe for concurrent use; only a
+// load_balancing one changes after construction (its round-robin position).
 type Selector interface {
 	// Channels lists every channel the selector may choose, in a fixed
 	// order; Route's indexes refer to it.
@@ -33,8 +35,9 @@ type Selector interface {
 
 // Selector type names, with Flume's class names as aliases.
 const (
-	SelectorReplicating  = "replicating"
-	SelectorMultiplexing = "multiplexing"
+	SelectorReplicating   = "replicating"
+	SelectorMultiplexing  = "multiplexing"
+	SelectorLoadBalancing = "load_balancing"
 )
 
 // DefaultSelectorHeader is the header a multiplexing selector reads when
@@ -46,6 +49,8 @@ var selectorAliases = map[string]string{
 	"multiplexing": SelectorMultiplexing,
 	"org.apache.flume.channel.replicatingchannelselector":  SelectorReplicating,
 	"org.apache.flume.channel.multiplexingchannelselector": SelectorMultiplexing,
+	"load_balancing": SelectorLoadBalancing,
+	"org.apache.flume.channel.loadbalancingchannelselector": SelectorLoadBalancing,
 }
 
 // NewSelector builds the channel selector of a source from its selector.*
@@ -64,6 +69,10 @@ var selectorAliases = map[string]string{
 // selector.default. A channel both required and optional for a value is
 // required. An event with no channel at all (no default set) is counted as
 // dropped with reason "no_channel".
+//
+// load_balancing (Flume 1.10): each event goes to one of the channels,
+// picked by selector.policy: round_robin (default) or random. There are no
+// optional channels.
 func NewSelector(p *config.Props, channels map[string]Channel, sourceChannels []string) (Selector, error) {
 	if p == nil {
 		p = config.FromMap("selector.", nil)
@@ -83,13 +92,16 @@ func NewSelector(p *config.Props, channels map[string]Channel, sourceChannels []
 	typ := strings.TrimSpace(p.String("type", SelectorReplicating))
 	canon, ok := selectorAliases[strings.ToLower(typ)]
 	if !ok {
-		p.Errorf("type", "unknown selector type %q; use replicating or multiplexing (load_balancing and custom selector classes are not supported)", typ)
+		p.Errorf("type", "unknown selector type %q; use replicating, multiplexing or load_balancing (custom selector classes are not supported)", typ)
 		canon = SelectorReplicating
 	}
-	if canon == SelectorReplicating {
+	switch canon {
+	case SelectorReplicating:
 		s.buildReplicating(p)
-	} else {
+	case SelectorMultiplexing:
 		s.buildMultiplexing(p)
+	default:
+		s.buildLoadBalancing(p)
 	}
 	return s, nil
 }
@@ -104,11 +116,24 @@ type selector struct {
 	all    route
 	routes map[string]route // multiplexing: by header value
 	def    route            // multiplexing: missing, empty or unmapped value
+
+	pick func() int // load_balancing: the channel of the next event; nil otherwise
+	one  [][]int    // load_balancing: one[i] routes to channel i alone
+	next atomic.Uint64
 }
 
 func (s *selector) Channels() []SelectedChannel { return s.chans }
 
+// spreads reports whether the selector sends the events of a batch to
+// different channels by design (load_balancing), so the processor groups
+// them without first checking whether they all go the same way: each event
+// is then routed exactly once, and round robin is exact.
+func (s *selector) spreads() bool { return s.pick != nil }
+
 func (s *selector) Route(e *event.Event) (required, optional []int) {
+	if s.pick != nil {
+		return s.one[s.pick()], nil
+	}
 	if s.header == "" {
 		return s.all.required, s.all.optional
 	}
@@ -190,5 +215,27 @@ func (s *selector) buildMultiplexing(p *config.Props) {
 	}
 	if p.Has("optional") {
 		p.Errorf("optional", "a multiplexing selector takes optional channels per header value: use selector.optional.<value>")
+	}
+}
+
+func (s *selector) buildLoadBalancing(p *config.Props) {
+	n := len(s.chans)
+	if n == 0 {
+		return // no channel: every event is counted as dropped (no_channel)
+	}
+	for i := range n {
+		s.one = append(s.one, []int{i})
+	}
+	switch policy := strings.TrimSpace(p.String("policy", "round_robin")); strings.ToLower(policy) {
+	case "round_robin":
+		s.pick = func() int { return int((s.next.Add(1) - 1) % uint64(n)) }
+	case "random":
+		s.pick = func() int { return rand.IntN(n) }
+	default:
+		p.Errorf("policy", "%q is not a policy of the load_balancing selector; use round_robin or random", policy)
+		s.pick = func() int { return 0 }
+	}
+	if p.Has("optional") {
+		p.Warnf("optional", "a load_balancing selector has no optional channels (as in Flume); ignored")
 	}
 }

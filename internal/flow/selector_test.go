@@ -28,7 +28,10 @@ func TestSelectorConfig(t *testing.T) {
 			ev: withHeader("x", "flume.selector.header", "a"), req: []string{"c2"}},
 		{name: "multiplexing default", props: map[string]string{"type": "Multiplexing", "mapping.a": "c2", "default": "c1 c3"},
 			ev: withHeader("x", "flume.selector.header", "b"), req: []string{"c1", "c3"}},
-		{name: "unknown type", props: map[string]string{"type": "load_balancing"}, wantErr: `unknown selector type "load_balancing"`},
+		{name: "unknown type", props: map[string]string{"type": "round_robin"}, wantErr: `unknown selector type "round_robin"; use replicating, multiplexing or load_balancing`},
+		{name: "load balancing picks one", props: map[string]string{"type": "load_balancing"}, req: []string{"c1"}},
+		{name: "load balancing class name, random", props: map[string]string{"type": "org.apache.flume.channel.LoadBalancingChannelSelector", "policy": "RANDOM"}, req: nil},
+		{name: "load balancing bad policy", props: map[string]string{"type": "load_balancing", "policy": "least_used"}, wantErr: `selector.policy: "least_used" is not a policy of the load_balancing selector; use round_robin or random`},
 		{name: "optional not a source channel", props: map[string]string{"optional": "c9"}, wantErr: `channel "c9" is not one of the source's channels (c1 c2 c3)`},
 		{name: "mapping to unknown channel", props: map[string]string{"type": "multiplexing", "mapping.a": "c1 c7"}, wantErr: `selector.mapping.a: channel "c7"`},
 		{name: "plain optional on multiplexing", props: map[string]string{"type": "multiplexing", "optional": "c1"}, wantErr: "selector.optional.<value>"},
@@ -58,6 +61,12 @@ func TestSelectorConfig(t *testing.T) {
 				}
 				slices.Sort(out)
 				return out
+			}
+			if tc.req == nil && tc.props["policy"] == "RANDOM" {
+				if len(req) != 1 || len(opt) != 0 {
+					t.Fatalf("random load balancing routed to %v and optional %v, want one channel", req, opt)
+				}
+				return
 			}
 			if g := nameOf(req); !slices.Equal(g, tc.req) {
 				t.Errorf("required %q, want %q", g, tc.req)
