@@ -191,6 +191,7 @@ var ignoredKeys = map[string]map[string]string{
 	"source:thrift": {"threads": "Flume's worker-thread limit; sluice serves each connection on its own goroutine"},
 	"source:multiport_syslogtcp": {
 		"readBufferBytes": "Flume's Mina read-buffer size; sluice sizes its buffers itself",
+		"readBufferSize":  "the User Guide's name for readBufferBytes (Flume's code reads readBufferBytes and ignores this one); sluice sizes its buffers itself",
 		"numProcessors":   "Flume's Mina processor-thread count; sluice needs no such setting",
 	},
 	"sink:avro": {"maxIoWorkers": "Flume's Netty I/O thread count; sluice needs no such setting"},
