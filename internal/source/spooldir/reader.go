@@ -271,7 +271,7 @@ func (r *reader) consume(ctx context.Context, path string) error {
 	if _, err := f.Seek(cur.Pos, io.SeekStart); err != nil {
 		return err
 	}
-	lr := &lineReader{r: bufio.NewReaderSize(f, readBuffer), off: cur.Pos, start: cur.Pos, max: r.s.maxLineLength, policy: r.s.decodePolicy}
+	lr := &lineReader{r: bufio.NewReaderSize(f, readBuffer), off: cur.Pos, start: cur.Pos, max: r.s.maxLineLength, policy: r.s.decodePolicy, blob: r.s.maxBlob}
 	for ctx.Err() == nil {
 		bodies, end, err := r.readBatch(lr, f, cur.Size)
 		if len(bodies) > 0 {
@@ -366,7 +366,8 @@ func (r *reader) saveProgress(ctx context.Context) bool {
 // last line without a newline when the file is longer by now.
 func (r *reader) readBatch(lr *lineReader, f *os.File, size int64) ([][]byte, int64, error) {
 	var bodies [][]byte
-	for len(bodies) < r.s.batchSize {
+	nbytes := 0
+	for len(bodies) < r.s.batchSize && nbytes < maxBatchBytes {
 		body, err := lr.next()
 		if lr.off > size {
 			return bodies, lr.start, errChanged
@@ -380,10 +381,15 @@ func (r *reader) readBatch(lr *lineReader, f *os.File, size int64) ([][]byte, in
 			}
 		}
 		bodies = append(bodies, body)
+		nbytes += len(body)
 		lr.start = lr.off
 	}
 	return bodies, lr.start, nil
 }
+
+// maxBatchBytes cuts a batch of large events (blobs) before batchSize: 100
+// blobs of 100 MB would otherwise be one 10 GB batch in memory.
+const maxBatchBytes = 64 << 20
 
 // put sends one batch, retrying while the channel is full (250 ms, doubling
 // up to maxBackoff, as Flume does), and reports whether it was committed.
@@ -485,9 +491,13 @@ type lineReader struct {
 	max    int
 	policy string // fail, replace or ignore (bytes that are not UTF-8)
 	atEOF  bool   // the last line returned ended at the end of the file, not at a newline
+	blob   int    // > 0: Flume's BlobDeserializer, pieces of at most blob bytes instead of lines
 }
 
 func (lr *lineReader) next() ([]byte, error) {
+	if lr.blob > 0 {
+		return lr.nextBlob()
+	}
 	var out []byte
 	chars := 0
 	got := false
@@ -544,4 +554,32 @@ func (lr *lineReader) next() ([]byte, error) {
 			return out, nil
 		}
 	}
+}
+
+// nextBlob is Flume's BlobDeserializer: the next blob bytes of the file, or
+// what is left of it, as they are (no decoding); an empty file gives no
+// event. A file longer than blob bytes comes in several events, as in Flume.
+func (lr *lineReader) nextBlob() ([]byte, error) {
+	lr.atEOF = false
+	out := make([]byte, 0, min(lr.blob, readBuffer))
+	for len(out) < lr.blob {
+		chunk := min(lr.blob-len(out), readBuffer)
+		if cap(out)-len(out) < chunk {
+			out = slices.Grow(out, chunk)
+		}
+		n, err := io.ReadFull(lr.r, out[len(out):len(out)+chunk])
+		out = out[:len(out)+n]
+		lr.off += int64(n)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			if len(out) == 0 {
+				return nil, io.EOF
+			}
+			lr.atEOF = true
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -58,6 +58,7 @@ type Source struct {
 	basenameHeader    bool
 	basenameHeaderKey string
 	maxLineLength     int
+	maxBlob           int // the BlobDeserializer's maxBlobLength; 0: the LINE deserializer
 	decodePolicy      string
 	counters          *metrics.SourceCounters
 
@@ -73,8 +74,10 @@ type Source struct {
 // consumeOrder (oldest|youngest|random), pollDelay (500 ms), batchSize
 // (100), maxBackoff (4000 ms), inputCharset (UTF-8), decodeErrorPolicy
 // (FAIL|REPLACE|IGNORE), deserializer (LINE) with
-// deserializer.maxLineLength (2048) and deserializer.outputCharset (UTF-8),
-// and recursiveDirectorySearch (only false). Flume's deprecated
+// deserializer.maxLineLength (2048) and deserializer.outputCharset (UTF-8)
+// or Flume's BlobDeserializer (the whole file, in pieces of
+// deserializer.maxBlobLength bytes, 100000000, each an event), and
+// recursiveDirectorySearch (only false). Flume's deprecated
 // bufferMaxLines and bufferMaxLineLength are accepted and ignored, as Flume
 // ignores them.
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
@@ -112,8 +115,12 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 		p.Errorf("inputCharset", "%q is not supported; sluice reads UTF-8", cs)
 	}
 	s.decodePolicy = p.Enum("decodeErrorPolicy", "fail", "FAIL", "REPLACE", "IGNORE")
-	if d := p.String("deserializer", "LINE"); !strings.EqualFold(d, "LINE") && d != "org.apache.flume.serialization.LineDeserializer$Builder" {
-		p.Errorf("deserializer", "%q is not supported; sluice has the LINE deserializer", d)
+	switch d := strings.TrimSpace(p.String("deserializer", "LINE")); {
+	case strings.EqualFold(d, "LINE") || d == "org.apache.flume.serialization.LineDeserializer$Builder":
+	case d == blobDeserializer:
+		s.maxBlob = p.IntRange("deserializer.maxBlobLength", 100000000, 1, math.MaxInt32)
+	default:
+		p.Errorf("deserializer", "%q is not supported; sluice has the LINE deserializer and %s", d, blobDeserializer)
 	}
 	s.maxLineLength = p.IntRange("deserializer.maxLineLength", 2048, 1, 1<<30)
 	if cs := strings.ToUpper(p.String("deserializer.outputCharset", "UTF-8")); cs != "UTF-8" && cs != "UTF8" {
@@ -126,6 +133,10 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }
+
+// blobDeserializer is Flume's BlobDeserializer, by its class name (Flume
+// has no short name for it).
+const blobDeserializer = "org.apache.flume.sink.solr.morphline.BlobDeserializer$Builder"
 
 func pattern(p *config.Props, key, def string) *regexp.Regexp {
 	v := p.String(key, def)

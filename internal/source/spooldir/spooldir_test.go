@@ -211,6 +211,24 @@ func TestMaxLineLength(t *testing.T) {
 	fx.expect("abcd", "efgh", "ij", "abcd", "xy", "日本語の", "テキ")
 }
 
+// Flume's BlobDeserializer: a file is one event, its bytes as they are (not
+// decoded, newlines kept); a file longer than maxBlobLength comes in
+// pieces of that many bytes, as Flume reads it; an empty file gives none.
+func TestBlobDeserializer(t *testing.T) {
+	fx := newFixture(t, map[string]string{"deserializer": blobDeserializer, "deserializer.maxBlobLength": "10",
+		"fileHeader": "true", "consumeOrder": "oldest"})
+	t0 := time.Now().Add(-time.Hour)
+	fx.write("a", "one\ntwo\n\xff\x00", t0)
+	fx.write("b", "0123456789abcdefghij0123", t0.Add(time.Second))
+	fx.write("c", "", t0.Add(2*time.Second))
+	fx.write("d", "0123456789", t0.Add(3*time.Second))
+	fx.start()
+	fx.expect("one\ntwo\n\xff\x00", "0123456789", "abcdefghij", "0123", "0123456789")
+	if !sourcetest.Eventually(func() bool { return exists(filepath.Join(fx.dir, "c.COMPLETED")) }, 5*time.Second) {
+		t.Fatal("the empty file was not marked done")
+	}
+}
+
 func TestDecodeErrorPolicy(t *testing.T) {
 	for _, tc := range []struct {
 		policy string
@@ -586,7 +604,8 @@ func TestBadProperties(t *testing.T) {
 		{map[string]string{"spoolDir": "/x", "trackingPolicy": "x"}, "is not one of rename, tracker_dir"},
 		{map[string]string{"spoolDir": "/x", "consumeOrder": "newest"}, "is not one of oldest, youngest, random"},
 		{map[string]string{"spoolDir": "/x", "includePattern": "("}, "not a valid regular expression"},
-		{map[string]string{"spoolDir": "/x", "deserializer": "AVRO"}, "LINE deserializer"},
+		{map[string]string{"spoolDir": "/x", "deserializer": "AVRO"}, "sluice has the LINE deserializer and org.apache.flume.sink.solr.morphline.BlobDeserializer$Builder"},
+		{map[string]string{"spoolDir": "/x", "deserializer": blobDeserializer, "deserializer.maxBlobLength": "0"}, "out of range"},
 		{map[string]string{"spoolDir": "/x", "deserializer.maxLineLength": "0"}, "out of range"},
 		{map[string]string{"spoolDir": "/x", "inputCharset": "UTF-16"}, "not supported"},
 		{map[string]string{"spoolDir": "/x", "recursiveDirectorySearch": "true"}, "set it to false"},
