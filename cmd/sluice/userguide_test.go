@@ -106,7 +106,7 @@ var userGuideCases = map[string]userGuideCase{
 	"kafka-sink-ssl-key-password":          {},
 	"kafka-sink-kerberos":                  {refused: true, lines: []string{"kafka.producer." + kerberos}},
 	"kafka-sink-kerberos-ssl":              {refused: true, lines: []string{"kafka.producer." + kerberos, "kafka.producer." + jksTrust}},
-	"http-sink":                            {refused: true, lines: []string{"a1.sinks.k1.type: Flume type http " + notProvided}},
+	"http-sink":                            {},
 	"custom-sink":                          {refused: true, lines: []string{`a1.sinks.k1.type: sink type "org.example.MySink" ` + javaClass}},
 
 	"memory-channel":    {},

@@ -14,6 +14,7 @@ import (
 	essink "github.com/sluicehq/sluice/internal/sink/elasticsearch"
 	"github.com/sluicehq/sluice/internal/sink/fileroll"
 	hdfssink "github.com/sluicehq/sluice/internal/sink/hdfs"
+	httpsink "github.com/sluicehq/sluice/internal/sink/http"
 	kafkasink "github.com/sluicehq/sluice/internal/sink/kafka"
 	loggersink "github.com/sluicehq/sluice/internal/sink/logger"
 	nullsink "github.com/sluicehq/sluice/internal/sink/null"
@@ -68,6 +69,7 @@ var sinkTypes = map[string]flow.SinkFactory{
 	"elasticsearch": essink.New,
 	"kafka":         kafkasink.New,
 	"hdfs":          hdfssink.New,
+	"http":          httpsink.New,
 }
 
 // classNames maps Flume's Java class names (lower-cased) to sluice type
@@ -133,7 +135,6 @@ var missingTypes = map[string][]string{
 	"sink:asynchbase":     {"kafka", "avro (to an agent or service that writes HBase)"},
 	"sink:hbase2":         {"kafka", "avro (to an agent or service that writes HBase)"},
 	"sink:hive":           {"file_roll", "kafka"},
-	"sink:http":           {"elasticsearch (HTTP _bulk)", "tcp", "avro"},
 	"sink:morphline_solr": {"elasticsearch"},
 	"sink:kite":           {"file_roll", "kafka"},
 

@@ -23,6 +23,11 @@ type Writer interface {
 }
 
 type starter interface{ Start(context.Context) error }
+
+// undeliverer is a Writer that may commit events it did not deliver (an
+// HTTP endpoint's status configured to drop them): after a successful Write
+// it says how many, and they are not counted in EventDrainSuccessCount.
+type undeliverer interface{ Undelivered() int }
 type stopper interface{ Stop(context.Context) error }
 
 // TakeWait is how long a BatchSink's Process waits for an event on an empty
@@ -151,7 +156,11 @@ func (s *BatchSink) Process(ctx context.Context) (Status, error) {
 		clear(batch)
 		return Ready, fmt.Errorf("commit take of %d delivered events (they will be delivered again): %w", n, joinRollback(err, tx))
 	}
-	s.c.EventDrainSuccess.Add(int64(n))
+	delivered := n
+	if u, ok := s.w.(undeliverer); ok {
+		delivered -= u.Undelivered()
+	}
+	s.c.EventDrainSuccess.Add(int64(delivered))
 	for i := range batch {
 		s.channel.Since(batch[i].CommittedAt, took)
 		s.sink.Since(took, acked)
