@@ -123,9 +123,9 @@ var userGuideCases = map[string]userGuideCase{
 	"file-channel-encryption":               {refused: true, lines: []string{encryption, "a1.channels.c1.encryption.keyProvider: ignored: set again on line 8"}}, // the guide sets keyProvider twice
 	"file-channel-encryption-new-key":       {refused: true, lines: []string{encryption}},
 	"file-channel-encryption-key-passwords": {refused: true, lines: []string{encryption}},
-	"spillable-memory-channel":              {refused: true, lines: []string{"a1.channels.c1.type: Flume type SPILLABLEMEMORY " + notProvided}},
-	"spillable-memory-channel-disk-only":    {refused: true, lines: []string{"a1.channels.c1.type: Flume type SPILLABLEMEMORY " + notProvided}},
-	"spillable-memory-channel-memory-only":  {refused: true, lines: []string{"a1.channels.c1.type: Flume type SPILLABLEMEMORY " + notProvided}},
+	"spillable-memory-channel":              {},
+	"spillable-memory-channel-disk-only":    {},
+	"spillable-memory-channel-memory-only":  {},
 	"custom-channel":                        {refused: true, lines: []string{`a1.channels.c1.type: channel type "org.example.MyChannel" ` + javaClass}},
 
 	"replicating-selector":    {},

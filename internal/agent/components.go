@@ -8,6 +8,7 @@ import (
 	filechannel "github.com/sluicehq/sluice/internal/channel/file"
 	kafkachannel "github.com/sluicehq/sluice/internal/channel/kafka"
 	"github.com/sluicehq/sluice/internal/channel/memory"
+	"github.com/sluicehq/sluice/internal/channel/spillable"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/interceptor"
 	avrosink "github.com/sluicehq/sluice/internal/sink/avro"
@@ -57,6 +58,8 @@ var channelTypes = map[string]flow.ChannelFactory{
 	"memory": memory.New,
 	"file":   filechannel.New,
 	"kafka":  kafkachannel.New,
+	// Flume's spillable memory channel, run as a file (or memory) channel.
+	"spillablememory": spillable.New,
 }
 
 var sinkTypes = map[string]flow.SinkFactory{
@@ -127,8 +130,7 @@ var missingTypes = map[string][]string{
 	"source:avrolegacy":   {"avro"},
 	"source:thriftlegacy": {"avro"},
 
-	"channel:jdbc":            {"file (durable on local disk)"},
-	"channel:spillablememory": {"file (durable; it keeps recent events in memory: cacheBytes)", "memory"},
+	"channel:jdbc": {"file (durable on local disk)"},
 
 	"sink:irc":            {"logger", "tcp"},
 	"sink:hbase":          {"kafka", "avro (to an agent or service that writes HBase)"},

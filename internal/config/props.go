@@ -128,6 +128,12 @@ func (p *Props) Warnf(key, format string, args ...any) {
 	p.probs.Warn(p.FileOf(key), p.LineOf(key), p.Full(key), format, args...)
 }
 
+// Notef records a note about key (INFO at start, listed by validate): the
+// configuration runs as written, and this is worth knowing.
+func (p *Props) Notef(key, format string, args ...any) {
+	p.probs.Note(p.FileOf(key), p.LineOf(key), p.Full(key), format, args...)
+}
+
 // Ignored marks key as read and, when it is set, records a note that
 // sluice deliberately does without it, for reason (a Flume setting with no
 // meaning here, such as JVM or Netty tuning).
@@ -160,6 +166,19 @@ func (p *Props) Keys(prefix string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Set gives key the value text, on the line of the key from (or of the
+// component), replacing what the file said. It is for a component that
+// translates its keys into another's (Flume's spillable memory channel runs
+// as a file or memory channel): the other reads key as if the user had
+// written it.
+func (p *Props) Set(key, text, from string) {
+	line := p.Line
+	if l := p.LineOf(from); l > 0 {
+		line = l
+	}
+	p.vals[p.rel(key)] = Value{Text: text, Line: line, File: p.FileOf(from)}
 }
 
 // MarkUsed marks key as read without reading it, for keys another layer
