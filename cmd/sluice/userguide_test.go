@@ -81,7 +81,7 @@ var userGuideCases = map[string]userGuideCase{
 		"a1.sources.r1.handler.nickname: ignored: sluice does not read it",
 		"a1.sources.r1.HttpConfiguration.sendServerVersion: ignored (not needed by sluice): a Jetty setting",
 		"a1.sources.r1.ServerConnector.idleTimeout: ignored (not needed by sluice): a Jetty setting"}},
-	"stress-source":        {refused: true, lines: []string{"StressSource " + notProvided + "s are seq or `sluice bench`"}},
+	"stress-source":        {},
 	"avro-legacy-source":   {refused: true, lines: []string{"AvroLegacySource " + notProvided + " is avro"}},
 	"thrift-legacy-source": {refused: true, lines: []string{"ThriftLegacySource " + notProvided + " is avro"}},
 	"custom-source":        {refused: true, lines: []string{`a1.sources.r1.type: source type "org.example.MySource" ` + javaClass}},
@@ -123,9 +123,9 @@ var userGuideCases = map[string]userGuideCase{
 	"file-channel-encryption":               {refused: true, lines: []string{encryption, "a1.channels.c1.encryption.keyProvider: ignored: set again on line 8"}}, // the guide sets keyProvider twice
 	"file-channel-encryption-new-key":       {refused: true, lines: []string{encryption}},
 	"file-channel-encryption-key-passwords": {refused: true, lines: []string{encryption}},
-	"spillable-memory-channel":              {},
-	"spillable-memory-channel-disk-only":    {},
-	"spillable-memory-channel-memory-only":  {},
+	"spillable-memory-channel":              {lines: []string{"a1.channels.c1.type: runs as a file channel of 1010000 events"}},
+	"spillable-memory-channel-disk-only":    {lines: []string{"a1.channels.c1.type: runs as a file channel of 1000000 events"}},
+	"spillable-memory-channel-memory-only":  {lines: []string{"a1.channels.c1.type: runs as a memory channel of 100000 events"}},
 	"custom-channel":                        {refused: true, lines: []string{`a1.channels.c1.type: channel type "org.example.MyChannel" ` + javaClass}},
 
 	"replicating-selector":    {},

@@ -28,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/internal/source/netcat"
 	"github.com/sluicehq/sluice/internal/source/seq"
 	"github.com/sluicehq/sluice/internal/source/spooldir"
+	"github.com/sluicehq/sluice/internal/source/stress"
 	syslogsource "github.com/sluicehq/sluice/internal/source/syslog"
 	"github.com/sluicehq/sluice/internal/source/taildir"
 	thriftsource "github.com/sluicehq/sluice/internal/source/thrift"
@@ -41,6 +42,7 @@ var sourceTypes = map[string]flow.SourceFactory{
 	"spooldir":  spooldir.New,
 	"taildir":   taildir.New,
 	"seq":       seq.New,
+	"stress":    stress.New,
 	"netcat":    netcat.New,
 	"netcatudp": netcat.NewUDP,
 	"http":      httpsource.New,
@@ -81,6 +83,7 @@ var sinkTypes = map[string]flow.SinkFactory{
 // listed where Flume moved a class.
 var classNames = map[string]string{
 	"org.apache.flume.source.sequencegeneratorsource":       "seq",
+	"org.apache.flume.source.stresssource":                  "stress",
 	"org.apache.flume.source.netcatsource":                  "netcat",
 	"org.apache.flume.source.netcatudpsource":               "netcatudp",
 	"org.apache.flume.source.execsource":                    "exec",
@@ -125,7 +128,6 @@ var classNames = map[string]string{
 var missingTypes = map[string][]string{
 	"source:jms":          {"the Kafka source (with the messages bridged from JMS into Kafka)"},
 	"source:twitter":      {"http", "exec (with a program that reads the API you need)"},
-	"source:stress":       {"seq", "`sluice bench`"},
 	"source:scribe":       {"syslogtcp", "netcat", "http", "avro"},
 	"source:avrolegacy":   {"avro"},
 	"source:thriftlegacy": {"avro"},
@@ -148,7 +150,6 @@ var missingTypes = map[string][]string{
 // for missingTypes.
 var missingClassNames = map[string]string{
 	"org.apache.flume.source.twitter.twittersource":                     "twitter",
-	"org.apache.flume.source.stresssource":                              "stress",
 	"org.apache.flume.source.scribe.scribesource":                       "scribe",
 	"org.apache.flume.source.avrolegacy.avrolegacysource":               "avrolegacy",
 	"org.apache.flume.source.thriftlegacy.thriftlegacysource":           "thriftlegacy",
