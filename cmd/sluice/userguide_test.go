@@ -77,7 +77,7 @@ var userGuideCases = map[string]userGuideCase{
 	"syslog-udp-source":                      {},
 	// The guide's custom handler class (refused) and two Jetty settings (notes).
 	"http-source": {refused: true, lines: []string{
-		`a1.sources.r1.handler: handler "org.example.rest.RestHandler" is not supported; sluice's HTTP source has only org.apache.flume.source.http.JSONHandler`,
+		`a1.sources.r1.handler: handler "org.example.rest.RestHandler" is not supported; sluice's HTTP source has org.apache.flume.source.http.JSONHandler (the default), org.apache.flume.sink.solr.morphline.BlobHandler and org.apache.flume.source.http.BLOBHandler`,
 		"a1.sources.r1.handler.nickname: ignored: sluice does not read it",
 		"a1.sources.r1.HttpConfiguration.sendServerVersion: ignored (not needed by sluice): a Jetty setting",
 		"a1.sources.r1.ServerConnector.idleTimeout: ignored (not needed by sluice): a Jetty setting"}},

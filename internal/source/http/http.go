@@ -78,6 +78,7 @@ type Source struct {
 	tls         tlsconf.Settings
 	counters    *metrics.SourceCounters
 	rejects     *listener.Rejects
+	blob        *blobHandler // nil: the JSON handler
 
 	mu     sync.Mutex // guards the fields below
 	srv    *http.Server
@@ -89,7 +90,8 @@ type Source struct {
 }
 
 // New builds an HTTP source from Flume's properties bind (0.0.0.0), port,
-// handler (only the JSON handler), the SSL keys (ssl, keystore,
+// handler (Flume's JSONHandler, or one of its BLOB handlers: see blob.go),
+// the SSL keys (ssl, keystore,
 // keystore-password, keystore-type, include/exclude-protocols,
 // include/exclude-cipher-suites) and sluice's maxRequestBytes (16 MiB, one
 // request's body), maxBytesInFlight (40 MiB, what every request being read
@@ -109,8 +111,10 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	}
 	switch h := strings.TrimSpace(p.String("handler", DefaultHandler)); h {
 	case DefaultHandler, "JSONHandler":
+	case MorphlineBlobHandler, CoreBlobHandler:
+		s.blob = readBlobHandler(p, h)
 	default:
-		p.Errorf("handler", "handler %q is not supported; sluice's HTTP source has only %s (remove the property to use it)", h, DefaultHandler)
+		p.Errorf("handler", "handler %q is not supported; sluice's HTTP source has %s (the default), %s and %s", h, DefaultHandler, MorphlineBlobHandler, CoreBlobHandler)
 	}
 	s.maxBody = p.Int64("maxRequestBytes", DefaultMaxRequestBytes)
 	if s.maxBody <= 0 || s.maxBody > math.MaxInt32 {
@@ -365,9 +369,21 @@ func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			charset = params["charset"]
 		}
 	}
-	events, err := decode(body, charset, reserve)
+	var events []event.Event
+	if s.blob != nil {
+		events, err = s.blob.event(r, body)
+	} else {
+		events, err = decode(body, charset, reserve)
+	}
 	if err != nil {
 		if refuse(err) {
+			return
+		}
+		var long *tooLongBlobError
+		if errors.As(err, &long) {
+			c.EventReadFail.Add(1)
+			s.rejects.Add(reasonTooLarge, peer, "err", err)
+			http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 			return
 		}
 		c.EventReadFail.Add(1)

@@ -284,7 +284,7 @@ func TestBadProperties(t *testing.T) {
 		want  string
 	}{
 		{map[string]string{}, "a1.sources.r1.port: missing required property"},
-		{map[string]string{"port": "1", "handler": "org.apache.flume.source.http.BLOBHandler"}, "is not supported; sluice's HTTP source has only org.apache.flume.source.http.JSONHandler"},
+		{map[string]string{"port": "1", "handler": "org.example.MyHandler"}, "is not supported; sluice's HTTP source has org.apache.flume.source.http.JSONHandler (the default)"},
 		{map[string]string{"port": "1", "SslContextFactory.ExcludeCipherSuites": "TLS_RSA_WITH_AES_128_CBC_SHA"}, "SslContextFactory.ExcludeCipherSuites: is a Jetty TLS setting, which sluice cannot honour"},
 		{map[string]string{"port": "1", "ssl": "true", "keystore": "/x.jks"}, "JKS stores are not supported"},
 		{map[string]string{"port": "1", "ssl": "true", "keystore-type": "PEM"}, "ssl is true but no keystore is set"},
