@@ -41,6 +41,11 @@ func Brokers(p *config.Props, legacy string) []string {
 	if legacy != "" {
 		p.Has(legacy) // known, even when unset
 	}
+	if !p.Has("kafka.bootstrap.servers") && p.Has("zookeeperConnect") {
+		p.MarkUsed("zookeeperConnect")
+		p.Errorf("zookeeperConnect", "sluice does not look the brokers up in ZooKeeper; set kafka.bootstrap.servers to them (host:9092,...), which Flume asks for since 1.7")
+		return nil
+	}
 	p.Required("kafka.bootstrap.servers")
 	out := p.Split("kafka.bootstrap.servers", ",")
 	for _, b := range out {
@@ -553,4 +558,15 @@ func Ping(ctx context.Context, cl *kgo.Client, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return cl.Ping(ctx)
+}
+
+// ReadZooKeeperKeys reads the Kafka source's and channel's keys of the
+// ZooKeeper era (Flume 1.6), which sluice does without: zookeeperConnect,
+// which Flume uses only to look the brokers up when kafka.bootstrap.servers
+// is unset (Brokers refuses that case), and migrateZookeeperOffsets.
+func ReadZooKeeperKeys(p *config.Props) {
+	if p.Has("kafka.bootstrap.servers") {
+		p.Ignored("zookeeperConnect", "Flume reads it only to look the brokers up when kafka.bootstrap.servers is unset")
+	}
+	p.Ignored("migrateZookeeperOffsets", "sluice reads the group's offsets from Kafka only: offsets a Flume 1.6 agent kept in ZooKeeper are not carried over, and a group without offsets in Kafka starts where auto.offset.reset says")
 }

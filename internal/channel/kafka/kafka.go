@@ -167,6 +167,7 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	c := &Channel{env: env, log: env.Log().With("channel", env.Name), parts: map[tp]*partState{},
 		throttle: logthrottle.New(kafkaconf.LogEvery, 1)}
 	c.brokers = kafkaconf.Brokers(p, "")
+	kafkaconf.ReadZooKeeperKeys(p)
 	// Flume 1.6's topic, groupId and readSmallestOffset count when the new
 	// keys are unset, as Flume 1.11's KafkaChannel still translates them.
 	c.topic = strings.TrimSpace(p.String("kafka.topic", p.String("topic", DefaultTopic)))

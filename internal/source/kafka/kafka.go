@@ -101,6 +101,7 @@ type Source struct {
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env, log: env.Log().With("source", env.Name), throttle: logthrottle.New(kafkaconf.LogEvery, 1)}
 	s.brokers = kafkaconf.Brokers(p, "")
+	kafkaconf.ReadZooKeeperKeys(p)
 	legacyTopic := p.String("topic", "")
 	regex := strings.TrimSpace(p.String("kafka.topics.regex", ""))
 	topics := p.Split("kafka.topics", ",")
