@@ -133,8 +133,7 @@ type group struct {
 }
 
 func (g *group) Start(context.Context) error { return nil }
-
-func (g *group) Stop(context.Context) error { return nil }
+func (g *group) Stop(context.Context) error  { return nil }
 
 // flushLogs writes the member failures still held back by the throttle.
 func (g *group) flushLogs() { g.throttle.Flush() }
