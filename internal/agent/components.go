@@ -28,7 +28,6 @@ import (
 	"github.com/sluicehq/sluice/internal/source/netcat"
 	"github.com/sluicehq/sluice/internal/source/seq"
 	"github.com/sluicehq/sluice/internal/source/spooldir"
-	"github.com/sluicehq/sluice/internal/source/stress"
 	syslogsource "github.com/sluicehq/sluice/internal/source/syslog"
 	"github.com/sluicehq/sluice/internal/source/taildir"
 	thriftsource "github.com/sluicehq/sluice/internal/source/thrift"
@@ -42,7 +41,7 @@ var sourceTypes = map[string]flow.SourceFactory{
 	"spooldir":  spooldir.New,
 	"taildir":   taildir.New,
 	"seq":       seq.New,
-	"stress":    stress.New,
+	"stress":    seq.NewStress,
 	"netcat":    netcat.New,
 	"netcatudp": netcat.NewUDP,
 	"http":      httpsource.New,

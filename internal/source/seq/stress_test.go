@@ -1,4 +1,4 @@
-package stress
+package seq
 
 import (
 	"context"
@@ -11,16 +11,16 @@ import (
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 )
 
-func newSource(t *testing.T, props map[string]string) *Source {
+func newStress(t *testing.T, props map[string]string) *Stress {
 	t.Helper()
-	return sourcetest.New(t, New, sourcetest.Env("r1", "stress"), props).(*Source)
+	return sourcetest.New(t, NewStress, sourcetest.Env("r1", "stress"), props).(*Stress)
 }
 
 // The User Guide's shape: events of size bytes of 0x7F, in batches, until
 // maxTotalEvents (the last batch cut to fit), then nothing more.
 func TestMaxTotalEvents(t *testing.T) {
 	pl := sourcetest.NewPipeline(t, 1000, 100, time.Second)
-	s := newSource(t, map[string]string{"size": "10", "maxTotalEvents": "25", "batchSize": "10"})
+	s := newStress(t, map[string]string{"size": "10", "maxTotalEvents": "25", "batchSize": "10"})
 	sourcetest.Start(t, s, pl.Processor)
 	got := pl.Drain(t, 25, 5*time.Second)
 	for _, e := range got {
@@ -40,7 +40,7 @@ func TestMaxTotalEvents(t *testing.T) {
 // batches of 3 and a limit of 7, three batches go.
 func TestMaxSuccessfulEvents(t *testing.T) {
 	pl := sourcetest.NewPipeline(t, 1000, 100, time.Second)
-	s := newSource(t, map[string]string{"size": "1", "maxSuccessfulEvents": "7", "batchSize": "3"})
+	s := newStress(t, map[string]string{"size": "1", "maxSuccessfulEvents": "7", "batchSize": "3"})
 	sourcetest.Start(t, s, pl.Processor)
 	pl.Drain(t, 9, 5*time.Second)
 	if extra := pl.Take(t, 10, 100*time.Millisecond); len(extra) != 0 {
@@ -52,7 +52,7 @@ func TestMaxSuccessfulEvents(t *testing.T) {
 // (a lower bound only: a slow machine may take longer).
 func TestMaxEventsPerSecond(t *testing.T) {
 	pl := sourcetest.NewPipeline(t, 1000, 100, time.Second)
-	s := newSource(t, map[string]string{"size": "1", "maxTotalEvents": "30", "maxEventsPerSecond": "100"})
+	s := newStress(t, map[string]string{"size": "1", "maxTotalEvents": "30", "maxEventsPerSecond": "100"})
 	start := time.Now()
 	sourcetest.Start(t, s, pl.Processor)
 	pl.Drain(t, 30, 10*time.Second)
@@ -72,7 +72,7 @@ func (r *refusing) Process(context.Context, []event.Event) error {
 // in Flume.
 func TestRefusedBatchesCount(t *testing.T) {
 	r := &refusing{}
-	s := newSource(t, map[string]string{"maxTotalEvents": "4", "batchSize": "2", "backoffSleepIncrement": "1", "maxBackoffSleep": "2"})
+	s := newStress(t, map[string]string{"maxTotalEvents": "4", "batchSize": "2", "backoffSleepIncrement": "1", "maxBackoffSleep": "2"})
 	sourcetest.Start(t, s, r)
 	if !sourcetest.Eventually(func() bool { return !s.worker.Running() || s.counters.ChannelWriteFail.Load() == 2 }, 5*time.Second) {
 		t.Fatalf("ChannelWriteFailCount %d, want 2", s.counters.ChannelWriteFail.Load())
