@@ -5,10 +5,10 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/channel/alias"
 	filechannel "github.com/sluicehq/sluice/internal/channel/file"
 	kafkachannel "github.com/sluicehq/sluice/internal/channel/kafka"
 	"github.com/sluicehq/sluice/internal/channel/memory"
-	"github.com/sluicehq/sluice/internal/channel/spillable"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/interceptor"
 	avrosink "github.com/sluicehq/sluice/internal/sink/avro"
@@ -60,7 +60,8 @@ var channelTypes = map[string]flow.ChannelFactory{
 	"file":   filechannel.New,
 	"kafka":  kafkachannel.New,
 	// Flume's spillable memory channel, run as a file (or memory) channel.
-	"spillablememory": spillable.New,
+	"spillablememory": alias.NewSpillable,
+	"jdbc":            alias.NewJDBC,
 }
 
 var sinkTypes = map[string]flow.SinkFactory{
@@ -130,8 +131,6 @@ var missingTypes = map[string][]string{
 	"source:scribe":       {"syslogtcp", "netcat", "http", "avro"},
 	"source:avrolegacy":   {"avro"},
 	"source:thriftlegacy": {"avro"},
-
-	"channel:jdbc": {"file (durable on local disk)"},
 
 	"sink:irc":            {"logger", "tcp"},
 	"sink:hbase":          {"kafka", "avro (to an agent or service that writes HBase)"},

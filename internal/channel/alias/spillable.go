@@ -1,7 +1,24 @@
-// Package spillable runs Flume's spillable memory channel
-// (SPILLABLEMEMORY, org.apache.flume.channel.SpillableMemoryChannel) on
-// sluice's own channels, so that a Flume config using it starts and keeps
-// what it promised:
+package alias
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/sluicehq/sluice/internal/channel/file"
+	"github.com/sluicehq/sluice/internal/channel/memory"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/flow"
+)
+
+// Flume's defaults for the spillable memory channel.
+const (
+	DefaultSpillMemoryCapacity   = 10000
+	DefaultSpillOverflowCapacity = 100000000
+	DefaultSpillAvgEventSize     = 500
+)
+
+// NewSpillable builds Flume's spillable memory channel (SPILLABLEMEMORY,
+// org.apache.flume.channel.SpillableMemoryChannel) from its properties:
 //
 //   - overflowCapacity = 0 ("function purely as an in-memory channel"): a
 //     memory channel of memoryCapacity events (byteCapacity and
@@ -18,30 +35,10 @@
 // before its put returns. sluice's file channel runs at about half the
 // memory channel's throughput with group commit, which is what the
 // spillable channel was meant to buy.
-package spillable
-
-import (
-	"math"
-	"strconv"
-
-	"github.com/sluicehq/sluice/internal/channel/file"
-	"github.com/sluicehq/sluice/internal/channel/memory"
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/flow"
-)
-
-// Flume's defaults.
-const (
-	DefaultMemoryCapacity   = 10000
-	DefaultOverflowCapacity = 100000000
-	DefaultAvgEventSize     = 500
-)
-
-// New builds the channel from the spillable memory channel's properties.
-func New(env flow.Env, p *config.Props) (flow.Channel, error) {
-	mem := p.IntRange("memoryCapacity", DefaultMemoryCapacity, 0, math.MaxInt32)
-	over := p.IntRange("overflowCapacity", DefaultOverflowCapacity, 0, math.MaxInt32)
-	avg := p.IntRange("avgEventSize", DefaultAvgEventSize, 1, math.MaxInt32)
+func NewSpillable(env flow.Env, p *config.Props) (flow.Channel, error) {
+	mem := p.IntRange("memoryCapacity", DefaultSpillMemoryCapacity, 0, math.MaxInt32)
+	over := p.IntRange("overflowCapacity", DefaultSpillOverflowCapacity, 0, math.MaxInt32)
+	avg := p.IntRange("avgEventSize", DefaultSpillAvgEventSize, 1, math.MaxInt32)
 	p.Ignored("overflowTimeout", "a put that finds the channel full waits keep-alive (3 s) for space, as any sluice channel")
 	// Flume: "any file channel property with the exception of 'keep-alive'
 	// and 'capacity' can be used"; keep-alive is the spillable channel's
@@ -49,8 +46,8 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	p.Ignored("capacity", "the spillable memory channel sets it (memoryCapacity + overflowCapacity), as in Flume")
 	if mem == 0 && over == 0 {
 		// As Flume, which warns and takes the default.
-		p.Warnf("overflowCapacity", "memoryCapacity and overflowCapacity are both 0, so the channel could hold nothing; overflowCapacity is %d (its default), as in Flume", DefaultOverflowCapacity)
-		over = DefaultOverflowCapacity
+		p.Warnf("overflowCapacity", "memoryCapacity and overflowCapacity are both 0, so the channel could hold nothing; overflowCapacity is %d (its default), as in Flume", DefaultSpillOverflowCapacity)
+		over = DefaultSpillOverflowCapacity
 	}
 	if over == 0 {
 		p.Set("capacity", strconv.Itoa(mem), "memoryCapacity")

@@ -1,4 +1,4 @@
-package spillable
+package alias
 
 import (
 	"context"
@@ -16,11 +16,11 @@ import (
 	"github.com/sluicehq/sluice/internal/testutil"
 )
 
-func build(t *testing.T, props map[string]string) (flow.Channel, *metrics.Registry, *config.Props) {
+func buildSpillable(t *testing.T, props map[string]string) (flow.Channel, *metrics.Registry, *config.Props) {
 	t.Helper()
 	reg := metrics.NewRegistry("a1")
 	p := config.FromMap("a1.channels.c1.", props)
-	ch, err := New(flow.Env{Agent: "a1", Name: "c1", Type: "spillablememory", Metrics: reg, Logger: slog.New(slog.DiscardHandler)}, p)
+	ch, err := NewSpillable(flow.Env{Agent: "a1", Name: "c1", Type: "spillablememory", Metrics: reg, Logger: slog.New(slog.DiscardHandler)}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestRunsAsFileChannel(t *testing.T) {
 	props := map[string]string{"memoryCapacity": "10", "overflowCapacity": "100", "byteCapacity": "800000",
 		"checkpointDir": filepath.Join(dir, "ck"), "dataDirs": filepath.Join(dir, "data"), "minimumRequiredSpace": "0",
 		"capacity": "5", "overflowTimeout": "3"}
-	ch, reg, p := build(t, props)
+	ch, reg, p := buildSpillable(t, props)
 	if err := p.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestRunsAsFileChannel(t *testing.T) {
 	if err := ch.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	again, _, _ := build(t, props)
+	again, _, _ := buildSpillable(t, props)
 	if err := again.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestRunsAsFileChannel(t *testing.T) {
 }
 
 func TestMemoryOnly(t *testing.T) {
-	ch, reg, p := build(t, map[string]string{"memoryCapacity": "100000", "overflowCapacity": "0"})
+	ch, reg, p := buildSpillable(t, map[string]string{"memoryCapacity": "100000", "overflowCapacity": "0"})
 	if err := p.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestMemoryOnly(t *testing.T) {
 // Both 0: Flume warns and uses overflowCapacity's default.
 func TestBothZero(t *testing.T) {
 	dir := t.TempDir()
-	_, reg, p := build(t, map[string]string{"memoryCapacity": "0", "overflowCapacity": "0",
+	_, reg, p := buildSpillable(t, map[string]string{"memoryCapacity": "0", "overflowCapacity": "0",
 		"checkpointDir": filepath.Join(dir, "ck"), "dataDirs": filepath.Join(dir, "data")})
 	if n := notes(p); !strings.Contains(n, "could hold nothing; overflowCapacity is 100000000") {
 		t.Fatalf("problems:\n%s", n)

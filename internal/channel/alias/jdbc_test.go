@@ -1,0 +1,91 @@
+package alias
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/channel/file"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+func buildJDBC(t *testing.T, props map[string]string) (flow.Channel, *metrics.Registry, *config.Props) {
+	t.Helper()
+	reg := metrics.NewRegistry("a1")
+	p := config.FromMap("a1.channels.c1.", props)
+	ch, err := NewJDBC(flow.Env{Agent: "a1", Name: "c1", Type: "jdbc", Metrics: reg, Logger: slog.New(slog.DiscardHandler)}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Unused()
+	return ch, reg, p
+}
+
+// The User Guide's JDBC channel (type = jdbc and nothing else, here with
+// Derby's home moved by sysprop.user.home): a durable file channel where
+// Flume's embedded database would be, its database keys noted as ignored.
+func TestJDBCRunsAsFileChannel(t *testing.T) {
+	home := t.TempDir()
+	props := map[string]string{"sysprop.user.home": home, "maximum.capacity": "500", "minimumRequiredSpace": "0",
+		"db.type": "DERBY", "create.schema": "true", "sysprop.derby.system.durability": "test"}
+	ch, reg, p := buildJDBC(t, props)
+	if err := p.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ch.(*file.Channel); !ok {
+		t.Fatalf("built %T, want the file channel", ch)
+	}
+	if got := capacity(reg); got != "500" {
+		t.Errorf("ChannelCapacity %s, want maximum.capacity 500", got)
+	}
+	n := notes(p)
+	dir := filepath.Join(home, ".flume", "jdbc-channel")
+	for _, want := range []string{"runs as a file channel of 500 events in " + dir, "db.type: ignored", "create.schema: ignored", "sysprop.derby.system.durability: ignored"} {
+		if !strings.Contains(n, want) {
+			t.Errorf("notes lack %q:\n%s", want, n)
+		}
+	}
+	if err := ch.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.PutCommit(ch, testutil.Events("e", 20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sluice-data")); err != nil {
+		t.Fatalf("no data directory beside where Derby's database would be: %v", err)
+	}
+	again, _, _ := buildJDBC(t, props)
+	if err := again.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer again.Stop(context.Background())
+	if got := testutil.TakeAll(t, again, 20, 20, time.Second); len(got) != 20 {
+		t.Fatalf("after a restart the channel gave %d of the 20 events", len(got))
+	}
+}
+
+// driver.url: an embedded Derby path places the channel beside it; any
+// other database is refused, naming the key.
+func TestJDBCDriverURL(t *testing.T) {
+	dir := t.TempDir()
+	_, _, p := buildJDBC(t, map[string]string{"driver.url": "jdbc:derby:" + dir + "/flumedb;create=true"})
+	if n := notes(p); !strings.Contains(n, "events in "+dir+" (") {
+		t.Errorf("notes:\n%s", n)
+	}
+	for _, u := range []string{"jdbc:mysql://db:3306/flume", "jdbc:derby://db:1527/flume"} {
+		_, _, p := buildJDBC(t, map[string]string{"driver.url": u})
+		if err := p.Err(); err == nil || !strings.Contains(err.Error(), "driver.url: \""+u+"\" is not an embedded Derby database") {
+			t.Errorf("%s: %v, want it refused", u, err)
+		}
+	}
+}
