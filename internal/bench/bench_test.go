@@ -278,15 +278,15 @@ func TestPresetLatencyShort(t *testing.T) {
 // this build lacks fails with a message naming it, measuring nothing.
 func TestPresetNeedsMissingType(t *testing.T) {
 	dir := t.TempDir()
-	conf := strings.Replace(tcpPipeline, "a1.channels.c1.type = memory", "a1.channels.c1.type = jdbc", 1)
-	for _, f := range []string{"bench-latency.properties", "needs-jdbc.properties"} {
+	conf := strings.Replace(tcpPipeline, "a1.sinks.k1.type = tcp", "a1.sinks.k1.type = irc", 1)
+	for _, f := range []string{"bench-latency.properties", "needs-irc.properties"} {
 		if err := os.WriteFile(filepath.Join(dir, f), []byte(conf), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	p := Preset{Name: "jdbc-test", Runs: []PresetRun{{Label: "x", Config: "needs-jdbc.properties", Load: Load{Count: 1}}}, Needs: []string{"channel:jdbc"}}
+	p := Preset{Name: "irc-test", Runs: []PresetRun{{Label: "x", Config: "needs-irc.properties", Load: Load{Count: 1}}}, Needs: []string{"sink:irc"}}
 	_, err := RunPreset(context.Background(), p, PresetOptions{Examples: dir})
-	if err == nil || !strings.Contains(err.Error(), "needs the jdbc channel") || !strings.Contains(err.Error(), "nothing was measured") {
+	if err == nil || !strings.Contains(err.Error(), "needs the irc sink") || !strings.Contains(err.Error(), "nothing was measured") {
 		t.Fatalf("err = %v", err)
 	}
 }
