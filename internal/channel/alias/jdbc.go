@@ -1,6 +1,8 @@
 package alias
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -31,14 +33,15 @@ var jdbcIgnored = []string{"db.type", "driver.class", "db.username", "db.passwor
 // DIR/sluice-data; its capacity is maximum.capacity, or DefaultJDBCCapacity
 // for Flume's unlimited. A driver.url naming another database (MySQL, or
 // Derby over the network) is refused: moving events from a shared database
-// to this host's disk is a change the user must choose. Events a Flume agent
-// left in its Derby database are not read.
+// to this host's disk is a change the user must choose. Flume's Derby
+// database is not read: while it is there, Start refuses (see jdbcChannel).
 func NewJDBC(env flow.Env, p *config.Props) (flow.Channel, error) {
 	home, _ := os.UserHomeDir()
 	if h := p.String("sysprop.user.home", ""); h != "" {
 		home = h
 	}
 	dir := filepath.Join(home, ".flume", "jdbc-channel")
+	derby := filepath.Join(dir, "db")
 	if u := strings.TrimSpace(p.String("driver.url", "")); u != "" {
 		path, ok := strings.CutPrefix(u, "jdbc:derby:")
 		path, _, _ = strings.Cut(path, ";")
@@ -47,7 +50,8 @@ func NewJDBC(env flow.Env, p *config.Props) (flow.Channel, error) {
 			return file.New(env, p)
 		}
 		// The database's directory holds the file channel's directories.
-		dir = filepath.Dir(filepath.Clean(path))
+		derby = filepath.Clean(path)
+		dir = filepath.Dir(derby)
 	}
 	for _, k := range jdbcIgnored {
 		p.Ignored(k, "a database setting; the events are in sluice's file channel")
@@ -69,7 +73,28 @@ func NewJDBC(env flow.Env, p *config.Props) (flow.Channel, error) {
 	}
 	p.Set("checkpointDir", filepath.Join(dir, "sluice-checkpoint"), "driver.url")
 	p.Set("dataDirs", filepath.Join(dir, "sluice-data"), "driver.url")
-	p.Notef("type", "runs as a file channel of %d events in %s (sluice-checkpoint, sluice-data): on local disk and durable, as Flume's embedded Derby database; events a Flume agent left in that database are not read",
+	p.Notef("type", "runs as a file channel of %d events in %s (sluice-checkpoint, sluice-data): on local disk and durable, as Flume's embedded Derby database",
 		capacity, dir)
-	return file.New(env, p)
+	ch, err := file.New(env, p)
+	if err != nil {
+		return nil, err
+	}
+	return &jdbcChannel{Channel: ch.(*file.Channel), derby: derby}, nil
+}
+
+// jdbcChannel is the file channel that stands for a JDBC channel: it will
+// not start beside a Flume Derby database, whose events it cannot read.
+type jdbcChannel struct {
+	*file.Channel
+	derby string // where Flume's Derby database is, or would be
+}
+
+// Start refuses while Flume's Derby database is there: sluice cannot tell
+// whether it holds events, and starting would strand them without a word.
+func (c *jdbcChannel) Start(ctx context.Context) error {
+	if st, err := os.Stat(c.derby); err == nil && st.IsDir() {
+		return fmt.Errorf("jdbc channel: %s is a Flume JDBC channel's Derby database, which sluice does not read; starting would strand any events it holds: "+
+			"drain the channel with Flume first (stop its sources and let its sinks empty it), then move %s away", c.derby, c.derby)
+	}
+	return c.Channel.Start(ctx)
 }

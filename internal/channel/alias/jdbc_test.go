@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/channel/file"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
@@ -39,8 +38,11 @@ func TestJDBCRunsAsFileChannel(t *testing.T) {
 	if err := p.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := ch.(*file.Channel); !ok {
-		t.Fatalf("built %T, want the file channel", ch)
+	if _, ok := ch.(*jdbcChannel); !ok {
+		t.Fatalf("built %T, want the file channel standing for it", ch)
+	}
+	if _, ok := ch.(flow.Durable); !ok {
+		t.Fatal("the channel does not say it is durable (flow.Durable): a stop would count its events as dropped")
 	}
 	if got := capacity(reg); got != "500" {
 		t.Errorf("ChannelCapacity %s, want maximum.capacity 500", got)
@@ -87,5 +89,23 @@ func TestJDBCDriverURL(t *testing.T) {
 		if err := p.Err(); err == nil || !strings.Contains(err.Error(), "driver.url: \""+u+"\" is not an embedded Derby database") {
 			t.Errorf("%s: %v, want it refused", u, err)
 		}
+	}
+}
+
+// A Flume Derby database where the channel's would be: Start refuses
+// (sluice cannot count its events), naming it and what to do.
+func TestJDBCRefusesBesideDerby(t *testing.T) {
+	home := t.TempDir()
+	derby := filepath.Join(home, ".flume", "jdbc-channel", "db")
+	if err := os.MkdirAll(derby, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ch, _, _ := buildJDBC(t, map[string]string{"sysprop.user.home": home, "minimumRequiredSpace": "0"})
+	err := ch.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), derby+" is a Flume JDBC channel's Derby database") || !strings.Contains(err.Error(), "drain the channel with Flume first") {
+		t.Fatalf("Start: %v, want it refused", err)
+	}
+	if _, err := os.Stat(filepath.Join(home, ".flume", "jdbc-channel", "sluice-data")); err == nil {
+		t.Fatal("the file channel's directory was created beside Derby's")
 	}
 }

@@ -347,6 +347,18 @@ func (c *Channel) Start(ctx context.Context) error {
 		return nil
 	}
 	c.mu.Unlock()
+	fd, err := findFlumeData(c.ckDir, c.dataDirs)
+	if err != nil {
+		return fmt.Errorf("file channel %s: %w", c.name, err)
+	}
+	if len(fd.files) > 0 {
+		if fd.events != 0 {
+			return fd.err(c.name)
+		}
+		c.log.Warn("file channel directories hold a drained Flume file channel (0 events at its last checkpoint): sluice starts beside it, "+
+			"leaves its log files in place and writes its own checkpoint file over Flume's; remove Flume's files when Flume no longer needs them",
+			"channel", c.name, "flume_files", shortList(fd.files))
+	}
 	for _, d := range []string{c.ckDir, c.backupDir} {
 		if d != "" {
 			if err := os.MkdirAll(d, 0o755); err != nil {
