@@ -82,6 +82,9 @@ func newReader(s *Source, p flow.Processor) (*reader, error) {
 			"it had begun: repair it, or remove it to have those files read again from their start (their delivered lines then come twice)",
 			path, err)
 	}
+	if err := r.importFlume(); err != nil {
+		return nil, fmt.Errorf("continue from Flume's progress in %s: %w", s.trackerDir, err)
+	}
 	if r.prune() {
 		if err := r.prog.save(); err != nil {
 			return nil, fmt.Errorf("save progress in %s: %w", path, err)

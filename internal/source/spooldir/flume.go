@@ -1,0 +1,103 @@
+package spooldir
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/hamba/avro/v2/ocf"
+)
+
+// Flume's spooling directory source records how far it got in the file it is
+// reading in trackerDir/.flumespool-main.meta (the same trackerDir as
+// sluice's by default: .flumespool), and deletes it when the file is done.
+// A host switched from Flume while a file was half read has one: sluice
+// continues that file after Flume's last committed line instead of sending
+// its start again.
+const flumeMetaName = ".flumespool-main.meta"
+
+// flumeMetaImported is what the meta file is renamed to once read, so that
+// it is used once: a later file of the same name must not inherit it.
+const flumeMetaImported = flumeMetaName + ".sluice-imported"
+
+// readFlumeMeta reads Flume's progress: an Avro container file whose "file"
+// metadata names the file, and whose last TransferStateFileMeta record
+// holds the byte offset after the last committed line.
+func readFlumeMeta(r io.Reader) (target string, offset int64, err error) {
+	dec, err := ocf.NewDecoder(r)
+	if err != nil {
+		return "", 0, err
+	}
+	target = string(dec.Metadata()["file"])
+	if target == "" {
+		return "", 0, errors.New("no \"file\" in its metadata")
+	}
+	var rec struct {
+		Offset int64 `avro:"offset"`
+	}
+	found := false
+	for dec.HasNext() {
+		if err := dec.Decode(&rec); err != nil {
+			return "", 0, err
+		}
+		found = true
+	}
+	if err := dec.Error(); err != nil {
+		return "", 0, err
+	}
+	if !found {
+		rec.Offset = 0 // Flume writes the first position when it opens the file
+	}
+	return target, rec.Offset, nil
+}
+
+// importFlume seeds the progress with Flume's, when Flume left some and
+// sluice has none for that file, and sets Flume's file aside.
+func (r *reader) importFlume() error {
+	path := filepath.Join(r.s.trackerDir, flumeMetaName)
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	target, offset, err := readFlumeMeta(f)
+	f.Close()
+	setAside := func() error {
+		if err := os.Rename(path, filepath.Join(r.s.trackerDir, flumeMetaImported)); err != nil {
+			return fmt.Errorf("set Flume's progress file aside: %w", err)
+		}
+		return nil
+	}
+	if err != nil {
+		r.log.Warn("spooldir source cannot read the progress Flume left; the file Flume was reading will be read from its start",
+			"meta", path, "err", err)
+		return setAside()
+	}
+	// Flume's meta sits in this spoolDir's trackerDir, so its file is in
+	// this spoolDir, whatever directory Flume's path was relative to.
+	target = filepath.Join(r.s.dir, filepath.Base(target))
+	st, err := os.Stat(target)
+	switch {
+	case err != nil:
+		r.log.Info("spooldir source found Flume's progress in a file that is no longer there; nothing to continue", "file", target, "meta", path)
+		return setAside()
+	case offset > st.Size():
+		r.log.Warn("spooldir source found Flume's progress beyond the end of the file; reading it from its start",
+			"file", target, "pos", offset, "size", st.Size())
+		return setAside()
+	case r.prog.get(target) != nil:
+		return setAside() // sluice's own progress is newer
+	}
+	k := keyOf(st)
+	r.prog.set(entry{File: target, Dev: k.dev, Ino: k.ino, Pos: offset, Size: st.Size(), MTime: st.ModTime().UnixNano()})
+	if err := r.prog.save(); err != nil {
+		return fmt.Errorf("save progress: %w", err)
+	}
+	r.log.Info("spooldir source continues the file Flume was reading, after Flume's last committed line", "file", target, "pos", offset)
+	return setAside()
+}
