@@ -23,12 +23,12 @@ type Writer interface {
 }
 
 type starter interface{ Start(context.Context) error }
+type stopper interface{ Stop(context.Context) error }
 
 // undeliverer is a Writer that may commit events it did not deliver (an
 // HTTP endpoint's status configured to drop them): after a successful Write
 // it says how many, and they are not counted in EventDrainSuccessCount.
 type undeliverer interface{ Undelivered() int }
-type stopper interface{ Stop(context.Context) error }
 
 // TakeWait is how long a BatchSink's Process waits for an event on an empty
 // channel before it returns Backoff, so that a runner notices Stop and a
