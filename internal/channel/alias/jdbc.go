@@ -40,19 +40,6 @@ func NewJDBC(env flow.Env, p *config.Props) (flow.Channel, error) {
 	if h := p.String("sysprop.user.home", ""); h != "" {
 		home = h
 	}
-	dir := filepath.Join(home, ".flume", "jdbc-channel")
-	derby := filepath.Join(dir, "db")
-	if u := strings.TrimSpace(p.String("driver.url", "")); u != "" {
-		path, ok := strings.CutPrefix(u, "jdbc:derby:")
-		path, _, _ = strings.Cut(path, ";")
-		if !ok || strings.HasPrefix(path, "//") || path == "" {
-			p.Errorf("driver.url", "%q is not an embedded Derby database: sluice runs a JDBC channel as its file channel on this host's disk, and will not move events from a shared database here unasked; use type = file (or kafka, to share the channel)", u)
-			return file.New(env, p)
-		}
-		// The database's directory holds the file channel's directories.
-		derby = filepath.Clean(path)
-		dir = filepath.Dir(derby)
-	}
 	for _, k := range jdbcIgnored {
 		p.Ignored(k, "a database setting; the events are in sluice's file channel")
 	}
@@ -66,6 +53,19 @@ func NewJDBC(env flow.Env, p *config.Props) (flow.Channel, error) {
 		if n := p.IntRange("maximum.capacity", 0, 0, math.MaxInt32); n > 0 {
 			capacity = n
 		}
+	}
+	dir := filepath.Join(home, ".flume", "jdbc-channel")
+	derby := filepath.Join(dir, "db")
+	if u := strings.TrimSpace(p.String("driver.url", "")); u != "" {
+		path, ok := strings.CutPrefix(u, "jdbc:derby:")
+		path, _, _ = strings.Cut(path, ";")
+		if !ok || strings.HasPrefix(path, "//") || path == "" {
+			p.Errorf("driver.url", "%q is not an embedded Derby database: sluice runs a JDBC channel as its file channel on this host's disk, and will not move events from a shared database here unasked; use type = file (or kafka, to share the channel)", u)
+			return file.New(env, p)
+		}
+		// The database's directory holds the file channel's directories.
+		derby = filepath.Clean(path)
+		dir = filepath.Dir(derby)
 	}
 	p.Set("capacity", strconv.Itoa(capacity), "maximum.capacity")
 	if !p.Has("transactionCapacity") && capacity < file.DefaultTransactionCapacity {

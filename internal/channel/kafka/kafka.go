@@ -158,7 +158,7 @@ type rec struct {
 // (see kafkaconf; acks default all, delivery.timeout.ms 10000 and
 // auto.offset.reset earliest here, as Flume's KafkaChannel sets them: a
 // channel must not skip the events put before its consumer group first
-// joined, which Kafka's latest does). Flume 1.6's topic, groupId and
+// joined, which Kafka's latest does). Flume 1.6's brokerList, topic, groupId and
 // readSmallestOffset (false: latest) count when the new keys are unset.
 // As Flume's, the "key" header is the record key, and partitionIdHeader and
 // defaultPartitionId choose a partition (a header that is not a number, or
@@ -166,7 +166,7 @@ type rec struct {
 func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	c := &Channel{env: env, log: env.Log().With("channel", env.Name), parts: map[tp]*partState{},
 		throttle: logthrottle.New(kafkaconf.LogEvery, 1)}
-	c.brokers = kafkaconf.Brokers(p, "")
+	c.brokers = kafkaconf.Brokers(p, "brokerList")
 	kafkaconf.ReadZooKeeperKeys(p)
 	// Flume 1.6's topic, groupId and readSmallestOffset count when the new
 	// keys are unset, as Flume 1.11's KafkaChannel still translates them.

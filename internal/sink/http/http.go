@@ -108,6 +108,7 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 		for _, k := range p.Keys(what + ".") {
 			code := strings.ToUpper(strings.TrimPrefix(k, what+"."))
 			if !validCode(code) {
+				p.MarkUsed(k) // reported here, not again as unknown
 				p.Errorf(k, "%q is not a status code (such as 503) or class (such as 5XX)", code)
 				continue
 			}
