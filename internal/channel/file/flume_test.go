@@ -117,3 +117,21 @@ func TestFlumeChannelLeftBehind(t *testing.T) {
 	c = start(t, d, nil)
 	stop(t, c)
 }
+
+// FuzzFlumeQueueSize: a damaged checkpoint.meta left by Flume is refused
+// with an error, never a panic or a huge allocation.
+func FuzzFlumeQueueSize(f *testing.F) {
+	f.Add(flumeMeta(5))
+	f.Add(flumeMeta(0))
+	f.Add([]byte{0x05, 0x0d})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(t.TempDir(), "checkpoint.meta")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := flumeQueueSize(path); err == nil && n < 0 {
+			t.Fatalf("negative queue size %d without an error", n)
+		}
+	})
+}

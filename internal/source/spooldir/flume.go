@@ -1,6 +1,7 @@
 package spooldir
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -23,11 +24,29 @@ const flumeMetaName = ".flumespool-main.meta"
 // it is used once: a later file of the same name must not inherit it.
 const flumeMetaImported = flumeMetaName + ".sluice-imported"
 
+// maxFlumeMeta bounds the progress file read: Flume appends a small block
+// per committed batch and compacts the file when it starts.
+const maxFlumeMeta = 64 << 20
+
 // readFlumeMeta reads Flume's progress: an Avro container file whose "file"
 // metadata names the file, and whose last TransferStateFileMeta record
 // holds the byte offset after the last committed line.
 func readFlumeMeta(r io.Reader) (target string, offset int64, err error) {
-	dec, err := ocf.NewDecoder(r)
+	// hamba/avro's ocf decoder panics on a block size out of range (found
+	// by FuzzFlumeMeta): a damaged file must cost an error, not the agent.
+	defer func() {
+		if p := recover(); p != nil {
+			target, offset, err = "", 0, fmt.Errorf("not an Avro container file (%v)", p)
+		}
+	}()
+	b, err := io.ReadAll(io.LimitReader(r, maxFlumeMeta+1))
+	if err != nil {
+		return "", 0, err
+	}
+	if len(b) > maxFlumeMeta {
+		return "", 0, fmt.Errorf("larger than %d bytes", maxFlumeMeta)
+	}
+	dec, err := ocf.NewDecoder(bytes.NewReader(b))
 	if err != nil {
 		return "", 0, err
 	}

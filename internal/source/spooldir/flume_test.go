@@ -1,6 +1,7 @@
 package spooldir
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -86,4 +87,23 @@ func TestFlumeProgressNotUsable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzFlumeMeta: a damaged .flumespool-main.meta is refused with an error,
+// never a panic.
+func FuzzFlumeMeta(f *testing.F) {
+	var buf bytes.Buffer
+	enc, _ := ocf.NewEncoderWithSchema(avro.MustParse(flumeMetaSchema), &buf, ocf.WithMetadata(map[string][]byte{"file": []byte("/s/a.log")}))
+	_ = enc.Encode(struct {
+		Offset int64 `avro:"offset"`
+	}{12})
+	_ = enc.Close()
+	f.Add(buf.Bytes())
+	f.Add([]byte("Obj\x01garbage"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, off, err := readFlumeMeta(bytes.NewReader(b))
+		if err == nil && off < 0 {
+			t.Logf("negative offset %d accepted", off)
+		}
+	})
 }
