@@ -56,19 +56,14 @@ func readFlumeMeta(r io.Reader) (target string, offset int64, err error) {
 	}
 	var rec struct {
 		Offset int64 `avro:"offset"`
-	}
-	found := false
+	} // no record: the file's start
 	for dec.HasNext() {
 		if err := dec.Decode(&rec); err != nil {
 			return "", 0, err
 		}
-		found = true
 	}
 	if err := dec.Error(); err != nil {
 		return "", 0, err
-	}
-	if !found {
-		rec.Offset = 0 // Flume writes the first position when it opens the file
 	}
 	return target, rec.Offset, nil
 }
@@ -105,8 +100,8 @@ func (r *reader) importFlume() error {
 	case err != nil:
 		r.log.Info("spooldir source found Flume's progress in a file that is no longer there; nothing to continue", "file", target, "meta", path)
 		return setAside()
-	case offset > st.Size():
-		r.log.Warn("spooldir source found Flume's progress beyond the end of the file; reading it from its start",
+	case offset < 0 || offset > st.Size():
+		r.log.Warn("spooldir source found Flume's progress outside the file; reading it from its start",
 			"file", target, "pos", offset, "size", st.Size())
 		return setAside()
 	case r.prog.get(target) != nil:
