@@ -2,7 +2,6 @@ package alias
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,14 +16,7 @@ import (
 
 func buildJDBC(t *testing.T, props map[string]string) (flow.Channel, *metrics.Registry, *config.Props) {
 	t.Helper()
-	reg := metrics.NewRegistry("a1")
-	p := config.FromMap("a1.channels.c1.", props)
-	ch, err := NewJDBC(flow.Env{Agent: "a1", Name: "c1", Type: "jdbc", Metrics: reg, Logger: slog.New(slog.DiscardHandler)}, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Unused()
-	return ch, reg, p
+	return build(t, NewJDBC, "jdbc", props)
 }
 
 // The User Guide's JDBC channel (type = jdbc and nothing else, here with

@@ -16,16 +16,23 @@ import (
 	"github.com/sluicehq/sluice/internal/testutil"
 )
 
-func buildSpillable(t *testing.T, props map[string]string) (flow.Channel, *metrics.Registry, *config.Props) {
+// build builds the channel newCh makes of props (keys below
+// a1.channels.c1.), as the agent would, and reports unread keys to p.
+func build(t *testing.T, newCh flow.ChannelFactory, typ string, props map[string]string) (flow.Channel, *metrics.Registry, *config.Props) {
 	t.Helper()
 	reg := metrics.NewRegistry("a1")
 	p := config.FromMap("a1.channels.c1.", props)
-	ch, err := NewSpillable(flow.Env{Agent: "a1", Name: "c1", Type: "spillablememory", Metrics: reg, Logger: slog.New(slog.DiscardHandler)}, p)
+	ch, err := newCh(flow.Env{Agent: "a1", Name: "c1", Type: typ, Metrics: reg, Logger: slog.New(slog.DiscardHandler)}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Unused()
 	return ch, reg, p
+}
+
+func buildSpillable(t *testing.T, props map[string]string) (flow.Channel, *metrics.Registry, *config.Props) {
+	t.Helper()
+	return build(t, NewSpillable, "spillablememory", props)
 }
 
 func capacity(reg *metrics.Registry) string {
