@@ -19,8 +19,8 @@ const Usage = `usage:
 Each event carries its sequence number and send time; the report gives events
 sent, delivered, lost and duplicated, throughput, and latency P50/P90/P99/P99.9/max,
 with the agent's stage latencies (source, channel, sink, end_to_end) when it runs
-in this process, or its CPU seconds and peak RSS when a preset runs each agent
-as a process of its own (this binary; rsyslogd for the rsyslog row).
+in this process, or its CPU seconds, context switches and peak RSS when a preset
+runs each agent as a process of its own (this binary; rsyslogd for the rsyslog row).
 
 load:
   --send T        netcat (lines over TCP; alias tcp), avro, http (JSON handler) or

@@ -109,17 +109,22 @@ func (o *Outcome) writeProcess(w io.Writer) {
 	if !procs {
 		return
 	}
-	fmt.Fprintf(w, "\nagent processes (CPU: user+system seconds from the first send to the last delivery; peak RSS: VmHWM, "+
-		"since the process started, the executable's pages included; peak anon: RssAnon, heap and stacks, sampled every 20 ms during the run):\n")
+	fmt.Fprintf(w, "\nagent processes (CPU: user+system seconds from the first send to the last delivery; switches: its threads' "+
+		"context switches over the same span; peak RSS: VmHWM, since the process started, the executable's pages included; "+
+		"peak anon: RssAnon, heap and stacks, sampled every 20 ms during the run):\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "row\tCPU s\tCPU µs/event\tcores\tpeak RSS MiB\tpeak anon MiB\t")
+	fmt.Fprintln(tw, "row\tCPU s\tCPU µs/event\tcores\tswitches/event\tpeak RSS MiB\tpeak anon MiB\t")
 	for _, r := range o.Runs {
 		cores := 0.0
 		if r.Elapsed > 0 {
 			cores = r.CPU.Seconds() / r.Elapsed.Seconds()
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t\n", o.label(r), r.CPU.Seconds(), float64(r.CPUPerEvent())/1e3, cores,
-			float64(r.PeakRSS)/(1<<20), float64(r.PeakAnon)/(1<<20))
+		perEvent := 0.0
+		if r.Received > 0 {
+			perEvent = float64(r.Switches) / float64(r.Received)
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.3f\t%.1f\t%.1f\t\n", o.label(r), r.CPU.Seconds(), float64(r.CPUPerEvent())/1e3, cores,
+			perEvent, float64(r.PeakRSS)/(1<<20), float64(r.PeakAnon)/(1<<20))
 	}
 	tw.Flush()
 	type ratio struct{ thr, cpuEv, cpu, rss []float64 }
@@ -257,6 +262,7 @@ type (
 		CPUSeconds   float64     `json:"cpu_s,omitempty"`
 		PeakRSSBytes int64       `json:"peak_rss_bytes,omitempty"`
 		PeakAnon     int64       `json:"peak_anon_bytes,omitempty"`
+		Switches     int64       `json:"context_switches,omitempty"`
 		LatencyMs    jsonLatency `json:"latency_ms"`
 		Stages       []jsonStage `json:"stages,omitempty"`
 		Error        string      `json:"error,omitempty"`
@@ -293,7 +299,7 @@ func (o *Outcome) WriteJSON(w io.Writer) error {
 			Load: jsonLoad{Transport: r.Load.Transport, Rate: r.Load.Rate, Size: r.Load.Size, Conns: r.Load.Conns,
 				Count: r.Load.Count, DurationS: r.Load.Duration.Seconds(), Batch: r.Load.Batch},
 			Sent: r.Sent, Delivered: r.Received, Lost: r.Lost, Duplicated: r.Duplicated, Malformed: r.Malformed,
-			Retries: r.Retries, Round: r.Round, CPUSeconds: r.CPU.Seconds(), PeakRSSBytes: r.PeakRSS, PeakAnon: r.PeakAnon, ElapsedS: r.Elapsed.Seconds(), Throughput: r.Throughput, MiBps: r.MiBps(), MaxSendLagMs: ms(r.MaxLag),
+			Retries: r.Retries, Round: r.Round, CPUSeconds: r.CPU.Seconds(), PeakRSSBytes: r.PeakRSS, PeakAnon: r.PeakAnon, Switches: r.Switches, ElapsedS: r.Elapsed.Seconds(), Throughput: r.Throughput, MiBps: r.MiBps(), MaxSendLagMs: ms(r.MaxLag),
 			LatencyMs: jsonLatency{ms(r.Mean), ms(r.P50), ms(r.P90), ms(r.P99), ms(r.P999), ms(r.Max)},
 		}
 		for _, s := range r.Stages {

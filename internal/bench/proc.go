@@ -105,6 +105,37 @@ func procAnon(pid int) (int64, error) {
 	return 0, fmt.Errorf("/proc/%d/status: no RssAnon", pid)
 }
 
+// procSwitches returns how many times pid's threads gave up a CPU
+// (voluntary and involuntary context switches, /proc/PID/task/*/status),
+// summed over the threads alive now. On a VM each switch that idles a CPU
+// costs a halt and a wake-up, which at low rates is most of an agent's CPU
+// time: the count tells where it went.
+func procSwitches(pid int) (int64, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()))
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok || (k != "voluntary_ctxt_switches" && k != "nonvoluntary_ctxt_switches") {
+				continue
+			}
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/task/%s/status: %s: %w", pid, task.Name(), k, err)
+			}
+			sum += n
+		}
+	}
+	return sum, nil
+}
+
 // watchAnon samples pid's RssAnon every 20 ms until stop is closed, and
 // sends the largest it saw.
 func watchAnon(pid int, stop <-chan struct{}, peak chan<- int64) {

@@ -106,6 +106,9 @@ type Result struct {
 	// (AgentConfig.Binary, or a Peer).
 	CPU     time.Duration
 	PeakRSS int64
+	// Switches is how many context switches the agent process's threads
+	// made over the same span as CPU (threads alive at its end).
+	Switches int64
 	// PeakAnon is the largest anonymous RSS (RssAnon: heap and stacks,
 	// not the executable's pages) seen in samples every 20 ms during the
 	// run.
@@ -250,10 +253,14 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		close(progressDone)
 	}
 	var cpu0 time.Duration
+	var sw0 int64
 	stopAnon, anon := make(chan struct{}), make(chan int64, 1)
 	if agentProc != nil {
 		defer agentProc.stop()
 		if cpu0, err = procCPU(agentProc.pid()); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		if sw0, err = procSwitches(agentProc.pid()); err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 		go watchAnon(agentProc.pid(), stopAnon, anon)
@@ -272,6 +279,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 		res.CPU = cpu1 - cpu0
+		sw1, err := procSwitches(agentProc.pid())
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		res.Switches = sw1 - sw0
 		close(stopAnon)
 		res.PeakAnon = <-anon
 		if res.PeakRSS, err = procPeakRSS(agentProc.pid()); err != nil {

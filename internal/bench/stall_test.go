@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // The perf tests run this test binary again as stall monitors: one small
@@ -27,7 +29,7 @@ func TestMain(m *testing.M) {
 		runStallMonitor(cpu)
 		return
 	}
-	os.Exit(m.Run())
+	testutil.Main(m) // removes the agent binary TestProcessRow built
 }
 
 func runStallMonitor(cpuArg string) {
