@@ -14,6 +14,12 @@ type byteCounter interface {
 	ByteCapacity() int64
 }
 
+// generator is a source that makes its events itself instead of receiving
+// them (seq, stress): the page shows what it puts out, and no input rate.
+type generator interface {
+	GeneratesEvents() bool
+}
+
 // describe returns g as the status page draws it. It reads the selectors'
 // properties, so it runs while g is built, never concurrently with
 // anything reading them.
@@ -26,6 +32,9 @@ func describe(g *graph) status.Graph {
 		}
 		s := status.SourceSpec{Name: c.Name, Type: canonicalType(c.Type), Channels: c.Channels,
 			Selector: describeSelector(c)}
+		if gen, ok := g.sources[c.Name].src.(generator); ok {
+			s.Generator = gen.GeneratesEvents()
+		}
 		for _, ic := range c.Interceptors {
 			name, _ := interceptorType(ic.Type)
 			s.Interceptors = append(s.Interceptors, status.Named{Name: ic.Name, Type: name})
