@@ -7,6 +7,7 @@ const $ = (id) => document.getElementById(id);
 const graph = $("graph");
 const cards = new Map(); // node id -> element
 const lanes = new Map(); // sink id -> its lane through the sink group column
+const members = new Map(); // group id -> the ids of its sinks
 let snap = null;         // the last snapshot
 let selected = null;     // id of the node shown in the detail panel
 let history = null;      // its history
@@ -116,7 +117,12 @@ function render(s) {
 function placeGroups(s, groups) {
   const col = graph.querySelector(`.col[data-kind="group"]`);
   const groupOf = new Map();
-  for (const e of s.edges) if (e.from.startsWith("group/")) groupOf.set(e.to, e.from);
+  members.clear();
+  for (const e of s.edges) {
+    if (!e.from.startsWith("group/")) continue;
+    groupOf.set(e.to, e.from);
+    members.set(e.from, [...(members.get(e.from) || []), e.to]);
+  }
   const placed = new Set(), wanted = new Set();
   for (const n of s.nodes) {
     if (n.kind !== "sink") continue;
@@ -144,10 +150,30 @@ function placeGroups(s, groups) {
   }
 }
 
+// alignGroups moves each group and lane of the sink group column down (never
+// up: the column keeps its order) to the middle of its sinks, so that the
+// arrows to the sinks run level where they can.
+function alignGroups(vertical) {
+  const col = graph.querySelector(`.col[data-kind="group"]`);
+  const items = Array.from(col.children).filter((e) => e.matches(".lane, .node"));
+  for (const el of items) el.style.marginTop = "";
+  if (vertical) return;
+  for (const el of items) {
+    const ids = el.classList.contains("lane") ? [el.dataset.sink] : members.get(el.dataset.id) || [];
+    const rs = ids.map((id) => cards.get(id)).filter(Boolean).map((c) => c.getBoundingClientRect());
+    if (!rs.length) continue;
+    const target = (Math.min(...rs.map((r) => r.top)) + Math.max(...rs.map((r) => r.bottom))) / 2;
+    const r = el.getBoundingClientRect();
+    const shift = target - (r.top + r.bottom) / 2;
+    if (shift > 0) el.style.marginTop = shift + "px";
+  }
+}
+
 function drawEdges() {
   const svg = $("edges");
-  const box = graph.getBoundingClientRect();
   const vertical = getComputedStyle(graph).gridTemplateColumns.split(" ").length === 1;
+  alignGroups(vertical);
+  const box = graph.getBoundingClientRect();
   // A curve from the out side of box a to the in side of box b.
   const curve = (ra, rb) => {
     if (vertical) {
