@@ -225,9 +225,5 @@ func (a *Agent) finishDrain(p *drainPart) []ChannelLoss {
 // drainNote says what a draining node does: the events left in the
 // channels it empties, and the time left before the deadline.
 func drainNote(what string, left int, until, now time.Time) string {
-	count := "the number of events left is unknown"
-	if left >= 0 {
-		count = fmt.Sprintf("%d events left", left)
-	}
-	return fmt.Sprintf("%s: %s; deadline in %s", what, count, max(until.Sub(now), 0).Round(100*time.Millisecond))
+	return fmt.Sprintf("%s: %s; deadline in %s", what, eventsLeft(left), max(until.Sub(now), 0).Round(100*time.Millisecond))
 }
