@@ -57,10 +57,15 @@ func topRows(s status.Snapshot) []topRow {
 		if n.Kind == "group" {
 			state = "-"
 		}
+		// A generator source (seq, stress) has no input: only OUT/s.
 		in, out := "-", "-"
 		if n.In != nil {
-			in, out = fmtRate(*n.In), fmtRate(*n.Out)
-			r.keys["IN/s"], r.keys["OUT/s"] = *n.In, *n.Out
+			in = fmtRate(*n.In)
+			r.keys["IN/s"] = *n.In
+		}
+		if n.Out != nil {
+			out = fmtRate(*n.Out)
+			r.keys["OUT/s"] = *n.Out
 		}
 		fill := "-"
 		if f := n.Fill; f != nil {
@@ -89,7 +94,13 @@ func topRows(s status.Snapshot) []topRow {
 			errs += " (+" + fmtRate(n.ErrorRate) + "/s)"
 		}
 		r.keys["ERRORS"] = float64(n.Errors)
-		reason := strings.ReplaceAll(n.Reason, "\n", " ")
+		// What is wrong, then what a busy component does (a drain, with
+		// the events left).
+		reason := n.Reason
+		if n.Note != "" && reason != "" {
+			reason += "; "
+		}
+		reason = strings.ReplaceAll(reason+n.Note, "\n", " ")
 		r.cells = []string{n.Kind, n.Name, n.Type, state, in, out, fill, p50, p99, e2e, errs, reason}
 		rows = append(rows, r)
 	}

@@ -63,6 +63,37 @@ func TestTopRowsAndSorting(t *testing.T) {
 	}
 }
 
+// A generator source shows only OUT/s; a draining component its state
+// and note, after its reason when it has one.
+func TestTopGeneratorAndDrain(t *testing.T) {
+	left := int64(42)
+	s := status.Snapshot{Agent: "a1", State: "stopping", Time: time.Now().UnixMilli(), Nodes: []status.Node{
+		{ID: "source/gen", Kind: "source", Name: "gen", Type: "stress", State: "stopping", Generator: true, Out: f(499)},
+		{ID: "sink/k1", Kind: "sink", Name: "k1", Type: "http", State: "draining", In: f(900), Out: f(900),
+			Note: "draining channel c1: 42 events left; deadline in 3s", Left: &left},
+		{ID: "sink/k2", Kind: "sink", Name: "k2", Type: "http", State: "draining", In: f(0), Out: f(0),
+			Reason: "cannot deliver", Note: "draining channel c2: 7 events left; deadline in 3s"},
+	}}
+	rows := topRows(s)
+	for i, want := range [][]string{
+		{"source", "gen", "stress", "stopping", "-", "499"},
+		{"sink", "k1", "http", "draining", "900", "900"},
+	} {
+		if got := rows[i].cells[:6]; strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("row %d: %q, want %q", i, got, want)
+		}
+	}
+	if r := rows[1].cells[11]; r != "draining channel c1: 42 events left; deadline in 3s" {
+		t.Errorf("k1's reason column %q", r)
+	}
+	if r := rows[2].cells[11]; r != "cannot deliver; draining channel c2: 7 events left; deadline in 3s" {
+		t.Errorf("k2's reason column %q", r)
+	}
+	if _, ok := rows[0].keys["IN/s"]; ok {
+		t.Error("the generator sorts by an input rate it does not have")
+	}
+}
+
 func TestTapTextLine(t *testing.T) {
 	body := "GET /a b=c"
 	var buf bytes.Buffer

@@ -183,6 +183,10 @@ type Agent struct {
 	secrets *redactor // replaces config-filter secrets in the log
 	polls   *logthrottle.Throttle
 
+	// drains are the parts reloads removed that still drain in the
+	// background, oldest first (see drainPart); guarded by mu and stmu.
+	drains []*drainPart
+
 	// intakeClosed is set once a stop was asked for: from then on no
 	// source starts and every source's processor refuses puts.
 	intakeClosed atomic.Bool
@@ -337,7 +341,10 @@ func (a *Agent) Stop(ctx context.Context) error {
 	var err error
 	if a.state == "running" || a.state == "starting" {
 		a.setState("stopping")
-		lost, _ := a.stopNodes(a.g, nil, deadline, "stop")
+		lost, _, _ := a.stopNodes(a.g, nil, deadline, "stop")
+		// The drains reloads left in the background end by their own
+		// deadlines, earlier than this one; what they drop is theirs.
+		lost = append(lost, a.awaitDrains()...)
 		a.removeMetrics(a.g, nil)
 		a.setState("stopped")
 		a.startLog.Flush()
@@ -360,14 +367,14 @@ func (a *Agent) Stop(ctx context.Context) error {
 }
 
 // Graph describes the configuration running now, as the status page draws
-// it.
+// it, with what reloads removed that still drains.
 func (a *Agent) Graph() status.Graph {
 	a.stmu.Lock()
 	defer a.stmu.Unlock()
 	if a.g == nil {
 		return status.Graph{}
 	}
-	return a.g.view
+	return withDrains(a.g, a.drains)
 }
 
 // stopRetries ends the retry loop, before a stop takes mu (the loop takes
@@ -388,12 +395,15 @@ func (a *Agent) stopRetries() {
 // others: intake stops on the sources that go (as at a stop); a memory
 // channel replaced by a memory channel hands its events to its replacement;
 // a durable channel replaced keeps them in its storage for the replacement;
-// any other channel that goes is drained first by its sinks within
-// ShutdownTimeout, and what it still holds then is reported (ERROR for a
-// memory channel). Then the new components start; one that fails is
-// retried with backoff, as is one that failed before and is unchanged. A
-// configuration with problems, or one that cannot be read, is refused and
-// the running one stays.
+// any other channel that goes is drained by its sinks within
+// ShutdownTimeout, in the background, and what it still holds then is
+// reported (ERROR for a memory channel). Then the new components start at
+// once, but for those named as a node of a drain still under way, which
+// start when it ends; one that fails is retried with backoff, as is one
+// that failed before and is unchanged. Reload returns without waiting for
+// the drain, and a later reload is applied at once too. A configuration
+// with problems, or one that cannot be read, is refused and the running one
+// stays.
 func (a *Agent) Reload(ctx context.Context) error {
 	srcs, _, err := a.fetch.Fetch(ctx)
 	if err != nil {
@@ -433,8 +443,14 @@ func (a *Agent) reloadFrom(ctx context.Context, srcs []config.Source) error {
 		return err
 	}
 	a.logProblems(probs)
+	a.finishDrains()
 	deadline := time.Now().Add(a.opts.ShutdownTimeout)
-	lost, handed := a.stopNodes(old, g, deadline, "reload")
+	lost, handed, bg := a.stopNodes(old, g, deadline, "reload")
+	if bg != nil {
+		a.stmu.Lock()
+		a.drains = append(a.drains, bg)
+		a.stmu.Unlock()
+	}
 	a.removeMetrics(old, g)
 	for _, name := range handed {
 		n, _ := g.channels[name].ch.(adopter).Adopt(old.channels[name].ch)
@@ -449,10 +465,14 @@ func (a *Agent) reloadFrom(ctx context.Context, srcs []config.Source) error {
 	for _, l := range lost {
 		dropped += l.Events
 	}
+	var draining []any
+	if bg != nil {
+		draining = []any{"draining", strings.Join(bg.channels(), " ")}
+	}
 	if dropped > 0 {
-		a.log.Error("configuration reloaded; removed channels dropped events", "file", a.configName(), "dropped", dropped)
+		a.log.Error("configuration reloaded; removed channels dropped events", append([]any{"file", a.configName(), "dropped", dropped}, draining...)...)
 	} else {
-		a.log.Info("configuration reloaded", "file", a.configName())
+		a.log.Info("configuration reloaded", append([]any{"file", a.configName()}, draining...)...)
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -45,16 +46,22 @@ const (
 	failed // its start failed; it is retried at life.next
 	stopping
 	stopped
+	// draining: a sink runner (and the channel it empties) whose sinks
+	// deliver what a channel that goes away still holds, until life.until;
+	// at a stop, or in the background after a reload that removed it.
+	draining
 )
 
-// life is the run state of one node. It is written under Agent.mu and
-// Agent.stmu both, so Status can read it under stmu alone while a stop or a
+// life is the run state of one node. It is written under Agent.stmu (and
+// under Agent.mu, but for the nodes of a drain that runs in the
+// background), so Status can read it under stmu alone while a stop or a
 // reload holds mu.
 type life struct {
 	state nodeState
 	err   error     // why the last start failed
 	tries int       // failed starts in a row
 	next  time.Time // when the next start is due, after a failure
+	until time.Time // draining: the deadline of the drain
 }
 
 func retryWait(tries int) time.Duration {
@@ -68,6 +75,13 @@ func retryWait(tries int) time.Duration {
 func (a *Agent) setLife(l *life, st nodeState) {
 	a.stmu.Lock()
 	l.state = st
+	a.stmu.Unlock()
+}
+
+// setDraining marks a node draining until deadline.
+func (a *Agent) setDraining(l *life, deadline time.Time) {
+	a.stmu.Lock()
+	l.state, l.until = draining, deadline
 	a.stmu.Unlock()
 }
 
@@ -140,8 +154,10 @@ func (a *Agent) stopBounded(kind, name string, stop func(context.Context) error)
 // startNodes starts every node of g that is not running and whose channels
 // run, in order: channels, sinks, sink runners, sources. A node whose start
 // failed before is tried again only once its retry is due, unless now is
-// set (a start or a reload tries every one at once). Sources start only
-// when intake is set. It returns the failures of this pass.
+// set (a start or a reload tries every one at once). A node whose name a
+// drain in the background still holds (the channel a reload removed, and
+// its sinks) waits for the end of that drain. Sources start only when
+// intake is set. It returns the failures of this pass.
 func (a *Agent) startNodes(g *graph, now, intake bool) error {
 	t := time.Now()
 	due := func(l *life) bool {
@@ -156,7 +172,7 @@ func (a *Agent) startNodes(g *graph, now, intake bool) error {
 	var errs []error
 	for _, c := range g.cfg.Channels {
 		n, ok := g.channels[c.Name]
-		if !ok || !due(&n.life) {
+		if !ok || !due(&n.life) || a.drainOf("channel", c.Name) != nil {
 			continue
 		}
 		ctx, cancel := a.componentCtx()
@@ -168,7 +184,7 @@ func (a *Agent) startNodes(g *graph, now, intake bool) error {
 	}
 	for _, c := range g.cfg.Sinks {
 		n, ok := g.sinks[c.Name]
-		if !ok || !due(&n.life) {
+		if !ok || !due(&n.life) || a.drainOf("sink", c.Name) != nil {
 			continue
 		}
 		ctx, cancel := a.componentCtx()
@@ -180,7 +196,7 @@ func (a *Agent) startNodes(g *graph, now, intake bool) error {
 	}
 	for _, name := range sortedKeys(g.runners) {
 		r := g.runners[name]
-		if r.life.state == running || !runnerReady(g, r) {
+		if r.life.state == running || !runnerReady(g, r) || a.drainOf("runner", name) != nil {
 			continue
 		}
 		r.runner = flow.NewSinkRunner(name, r.sink, a.log.With("runner", name))
@@ -279,13 +295,18 @@ func (g *graph) nextRetry() time.Time {
 
 // retryLoop starts failed nodes of the current graph when their retry is
 // due, until ctx ends. A reload wakes it (the new graph may have other
-// failed nodes).
+// failed nodes), and so does the end of a drain in the background (nodes
+// wait for it).
 func (a *Agent) retryLoop(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		a.mu.Lock()
+		if a.state == "running" && a.finishDrains() > 0 {
+			// The nodes that waited for the drains that ended start.
+			_ = a.startNodes(a.g, false, !a.intakeClosed.Load())
+		}
 		next := a.g.nextRetry()
 		a.mu.Unlock()
 		wait := time.Hour
@@ -397,7 +418,14 @@ func (e *DroppedError) Error() string {
 // channel that goes away is drained first; what a durable one still holds
 // then is logged at INFO (kept for the next start), what another one holds
 // at ERROR (dropped), and returned.
-func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost []ChannelLoss, handed []string) {
+//
+// At a stop (next nil) stopNodes returns when everything has stopped. At a
+// reload it returns once the sources and the parts that need no drain have
+// stopped; the part that drains (its runners, their sinks and channels) goes
+// on in the background and is returned (nil when nothing drains): its
+// losses are logged when it ends, and its channels' hand-overs are the
+// caller's then (see finishDrain).
+func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost []ChannelLoss, handed []string, bg *drainPart) {
 	keptSource := func(name string) bool { return next != nil && next.sources[name] == g.sources[name] }
 	keptRunner := func(name string) bool { return next != nil && next.runners[name] == g.runners[name] }
 	keptSink := func(name string) bool { return next != nil && next.sinks[name] == g.sinks[name] }
@@ -415,13 +443,50 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 				switch {
 				case canAdopt && canonicalType(nn.spec.Type) == canonicalType(n.spec.Type):
 					f = handOver
-					handed = append(handed, name)
 				case durable(n.ch):
 					f = keepStored
 				}
 			}
 		}
 		fate[name] = f
+	}
+
+	// The part that drains: every runner that goes and takes from a channel
+	// that is drained first, its sinks, and every channel they take from
+	// that goes too (a channel handed over or kept in storage by a runner
+	// that also drains another one waits for that drain).
+	p := &drainPart{g: g, why: why, deadline: deadline, started: time.Now(), fate: map[string]chanFate{},
+		runners: map[string][]flow.Channel{}, sinks: map[string]bool{}, done: make(chan struct{})}
+	for _, name := range sortedKeys(g.runners) {
+		r := g.runners[name]
+		if keptRunner(name) || r.runner == nil {
+			continue
+		}
+		var chans []flow.Channel
+		for _, m := range r.members {
+			if sn := g.sinks[m]; sn != nil {
+				if f, gone := fate[sn.spec.Channel]; gone && f == drainFirst && !slices.Contains(chans, g.channels[sn.spec.Channel].ch) {
+					chans = append(chans, g.channels[sn.spec.Channel].ch)
+				}
+			}
+		}
+		if len(chans) == 0 {
+			continue
+		}
+		p.runners[name] = chans
+		for _, m := range r.members {
+			if sn := g.sinks[m]; sn != nil {
+				p.sinks[m] = true
+				if f, gone := fate[sn.spec.Channel]; gone {
+					p.fate[sn.spec.Channel] = f
+				}
+			}
+		}
+	}
+	for name, f := range fate {
+		if _, inPart := p.fate[name]; !inPart && f == handOver {
+			handed = append(handed, name)
+		}
 	}
 	sort.Strings(handed)
 
@@ -467,32 +532,33 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 		}()
 	}
 
-	// Phase 2, while the sources close: drain, then stop the runners.
+	// Phase 2, while the sources close: the drain, and the runners that
+	// have nothing to drain stop.
+	if len(p.runners) > 0 {
+		for name := range p.runners {
+			a.setDraining(&g.runners[name].life, deadline)
+		}
+		for name, f := range p.fate {
+			if f == drainFirst {
+				a.setDraining(&g.channels[name].life, deadline)
+			}
+		}
+		go a.runDrain(p)
+	} else {
+		close(p.done)
+	}
 	for _, name := range sortedKeys(g.runners) {
 		r := g.runners[name]
-		if keptRunner(name) {
+		if _, inPart := p.runners[name]; keptRunner(name) || inPart {
 			continue
 		}
 		a.setLife(&r.life, stopping)
 		if r.runner == nil {
 			continue
 		}
-		drain := false
-		for _, m := range r.members {
-			if sn := g.sinks[m]; sn != nil {
-				if f, gone := fate[sn.spec.Channel]; gone && f == drainFirst {
-					drain = true
-				}
-			}
-		}
 		stops.Add(1)
 		go func() {
 			defer stops.Done()
-			if drain {
-				if err := r.runner.Drain(drainCtx, a.channelsOf(g, r)...); err != nil {
-					a.log.Warn("sinks did not empty their channels before the shutdown deadline", "runner", name, "shutdown_timeout", a.opts.ShutdownTimeout)
-				}
-			}
 			if err := a.stopBounded("sink runner", name, r.runner.Stop); err != nil && !errors.Is(err, errLeftRunning) {
 				a.log.Warn("sink runner did not stop in time; its batch in flight stays taken", "runner", name, "err", err)
 			}
@@ -502,59 +568,82 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 	stops.Wait()
 
 	for _, name := range sortedKeys(g.sinks) {
-		n := g.sinks[name]
-		if keptSink(name) {
+		if keptSink(name) || p.sinks[name] {
 			continue
 		}
-		a.setLife(&n.life, stopping)
-		stops.Add(1)
-		go func() {
-			defer stops.Done()
-			if err := a.stopBounded("sink", name, n.sink.Stop); err != nil && !errors.Is(err, errLeftRunning) {
-				a.log.Warn("sink did not stop cleanly", "component", name, "err", err)
-			}
-			a.setLife(&n.life, stopped)
-		}()
+		a.stopSink(&stops, name, g.sinks[name])
 	}
 	stops.Wait()
 
 	for _, name := range sortedKeys(g.channels) {
-		n := g.channels[name]
 		f, gone := fate[name]
-		if !gone {
+		if _, inPart := p.fate[name]; !gone || inPart {
 			continue
 		}
-		a.setLife(&n.life, stopping)
-		left := held(n.ch)
-		switch {
-		case f == handOver || left == 0:
-		case durable(n.ch):
-			count := any(left)
-			if left < 0 {
-				count = "unknown"
-			}
-			msg := "channel keeps its events for the next start"
-			if f == keepStored {
-				msg = "channel keeps its events in its storage for its replacement"
-			}
-			a.log.Info(msg, "component", name, "events", count, "why", why)
-		case left > 0:
-			a.log.Error("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline",
-				"component", name, "events", left, "why", why, "shutdown_timeout", a.opts.ShutdownTimeout)
-			a.reg.Dropped(name, "stopped_with_events").Add(float64(left))
-			lost = append(lost, ChannelLoss{Channel: name, Events: left})
+		if l := a.stopChannel(name, g.channels[name], f, why); l != nil {
+			lost = append(lost, *l)
 		}
-		if err := a.stopBounded("channel", name, n.ch.Stop); err != nil && !errors.Is(err, errLeftRunning) {
-			a.log.Warn("channel did not stop cleanly", "component", name, "err", err)
+	}
+	if len(p.runners) == 0 {
+		return lost, handed, nil
+	}
+	if next == nil {
+		<-p.done
+		return append(lost, p.lost...), handed, nil
+	}
+	return lost, handed, p
+}
+
+// stopSink stops sink n in a goroutine of wg.
+func (a *Agent) stopSink(wg *sync.WaitGroup, name string, n *sinkNode) {
+	a.setLife(&n.life, stopping)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := a.stopBounded("sink", name, n.sink.Stop); err != nil && !errors.Is(err, errLeftRunning) {
+			a.log.Warn("sink did not stop cleanly", "component", name, "err", err)
 		}
 		a.setLife(&n.life, stopped)
+	}()
+}
+
+// stopChannel stops channel n, whose sinks have stopped, and says what it
+// still holds: nothing for a channel handed over (the caller hands its
+// events over), INFO for a durable one (kept), ERROR for another (dropped,
+// and returned).
+func (a *Agent) stopChannel(name string, n *channelNode, f chanFate, why string) *ChannelLoss {
+	a.setLife(&n.life, stopping)
+	var loss *ChannelLoss
+	left := held(n.ch)
+	switch {
+	case f == handOver || left == 0:
+	case durable(n.ch):
+		count := any(left)
+		if left < 0 {
+			count = "unknown"
+		}
+		msg := "channel keeps its events for the next start"
+		if f == keepStored {
+			msg = "channel keeps its events in its storage for its replacement"
+		}
+		a.log.Info(msg, "component", name, "events", count, "why", why)
+	case left > 0:
+		a.log.Error("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline",
+			"component", name, "events", left, "why", why, "shutdown_timeout", a.opts.ShutdownTimeout)
+		a.reg.Dropped(name, "stopped_with_events").Add(float64(left))
+		loss = &ChannelLoss{Channel: name, Events: left}
 	}
-	return lost, handed
+	if err := a.stopBounded("channel", name, n.ch.Stop); err != nil && !errors.Is(err, errLeftRunning) {
+		a.log.Warn("channel did not stop cleanly", "component", name, "err", err)
+	}
+	a.setLife(&n.life, stopped)
+	return loss
 }
 
 // removeMetrics drops the counter sets of g's components that next does
-// not have (all when next is nil). A replaced component's set was already
-// replaced when next was built.
+// not have (all when next is nil), but for those a drain in the background
+// still runs (finishDrain drops them). A replaced component's set was
+// already replaced when next was built.
 func (a *Agent) removeMetrics(g, next *graph) {
 	for name := range g.sources {
 		if next == nil || next.sources[name] == nil {
@@ -562,27 +651,15 @@ func (a *Agent) removeMetrics(g, next *graph) {
 		}
 	}
 	for name := range g.sinks {
-		if next == nil || next.sinks[name] == nil {
+		if (next == nil || next.sinks[name] == nil) && a.drainOf("sink", name) == nil {
 			a.reg.Remove(metrics.KindSink, name)
 		}
 	}
 	for name := range g.channels {
-		if next == nil || next.channels[name] == nil {
+		if (next == nil || next.channels[name] == nil) && a.drainOf("channel", name) == nil {
 			a.reg.Remove(metrics.KindChannel, name)
 		}
 	}
-}
-
-func (a *Agent) channelsOf(g *graph, r *runnerNode) []flow.Channel {
-	var out []flow.Channel
-	for _, m := range r.members {
-		if sn := g.sinks[m]; sn != nil {
-			if cn := g.channels[sn.spec.Channel]; cn != nil {
-				out = append(out, cn.ch)
-			}
-		}
-	}
-	return out
 }
 
 // Abort is for a second SIGTERM or SIGINT, while a Stop is under way: it
@@ -592,11 +669,23 @@ func (a *Agent) channelsOf(g *graph, r *runnerNode) []flow.Channel {
 // stop in progress.
 func (a *Agent) Abort() int {
 	a.stmu.Lock()
-	g := a.g
+	chans := map[string]flow.Channel{}
+	for name, n := range a.g.channels {
+		chans[name] = n.ch
+	}
+	// The channels a reload removed that still drain (a name the running
+	// graph has too is reported once, the running channel's).
+	for _, p := range a.drains {
+		for _, name := range p.channels() {
+			if _, ok := chans[name]; !ok {
+				chans[name] = p.g.channels[name].ch
+			}
+		}
+	}
 	a.stmu.Unlock()
 	total := 0
-	for _, name := range sortedKeys(g.channels) {
-		ch := g.channels[name].ch
+	for _, name := range sortedKeys(chans) {
+		ch := chans[name]
 		left := held(ch)
 		switch {
 		case left == 0:

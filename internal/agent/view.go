@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -11,6 +12,12 @@ import (
 type byteCounter interface {
 	Bytes() int64
 	ByteCapacity() int64
+}
+
+// generator is a source that makes its events itself instead of receiving
+// them (seq, stress): the page shows what it puts out, and no input rate.
+type generator interface {
+	GeneratesEvents() bool
 }
 
 // describe returns g as the status page draws it. It reads the selectors'
@@ -25,6 +32,9 @@ func describe(g *graph) status.Graph {
 		}
 		s := status.SourceSpec{Name: c.Name, Type: canonicalType(c.Type), Channels: c.Channels,
 			Selector: describeSelector(c)}
+		if gen, ok := g.sources[c.Name].src.(generator); ok {
+			s.Generator = gen.GeneratesEvents()
+		}
 		for _, ic := range c.Interceptors {
 			name, _ := interceptorType(ic.Type)
 			s.Interceptors = append(s.Interceptors, status.Named{Name: ic.Name, Type: name})
@@ -62,6 +72,54 @@ func describe(g *graph) status.Graph {
 			s.Group = n.runner
 		}
 		v.Sinks = append(v.Sinks, s)
+	}
+	return v
+}
+
+// withDrains is g's view with the channels and sinks of drains that g has
+// no component of that name for (a channel a reload removed, its sinks and
+// their group), so the page shows them draining.
+func withDrains(g *graph, drains []*drainPart) status.Graph {
+	v := g.view
+	if len(drains) == 0 {
+		return v
+	}
+	v.Channels = slices.Clone(v.Channels)
+	v.SinkGroups = slices.Clone(v.SinkGroups)
+	v.Sinks = slices.Clone(v.Sinks)
+	haveChannel, haveSink, haveGroup := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, c := range v.Channels {
+		haveChannel[c.Name] = true
+	}
+	for _, k := range v.Sinks {
+		haveSink[k.Name] = true
+	}
+	for _, grp := range v.SinkGroups {
+		haveGroup[grp.Name] = true
+	}
+	for _, p := range drains {
+		for _, c := range p.g.view.Channels {
+			if p.holds("channel", c.Name) && !haveChannel[c.Name] {
+				haveChannel[c.Name] = true
+				v.Channels = append(v.Channels, c)
+			}
+		}
+		groups := map[string]bool{} // the groups of this drain drawn
+		for _, grp := range p.g.view.SinkGroups {
+			if p.holds("runner", grp.Name) && !haveGroup[grp.Name] {
+				haveGroup[grp.Name], groups[grp.Name] = true, true
+				v.SinkGroups = append(v.SinkGroups, grp)
+			}
+		}
+		for _, k := range p.g.view.Sinks {
+			if p.holds("sink", k.Name) && !haveSink[k.Name] {
+				haveSink[k.Name] = true
+				if k.Group != "" && !groups[k.Group] {
+					k.Group = "" // the group of that name is the running graph's
+				}
+				v.Sinks = append(v.Sinks, k)
+			}
+		}
 	}
 	return v
 }

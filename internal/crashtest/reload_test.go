@@ -137,10 +137,10 @@ a1.sinks.k%[1]d.channel = c%[1]d
 }
 
 // TestReloadRemovedChannels: a reload that removes a memory channel whose
-// downstream is slow drains it first (every acknowledged event arrives),
-// and one whose downstream is down is reported as a stop reports it: an
-// ERROR with the exact count, and the sluice_events_dropped_total counter.
-// The route that stays keeps working.
+// downstream is slow drains it (every acknowledged event arrives), and one
+// whose downstream is down is reported as a stop reports it: an ERROR with
+// the exact count, and the sluice_events_dropped_total counter. The route
+// that stays keeps working.
 func TestReloadRemovedChannels(t *testing.T) {
 	dir := t.TempDir()
 	live, err := listen(0)
@@ -169,9 +169,12 @@ func TestReloadRemovedChannels(t *testing.T) {
 	writeFile(t, conf, threeRoutes(p1, p2, p3, live.port(), slow.port(), dead, true))
 	p.signal(syscall.SIGHUP)
 	viaLive := sendAcked(t, addr(p1), 200000, 200) // during the reload
-	rec := p.waitLog("configuration reloaded; removed channels dropped events", 30*time.Second)
-	if rec["level"] != "ERROR" || num(rec, "dropped") != len(viaDead) {
-		t.Errorf("reload record %v: want ERROR with dropped=%d", rec, len(viaDead))
+	if rec := p.waitLog("configuration reloaded", 10*time.Second); rec["draining"] != "c2 c3" {
+		t.Errorf("reload record %v: want draining=c2 c3", rec)
+	}
+	rec := p.waitLog(drainDropped, 30*time.Second)
+	if rec["level"] != "ERROR" || num(rec, "dropped") != len(viaDead) || rec["channels"] != "c2 c3" {
+		t.Errorf("drain record %v: want ERROR with dropped=%d, channels=c2 c3", rec, len(viaDead))
 	}
 	var c3 map[string]any
 	for _, r := range p.log.records("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline") {
@@ -206,6 +209,10 @@ func TestReloadRemovedChannels(t *testing.T) {
 		t.Errorf("exit %d after SIGTERM, want 0 (c1 was drained)", code)
 	}
 }
+
+// drainDropped is the message of the line that ends the drain of channels a
+// reload removed when they dropped events.
+const drainDropped = "channels a reload removed dropped events: their sinks did not deliver them before the shutdown deadline"
 
 func avroOnly(port int) string {
 	return fmt.Sprintf(`a1.sources = r1
@@ -306,7 +313,8 @@ func TestReloadRetriesBusyPort(t *testing.T) {
 
 // TestStopDuringReloadDrain: SIGTERM while a reload drains a removed
 // channel whose downstream is down stops intake at once on the sources the
-// reload keeps, although the stop itself waits for the reload to finish.
+// reload kept; the stop waits for that drain (whose deadline comes first),
+// and its loss is the reload's, not the stop's.
 func TestStopDuringReloadDrain(t *testing.T) {
 	dir := t.TempDir()
 	live, err := listen(0)
@@ -347,7 +355,7 @@ func TestStopDuringReloadDrain(t *testing.T) {
 	if code != 0 {
 		t.Errorf("exit %d, want 0: c1 drains, and c3's loss belongs to the reload", code)
 	}
-	rec := p.waitLog("configuration reloaded; removed channels dropped events", time.Second)
+	rec := p.waitLog(drainDropped, time.Second)
 	if num(rec, "dropped") != len(viaDead) {
 		t.Errorf("reload record %v: want dropped=%d", rec, len(viaDead))
 	}

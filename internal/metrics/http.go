@@ -56,12 +56,21 @@ type ComponentStatus struct {
 	Name string `json:"name"`
 	Type string `json:"type"`
 	// State is running, starting (not started yet, or waiting for a
-	// component it needs), failed (its start failed; it is retried) or
-	// stopping.
+	// component it needs), failed (its start failed; it is retried),
+	// draining (a stop, or a reload that removed it: its sinks deliver what
+	// the channel still holds) or stopping.
 	State string `json:"state"`
 	// Reason is empty when the component runs and can work; otherwise it
 	// says why not, as a sentence an operator can act on.
 	Reason string `json:"reason,omitempty"`
+	// Note says what a component that works is busy with: a draining one,
+	// what it drains, how much is left and until when.
+	Note string `json:"note,omitempty"`
+	// Left is, for a draining channel or sink (or one waiting for the
+	// previous component of its name to drain), the events still held by
+	// the channel being drained; absent when nothing drains or the channel
+	// cannot tell.
+	Left *int64 `json:"left,omitempty"`
 }
 
 // Healthy reports whether the agent runs and every component can work.
@@ -96,14 +105,26 @@ func (s Status) Problems() []string {
 	return out
 }
 
+// Notes returns one line per component with a note ("channel c1:
+// draining: ..."), for the components that work but are busy.
+func (s Status) Notes() []string {
+	var out []string
+	for _, c := range s.Components {
+		if c.Note != "" {
+			out = append(out, c.Kind+" "+c.Name+": "+c.Note)
+		}
+	}
+	return out
+}
+
 // Handler serves the agent's monitoring endpoints, as Flume's HTTP
 // monitoring does and more:
 //
 //	/metrics             Flume's JSON (path case-insensitive, as Flume)
 //	/metrics/prometheus  Prometheus text format
 //	/healthz             200 "ok" when the status is healthy (or status is nil), else 503 and one
-//	                     line per problem; ?format=json gives the whole Status as JSON, with the same
-//	                     status code and "healthy" added
+//	                     line per problem; then one line per note (a drain in progress); ?format=json
+//	                     gives the whole Status as JSON, with the same status code and "healthy" added
 //	/                    an HTML page linking to the above
 //
 // Other paths are 404; TRACE and OPTIONS are 403, as in Flume.
@@ -157,11 +178,13 @@ func serveHealth(w http.ResponseWriter, req *http.Request, status func() Status)
 	}
 	w.Header().Set("Content-Type", "text/plain;charset=utf-8")
 	w.WriteHeader(code)
+	lines := st.Problems()
 	if code == http.StatusOK {
-		_, _ = w.Write([]byte("ok\n"))
-		return
+		lines = []string{"ok"}
 	}
-	for _, line := range st.Problems() {
+	// Then what busy components do (a drain and what it has left), healthy
+	// or not.
+	for _, line := range append(lines, st.Notes()...) {
 		_, _ = fmt.Fprintln(w, strings.ReplaceAll(line, "\n", " "))
 	}
 }

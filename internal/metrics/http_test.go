@@ -231,3 +231,39 @@ func TestStopDeadline(t *testing.T) {
 		t.Errorf("Stop past its deadline = %v, want DeadlineExceeded", err)
 	}
 }
+
+// TestHealthNotes: a component that drains is a note, not a problem: 200
+// "ok" and the note while the agent runs; at a stop, the problems and then
+// the notes. The JSON carries the state and the events left.
+func TestHealthNotes(t *testing.T) {
+	left := int64(1234)
+	st := Status{Agent: "a1", State: "running", Components: []ComponentStatus{
+		{Kind: "source", Name: "r1", Type: "avro", State: "running"},
+		{Kind: "channel", Name: "c2", Type: "memory", State: "draining", Note: "removed by a reload; draining: 1234 events left; deadline in 12s", Left: &left},
+	}}
+	var mu sync.Mutex
+	srv, err := Serve(context.Background(), "127.0.0.1:0", HandlerWithStatus(NewRegistry("a1"), func() Status {
+		mu.Lock()
+		defer mu.Unlock()
+		return st
+	}), nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(context.Background())
+	base := "http://" + srv.Addr() + "/healthz"
+	if code, body := get(t, base); code != 200 || body != "ok\nchannel c2: removed by a reload; draining: 1234 events left; deadline in 12s\n" {
+		t.Errorf("running, draining: %d %q", code, body)
+	}
+	code, body := get(t, base+"?format=json")
+	if code != 200 || !strings.Contains(body, `"state":"draining","note":"removed by a reload; draining: 1234 events left; deadline in 12s","left":1234`) {
+		t.Errorf("json: %d %s", code, body)
+	}
+	mu.Lock()
+	st.State = "stopping"
+	st.Components[0].State, st.Components[0].Reason = "stopping", "stopping"
+	mu.Unlock()
+	if code, body := get(t, base); code != 503 || body != "agent a1 is stopping\nsource r1: stopping\nchannel c2: removed by a reload; draining: 1234 events left; deadline in 12s\n" {
+		t.Errorf("stopping: %d %q", code, body)
+	}
+}

@@ -296,6 +296,9 @@ func (s *Sampler) sampleNodes(g Graph, now time.Time) {
 			}
 			if have {
 				n.In, n.Out = &in, &out
+				if n.Generator {
+					n.In = nil
+				}
 				n.Errors, n.ErrorRate = errs, errRate
 			}
 		}
@@ -307,7 +310,8 @@ func (s *Sampler) sampleNodes(g Graph, now time.Time) {
 		s.record(ns, stages, now)
 	}
 	for _, src := range g.Sources {
-		add(Node{ID: "source/" + src.Name, Kind: "source", Name: src.Name, Type: src.Type, Interceptors: src.Interceptors},
+		add(Node{ID: "source/" + src.Name, Kind: "source", Name: src.Name, Type: src.Type, Interceptors: src.Interceptors,
+			Generator: src.Generator},
 			metrics.KindSource, []string{src.Name},
 			[]stageKeys{{"source", keysOf(metrics.StageSource, src.Name)}})
 		sel := Node{ID: "selector/" + src.Name, Kind: "selector", Name: src.Name, Type: src.Selector.Type}
@@ -351,6 +355,8 @@ func (s *Sampler) sampleNodes(g Graph, now time.Time) {
 func (s *Sampler) record(ns *nodeState, stages []stageKeys, now time.Time) {
 	if ns.node.In != nil {
 		ns.acc.In += *ns.node.In
+	}
+	if ns.node.Out != nil {
 		ns.acc.Out += *ns.node.Out
 	}
 	ns.accN++
@@ -382,12 +388,15 @@ func (s *Sampler) Snapshot() Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	snap := Snapshot{
-		Agent: st.Agent, State: st.State, Healthy: st.Healthy(), Problems: st.Problems(),
+		Agent: st.Agent, State: st.State, Healthy: st.Healthy(), Problems: st.Problems(), Notes: st.Notes(),
 		Time: s.at.UnixMilli(), Interval: s.interval.Seconds(), Window: float64(s.window) * s.interval.Seconds(),
 		Nodes: []Node{}, Edges: []Edge{},
 	}
 	if snap.Problems == nil {
 		snap.Problems = []string{}
+	}
+	if snap.Notes == nil {
+		snap.Notes = []string{}
 	}
 	health := map[string]metrics.ComponentStatus{}
 	for _, c := range st.Components {
@@ -401,7 +410,7 @@ func (s *Sampler) Snapshot() Snapshot {
 		}
 		n := ns.node
 		if c, ok := health[id]; ok {
-			n.State, n.Reason = c.State, c.Reason
+			n.State, n.Reason, n.Note, n.Left = c.State, c.Reason, c.Note, c.Left
 		}
 		snap.Nodes = append(snap.Nodes, n)
 	}
@@ -421,11 +430,24 @@ func (s *Sampler) Snapshot() Snapshot {
 	for _, ch := range g.Channels {
 		push("channel/" + ch.Name)
 	}
+	// Groups and sinks in the order the page stacks them: each group where
+	// its first sink comes, its sinks together, a sink in no group between
+	// them, so that no arrow has to cross a group it does not go through.
+	sinks := sinkOrder(g)
+	pushed := map[string]bool{}
+	for _, k := range sinks {
+		if k.Group != "" && !pushed[k.Group] {
+			pushed[k.Group] = true
+			push("group/" + k.Group)
+		}
+	}
 	for _, grp := range g.SinkGroups {
-		push("group/" + grp.Name)
+		if !pushed[grp.Name] { // a group none of whose sinks was built
+			push("group/" + grp.Name)
+		}
 	}
 	linked := map[[2]string]bool{}
-	for _, k := range g.Sinks {
+	for _, k := range sinks {
 		push("sink/" + k.Name)
 		from := "channel/" + k.Channel
 		if k.Group != "" {
@@ -439,6 +461,39 @@ func (s *Sampler) Snapshot() Snapshot {
 		snap.Edges = append(snap.Edges, Edge{From: from, To: "sink/" + k.Name})
 	}
 	return snap
+}
+
+// sinkOrder returns g's sinks with each group's members together, where its
+// first member is, in the group's order; sinks in no group keep their
+// places between them.
+func sinkOrder(g Graph) []SinkSpec {
+	byName := map[string]SinkSpec{}
+	for _, k := range g.Sinks {
+		byName[k.Name] = k
+	}
+	members := map[string][]string{}
+	for _, grp := range g.SinkGroups {
+		members[grp.Name] = grp.Sinks
+	}
+	out := make([]SinkSpec, 0, len(g.Sinks))
+	done := map[string]bool{}
+	for _, k := range g.Sinks {
+		if done[k.Name] {
+			continue
+		}
+		if k.Group == "" {
+			done[k.Name] = true
+			out = append(out, k)
+			continue
+		}
+		for _, m := range append(members[k.Group], k.Name) {
+			if mk, ok := byName[m]; ok && !done[m] && mk.Group == k.Group {
+				done[m] = true
+				out = append(out, mk)
+			}
+		}
+	}
+	return out
 }
 
 // History returns the history of node id, oldest point first, and false

@@ -49,6 +49,9 @@ type SourceSpec struct {
 	Interceptors []Named
 	Selector     SelectorSpec
 	Channels     []string
+	// Generator is set for a source that makes its events itself (seq,
+	// stress): nothing comes in, so it has no input rate.
+	Generator bool
 }
 
 // SelectorSpec is a source's channel selector.
@@ -91,6 +94,9 @@ type Snapshot struct {
 	State    string   `json:"state"`
 	Healthy  bool     `json:"healthy"`
 	Problems []string `json:"problems"`
+	// Notes say what busy components do, as /healthz's last lines: a
+	// drain, with the events left.
+	Notes    []string `json:"notes"`
 	Time     int64    `json:"time"`     // Unix milliseconds of the last sample
 	Interval float64  `json:"interval"` // seconds between samples: rates are over one
 	Window   float64  `json:"window"`   // seconds of the latency window
@@ -105,17 +111,23 @@ type Node struct {
 	Kind string `json:"kind"` // source, selector, channel, group or sink
 	Name string `json:"name"`
 	Type string `json:"type"`
-	// State is running, starting, failed or stopping (sources, channels,
-	// sinks); Reason says why a component cannot work, as /healthz does.
+	// State is running, starting, failed, draining or stopping (sources,
+	// channels, sinks); Reason says why a component cannot work, Note what
+	// a draining one does and Left the events it has left, as /healthz
+	// does.
 	State        string  `json:"state,omitempty"`
 	Reason       string  `json:"reason,omitempty"`
+	Note         string  `json:"note,omitempty"`
+	Left         *int64  `json:"left,omitempty"`
 	Interceptors []Named `json:"interceptors,omitempty"`
 	Detail       string  `json:"detail,omitempty"` // a selector's header, a group's processor
 	// In and Out are events a second over the last sample interval: events
 	// received and accepted by a source, put and taken by a channel, taken
-	// and delivered by a sink (for a group, summed over its sinks).
-	In  *float64 `json:"in,omitempty"`
-	Out *float64 `json:"out,omitempty"`
+	// and delivered by a sink (for a group, summed over its sinks). A
+	// generator source (Generator set) has no In: what it puts out is Out.
+	In        *float64 `json:"in,omitempty"`
+	Out       *float64 `json:"out,omitempty"`
+	Generator bool     `json:"generator,omitempty"`
 	// Errors is the total of the component's failure counters; ErrorRate
 	// their growth a second.
 	Errors    int64             `json:"errors"`

@@ -175,6 +175,70 @@ func TestSnapshotEdgesFollowTheGraph(t *testing.T) {
 	}
 }
 
+// Sinks are listed (and so stacked on the page) with each group's members
+// together where the group's first member is, and sinks in no group keep
+// their places around them; groups come in the same order.
+func TestSnapshotOrdersSinksByGroup(t *testing.T) {
+	a, reg, _, _, _ := testAgent()
+	a.g.SinkGroups = []GroupSpec{{Name: "g1", Processor: "failover", Sinks: []string{"k2", "k4"}},
+		{Name: "g0", Processor: "load_balance", Sinks: []string{"k5"}}, {Name: "empty", Processor: "failover"}}
+	a.g.Sinks = []SinkSpec{{Name: "k1", Channel: "c1"}, {Name: "k4", Channel: "c1", Group: "g1"}, {Name: "k3", Channel: "c1"},
+		{Name: "k2", Channel: "c1", Group: "g1"}, {Name: "k5", Channel: "c1", Group: "g0"}}
+	s := NewSampler(a, reg, time.Second)
+	s.Sample(time.Now())
+	var ids []string
+	for _, n := range s.Snapshot().Nodes {
+		if n.Kind == "group" || n.Kind == "sink" {
+			ids = append(ids, n.ID)
+		}
+	}
+	want := "group/g1 group/g0 group/empty sink/k1 sink/k2 sink/k4 sink/k3 sink/k5"
+	if got := strings.Join(ids, " "); got != want {
+		t.Fatalf("order\n got %s\nwant %s", got, want)
+	}
+}
+
+// A generator source has no input rate: what it puts out is its rate, in
+// the node and in its history.
+func TestGeneratorHasNoInputRate(t *testing.T) {
+	a, reg, src, _, _ := testAgent()
+	a.g.Sources[0].Type, a.g.Sources[0].Generator = "stress", true
+	s := NewSampler(a, reg, time.Second)
+	s.step = 2
+	t0 := time.Now()
+	s.Sample(t0)
+	src.EventAccepted.Add(500)
+	s.Sample(t0.Add(time.Second))
+	n := node(t, s.Snapshot(), "source/r1")
+	if !n.Generator || n.In != nil || n.Out == nil || *n.Out != 500 {
+		t.Fatalf("generator node %+v: want no in, out 500", n)
+	}
+	h, _ := s.History("source/r1")
+	if len(h.Points) != 1 || h.Points[0].Out != 250 || h.Points[0].In != 0 {
+		t.Fatalf("history %+v: want one point with out 250 (500 over two samples)", h.Points)
+	}
+}
+
+// A draining component's note and events left reach the snapshot, and
+// its notes the snapshot's.
+func TestSnapshotShowsDrain(t *testing.T) {
+	a, reg, _, _, _ := testAgent()
+	left := int64(1234)
+	a.st.State = "stopping"
+	a.st.Components[1] = metrics.ComponentStatus{Kind: "channel", Name: "c1", Type: "memory", State: "draining",
+		Note: "draining: 1234 events left; deadline in 12s", Left: &left}
+	s := NewSampler(a, reg, time.Second)
+	s.Sample(time.Now())
+	snap := s.Snapshot()
+	n := node(t, snap, "channel/c1")
+	if n.State != "draining" || n.Left == nil || *n.Left != left || n.Note != a.st.Components[1].Note || n.Reason != "" {
+		t.Errorf("channel node %+v", n)
+	}
+	if len(snap.Notes) != 1 || snap.Notes[0] != "channel c1: draining: 1234 events left; deadline in 12s" {
+		t.Errorf("notes %q", snap.Notes)
+	}
+}
+
 // The history keeps a bounded ring of points, oldest first, however long
 // the agent runs.
 func TestHistoryIsBounded(t *testing.T) {

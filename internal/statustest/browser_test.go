@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -232,4 +233,122 @@ func saveShot(t *testing.T, name string, png []byte) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+}
+
+// edgeCrossing is an arrow of the page that passes through a box that is
+// not one of its ends.
+type edgeCrossing struct {
+	From    string   `json:"from"`
+	To      string   `json:"to"`
+	Crosses []string `json:"crosses"`
+}
+
+// readCrossings samples every arrow of the page every 2 px and returns the
+// node boxes (shrunk by 2 px, so an arrow's own ends, which touch their
+// boxes' sides, do not count) each passes through, and the number of arrows.
+const readCrossings = `(() => {
+  const g = document.getElementById('graph').getBoundingClientRect();
+  const boxes = Array.from(document.querySelectorAll('#graph .node')).map((e) => {
+    const r = e.getBoundingClientRect();
+    return { id: e.dataset.id, l: r.left - g.left + 2, t: r.top - g.top + 2, r: r.right - g.left - 2, b: r.bottom - g.top - 2 };
+  });
+  const out = [];
+  for (const p of document.querySelectorAll('#edges path')) {
+    const hits = new Set();
+    const len = p.getTotalLength();
+    for (let s = 0; s <= len; s += 2) {
+      const pt = p.getPointAtLength(s);
+      for (const b of boxes) if (pt.x > b.l && pt.x < b.r && pt.y > b.t && pt.y < b.b) hits.add(b.id);
+    }
+    out.push({ from: p.dataset.from || "", to: p.dataset.to || "", crosses: [...hits] });
+  }
+  return out;
+})()`
+
+// TestStatusPageGroupLayout draws a failover group beside sinks in no
+// group in headless chromium and reads the geometry back from the DOM: no
+// arrow passes through a box it does not end at (an arrow from a channel to
+// a sink in no group through a group's box reads channel -> group -> sink),
+// on a desktop's width and on a phone's, where only group boxes are checked
+// (wrapped rows of sinks are crossed by design there). The stress source
+// shows what it generates and no input rate. The screenshots are kept in
+// the system's temporary directory (or $SLUICE_SHOTS) for a person to look
+// at.
+func TestStatusPageGroupLayout(t *testing.T) {
+	ctx := browser(t, 1680, 900)
+	a := startAgentFile(t, "testdata/groups.properties")
+	tctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx, chromedp.Navigate("http://"+a.HTTP+"/")); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the rates (the second sample) and the arrows.
+	var gen pageNode
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		gen = nodeRates(t, tctx)["source/gen"]
+		if positive(gen.Out) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stress source's rate never showed: %+v", gen)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // a poll or two more: the layout has settled
+
+	shot := func(name string) {
+		png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := os.Getenv("SLUICE_SHOTS")
+		if dir == "" {
+			dir = os.TempDir()
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", path)
+	}
+	check := func(layout string, only func(id string) bool) {
+		t.Helper()
+		edges, err := chromedp.Run(tctx, chromedp.Evaluate[[]edgeCrossing](readCrossings))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := len(a.snapshot(t).Edges); len(edges) != want {
+			t.Errorf("%s: the page draws %d arrows, the graph has %d", layout, len(edges), want)
+		}
+		for _, e := range edges {
+			for _, id := range e.Crosses {
+				if only(id) {
+					t.Errorf("%s: the arrow %s -> %s crosses the box of %s", layout, e.From, e.To, id)
+				}
+			}
+		}
+	}
+	shot("sluice-status-groups.png")
+	check("desktop", func(string) bool { return true })
+
+	// The stress source generates: it shows that rate, and no "in".
+	text, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(`.node[data-id="source/gen"] .rates`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := strconv.ParseFloat(gen.Out, 64)
+	t.Logf("stress source: %q (out %.1f/s)", text, out)
+	if gen.In != "" || strings.Contains(text, "in ") || !strings.HasPrefix(text, "generates ") {
+		t.Errorf("stress source shows %q (in %q): want what it generates and no input rate", text, gen.In)
+	}
+	if out < 100 || out > 1000 {
+		t.Errorf("stress source generates %.1f events/s, configured for 500", out)
+	}
+
+	if err := chromedp.Do(tctx, chromedp.EmulateViewport(412, 900)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	shot("sluice-status-groups-phone.png")
+	check("phone", func(id string) bool { return strings.HasPrefix(id, "group/") })
 }

@@ -28,6 +28,10 @@ type generator struct {
 // channels' transactionCapacity.
 func (g *generator) BatchSize() int { return g.batchSize }
 
+// GeneratesEvents reports that the source makes its events itself: nothing
+// comes in, so the status page shows only what it puts out.
+func (g *generator) GeneratesEvents() bool { return true }
+
 // Start begins generating events in a goroutine that Stop ends.
 func (g *generator) Start(_ context.Context, p flow.Processor) error {
 	if g.worker.Running() {

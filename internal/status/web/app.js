@@ -6,6 +6,8 @@
 const $ = (id) => document.getElementById(id);
 const graph = $("graph");
 const cards = new Map(); // node id -> element
+const lanes = new Map(); // sink id -> its lane through the sink group column
+const members = new Map(); // group id -> the ids of its sinks
 let snap = null;         // the last snapshot
 let selected = null;     // id of the node shown in the detail panel
 let history = null;      // its history
@@ -47,7 +49,10 @@ function cardHTML(n) {
   if (n.kind === "group") h += `<div class="muted">sink group</div>`;
   if (n.state && n.state !== "running") h += `<div><span class="badge ${esc(n.state)}">${esc(n.state)}</span></div>`;
   if (n.reason) h += `<div class="reason">${esc(n.reason)}</div>`;
-  if (n.in != null) h += `<div class="rates">in <b class="in">${rate(n.in)}</b>/s · out <b class="out">${rate(n.out)}</b>/s</div>`;
+  if (n.note) h += `<div class="note">${esc(n.note)}</div>`;
+  // A generator (seq, stress) receives nothing: what it puts out is its rate.
+  if (n.generator && n.out != null) h += `<div class="rates">generates <b class="out">${rate(n.out)}</b>/s</div>`;
+  else if (n.in != null) h += `<div class="rates">in <b class="in">${rate(n.in)}</b>/s · out <b class="out">${rate(n.out)}</b>/s</div>`;
   if (n.fill) {
     const f = n.fill;
     const pct = f.capacity > 0 ? f.percent : 0;
@@ -74,21 +79,23 @@ function render(s) {
   st.className = "badge " + (s.healthy ? "ok" : "bad");
   $("updated").textContent = "updated " + new Date(s.time).toLocaleTimeString();
   $("problems").innerHTML = s.problems.map((p) => `<li>${esc(p)}</li>`).join("");
+  $("notes").innerHTML = (s.notes || []).map((p) => `<li>${esc(p)}</li>`).join("");
   document.title = (s.healthy ? "" : "⚠ ") + s.agent + " · sluice";
-  graph.classList.toggle("nogroups", !s.nodes.some((n) => n.kind === "group"));
+  const groups = s.nodes.some((n) => n.kind === "group");
+  graph.classList.toggle("nogroups", !groups);
 
   const seen = new Set();
   for (const n of s.nodes) {
     seen.add(n.id);
     let el = cards.get(n.id);
-    const col = graph.querySelector(`.col[data-kind="${n.kind}"]`);
     if (!el) {
       el = document.createElement("div");
       el.dataset.id = n.id;
       el.addEventListener("click", () => select(n.id));
       cards.set(n.id, el);
     }
-    col.appendChild(el); // (again): cards follow the snapshot's order
+    // (again): cards follow the snapshot's order; groups are placed below
+    if (n.kind !== "group") graph.querySelector(`.col[data-kind="${n.kind}"]`).appendChild(el);
     el.className = `node ${n.kind} ${n.state || ""}${n.reason ? " unhealthy" : ""}${n.id === selected ? " selected" : ""}`;
     el.dataset.in = n.in == null ? "" : n.in;
     el.dataset.out = n.out == null ? "" : n.out;
@@ -97,35 +104,107 @@ function render(s) {
   for (const [id, el] of cards) {
     if (!seen.has(id)) { el.remove(); cards.delete(id); }
   }
+  placeGroups(s, groups);
   drawEdges();
   if (selected) showDetail();
 }
 
+// placeGroups fills the sink group column in the order of the sinks: each
+// group where its first sink is, and for a sink in no group an empty lane
+// that its arrow passes through, so that an arrow from a channel to such a
+// sink never crosses a group's box (which would read channel -> group ->
+// sink).
+function placeGroups(s, groups) {
+  const col = graph.querySelector(`.col[data-kind="group"]`);
+  const groupOf = new Map();
+  members.clear();
+  for (const e of s.edges) {
+    if (!e.from.startsWith("group/")) continue;
+    groupOf.set(e.to, e.from);
+    members.set(e.from, [...(members.get(e.from) || []), e.to]);
+  }
+  const placed = new Set(), wanted = new Set();
+  for (const n of s.nodes) {
+    if (n.kind !== "sink") continue;
+    const g = groupOf.get(n.id);
+    if (g) {
+      if (!placed.has(g) && cards.has(g)) { placed.add(g); col.appendChild(cards.get(g)); }
+      continue;
+    }
+    if (!groups) continue; // no group column: arrows go straight to the sinks
+    wanted.add(n.id);
+    let lane = lanes.get(n.id);
+    if (!lane) {
+      lane = document.createElement("div");
+      lane.className = "lane";
+      lane.dataset.sink = n.id;
+      lanes.set(n.id, lane);
+    }
+    col.appendChild(lane);
+  }
+  for (const n of s.nodes) { // groups none of whose sinks exists
+    if (n.kind === "group" && !placed.has(n.id)) col.appendChild(cards.get(n.id));
+  }
+  for (const [id, lane] of lanes) {
+    if (!wanted.has(id)) { lane.remove(); lanes.delete(id); }
+  }
+}
+
+// alignGroups moves each group and lane of the sink group column down (never
+// up: the column keeps its order) to the middle of its sinks, so that the
+// arrows to the sinks run level where they can.
+function alignGroups(vertical) {
+  const col = graph.querySelector(`.col[data-kind="group"]`);
+  const items = Array.from(col.children).filter((e) => e.matches(".lane, .node"));
+  for (const el of items) el.style.marginTop = "";
+  if (vertical) return;
+  for (const el of items) {
+    const ids = el.classList.contains("lane") ? [el.dataset.sink] : members.get(el.dataset.id) || [];
+    const rs = ids.map((id) => cards.get(id)).filter(Boolean).map((c) => c.getBoundingClientRect());
+    if (!rs.length) continue;
+    const target = (Math.min(...rs.map((r) => r.top)) + Math.max(...rs.map((r) => r.bottom))) / 2;
+    const r = el.getBoundingClientRect();
+    const shift = target - (r.top + r.bottom) / 2;
+    if (shift > 0) el.style.marginTop = shift + "px";
+  }
+}
+
 function drawEdges() {
   const svg = $("edges");
-  const box = graph.getBoundingClientRect();
   const vertical = getComputedStyle(graph).gridTemplateColumns.split(" ").length === 1;
+  alignGroups(vertical);
+  const box = graph.getBoundingClientRect();
+  // A curve from the out side of box a to the in side of box b.
+  const curve = (ra, rb) => {
+    if (vertical) {
+      const x1 = ra.left + ra.width / 2 - box.left, y1 = ra.bottom - box.top;
+      const x2 = rb.left + rb.width / 2 - box.left, y2 = rb.top - box.top;
+      const m = (y1 + y2) / 2;
+      return { x1, y1, x2, y2, d: `M${x1},${y1} C${x1},${m} ${x2},${m} ${x2},${y2}` };
+    }
+    const x1 = ra.right - box.left, y1 = ra.top + ra.height / 2 - box.top;
+    const x2 = rb.left - box.left, y2 = rb.top + rb.height / 2 - box.top;
+    const m = (x1 + x2) / 2;
+    return { x1, y1, x2, y2, d: `M${x1},${y1} C${m},${y1} ${m},${y2} ${x2},${y2}` };
+  };
   let out = "", labels = "";
   const byId = new Map((snap ? snap.nodes : []).map((n) => [n.id, n]));
   for (const e of snap ? snap.edges : []) {
     const a = cards.get(e.from), b = cards.get(e.to);
     if (!a || !b) continue;
     const ra = a.getBoundingClientRect(), rb = b.getBoundingClientRect();
-    let x1, y1, x2, y2, d;
-    if (vertical) {
-      x1 = ra.left + ra.width / 2 - box.left; y1 = ra.bottom - box.top;
-      x2 = rb.left + rb.width / 2 - box.left; y2 = rb.top - box.top;
-      const m = (y1 + y2) / 2;
-      d = `M${x1},${y1} C${x1},${m} ${x2},${m} ${x2},${y2}`;
-    } else {
-      x1 = ra.right - box.left; y1 = ra.top + ra.height / 2 - box.top;
-      x2 = rb.left - box.left; y2 = rb.top + rb.height / 2 - box.top;
-      const m = (x1 + x2) / 2;
-      d = `M${x1},${y1} C${m},${y1} ${m},${y2} ${x2},${y2}`;
+    let { x1, y1, x2, y2, d } = curve(ra, rb);
+    const lane = lanes.get(e.to);
+    if (lane && lane.isConnected && e.from.startsWith("channel/")) {
+      // Through the sink's lane: to it, across it, on to the sink.
+      const rl = lane.getBoundingClientRect();
+      const c1 = curve(ra, rl), c2 = curve(rl, rb);
+      d = `${c1.d} L${c2.x1},${c2.y1} ${c2.d.slice(1 + c2.d.indexOf(" "))}`;
+      ({ x1, y1 } = c1);
     }
     const from = byId.get(e.from);
     const active = from && from.out > 0 || (from && from.kind === "selector" && byId.get(e.to) && byId.get(e.to).in > 0);
-    out += `<path d="${d}" class="${e.optional ? "optional " : ""}${active ? "active" : ""}"/>`;
+    out += `<path d="${d}" data-from="${esc(e.from)}" data-to="${esc(e.to)}" class="${e.optional ? "optional " : ""}${active ? "active" : ""}"/>`;
     const label = [e.label, e.optional ? "optional" : ""].filter(Boolean).join(", ");
     if (label) labels += `<text x="${(x1 + x2) / 2}" y="${(y1 + y2) / 2 - 4}" text-anchor="middle">${esc(label)}</text>`;
   }
@@ -201,8 +280,9 @@ function drawCharts() {
   });
   $("d-latency").innerHTML = lat.length ? chart(lat, dur) : `<p class="muted">no latency for this node</p>`;
   const n = snap && snap.nodes.find((x) => x.id === selected);
-  if (n && n.in != null) {
-    const rs = [{ name: "in", values: history.points.map((p) => p.in) }, { name: "out", values: history.points.map((p) => p.out) }];
+  if (n && n.out != null) {
+    const rs = [{ name: n.generator ? "generated" : "out", values: history.points.map((p) => p.out) }];
+    if (!n.generator) rs.unshift({ name: "in", values: history.points.map((p) => p.in) });
     if (n.kind === "channel") rs.push({ name: "size", values: history.points.map((p) => p.size) });
     $("d-rate").innerHTML = chart(rs, rate);
   } else {
