@@ -13,11 +13,14 @@ import (
 	"github.com/sluicehq/sluice/internal/testutil/kdc"
 )
 
-// TestJAASFileFromFlumeGuide: the JAAS file of Flume's User Guide (Kafka
-// sections), verbatim in testdata, gives the keytab login of its
-// KafkaClient section.
+// guideJAAS is the sample JAAS file of Flume's User Guide (its Kafka
+// sections), verbatim, beside the guide's example configurations.
+const guideJAAS = "../config/testdata/flume-userguide/flume_jaas.conf"
+
+// TestJAASFileFromFlumeGuide: the JAAS file of Flume's User Guide gives
+// the keytab login of its KafkaClient section.
 func TestJAASFileFromFlumeGuide(t *testing.T) {
-	es, err := LoadJAASSection("testdata/flume_jaas.conf", "KafkaClient")
+	es, err := LoadJAASSection(guideJAAS, "KafkaClient")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +31,7 @@ func TestJAASFileFromFlumeGuide(t *testing.T) {
 	if l.Principal != "flume/flumehost1.example.com@YOURKERBEROSREALM" || l.Keytab != "/path/to/keytabs/flume.keytab" || svc != "" {
 		t.Fatalf("login %+v, service %q", l, svc)
 	}
-	if _, err := LoadJAASSection("testdata/flume_jaas.conf", "KafkaServer"); err == nil || !strings.Contains(err.Error(), "has no KafkaServer section (it has: ") {
+	if _, err := LoadJAASSection(guideJAAS, "KafkaServer"); err == nil || !strings.Contains(err.Error(), "has no KafkaServer section (it has: ") {
 		t.Fatalf("missing section: %v", err)
 	}
 }
@@ -67,7 +70,7 @@ func TestJAASEntries(t *testing.T) {
 }
 
 func FuzzParseJAASFile(f *testing.F) {
-	data, err := os.ReadFile("testdata/flume_jaas.conf")
+	data, err := os.ReadFile(guideJAAS)
 	if err != nil {
 		f.Fatal(err)
 	}
