@@ -32,7 +32,7 @@ type Cluster struct {
 	*kfake.Cluster
 	Addrs []string
 
-	opts []kfake.Opt // without the ports, for RestartEmpty
+	opts []kfake.Opt             // without the ports, for RestartEmpty
 	wrap func(net.Conn) net.Conn // what sits between kfake and its clients (GSSAPI)
 	mu   sync.Mutex
 	lns  []*switchListener
