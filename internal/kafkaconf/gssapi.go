@@ -49,7 +49,7 @@ func (sec Security) gssapi() (sasl.Mechanism, error) {
 		return nil, fmt.Errorf("%s: %w", sec.jaasKey, err)
 	}
 	if err := cl.LoginNow(); err != nil {
-		if refusedByKDC(err) {
+		if kerberos.Refused(err) {
 			cl.Destroy()
 			return nil, err
 		}
@@ -57,14 +57,6 @@ func (sec Security) gssapi() (sasl.Mechanism, error) {
 	}
 	inner := krbsasl.Auth{Client: cl.Client, Service: service}.AsMechanism()
 	return &gssapiMechanism{Mechanism: inner, cl: cl, service: service}, nil
-}
-
-// refusedByKDC tells a login the KDC answered with a refusal (a wrong
-// keytab, an unknown or expired principal), which trying again will not
-// change, from a KDC that did not answer.
-func refusedByKDC(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "KDC_ERR_") || strings.Contains(s, "keytab's keys are not the KDC's")
 }
 
 // gssapiMechanism is franz-go's Kerberos mechanism with its errors in one

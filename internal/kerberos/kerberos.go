@@ -139,6 +139,14 @@ func compact(s []string) []string {
 	return out
 }
 
+// Refused tells a login the KDC answered with a refusal (a stale keytab,
+// an unknown or expired principal), which trying again will not change,
+// from one that failed because the KDC did not answer.
+func Refused(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "KDC_ERR_") || strings.Contains(s, "keytab's keys are not the KDC's")
+}
+
 // LoginNow gets a ticket-granting ticket from the KDC, and says so at INFO
 // with its lifetime.
 func (c *Client) LoginNow() error {

@@ -6,29 +6,21 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jcmturner/gokrb5/v8/crypto"
-	"github.com/jcmturner/gokrb5/v8/gssapi"
-	"github.com/jcmturner/gokrb5/v8/iana/keyusage"
-	"github.com/jcmturner/gokrb5/v8/keytab"
-	"github.com/jcmturner/gokrb5/v8/service"
-	"github.com/jcmturner/gokrb5/v8/spnego"
-	"github.com/jcmturner/gokrb5/v8/types"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluicehq/sluice/internal/testutil/kdc"
 )
 
 // GSSAPI is a broker's Kerberos side, for kfake, which speaks SASL PLAIN
 // and SCRAM only: it sits on every connection the cluster accepts and does
 // what a Kafka broker with sasl.enabled.mechanisms=GSSAPI does before
 // passing requests on. It answers SaslHandshake and SaslAuthenticate
-// itself, verifies the client's AP-REQ with the service's keytab (gokrb5's
-// service side: the ticket must decrypt with the keytab's key, be current
-// and not replayed), runs RFC 4752's security layer exchange (wrap tokens
-// sealed with the ticket's session key), and closes a connection that
+// itself, runs RFC 4752 with the service's keytab (kdc.Acceptor: the
+// client's ticket is verified, not trusted), and closes a connection that
 // sends anything but ApiVersions before it authenticated. With
 // SessionLifetime (KIP-368, connections.max.reauth.ms), each session lasts
 // until its ticket ends at most, the lifetime is told to the client, and a
@@ -38,7 +30,7 @@ type GSSAPI struct {
 	// connection, Kafka's default).
 	SessionLifetime time.Duration
 
-	keytab *keytab.Keytab
+	acceptor *kdc.Acceptor
 
 	mu       sync.Mutex
 	accepted map[string]int // client principal: sessions accepted
@@ -50,11 +42,11 @@ type GSSAPI struct {
 // as kafka/127.0.0.1@REALM: franz-go asks for <service>/<broker host>).
 func NewGSSAPI(tb testing.TB, keytabPath string, sessionLifetime time.Duration, topics ...string) (*Cluster, *GSSAPI) {
 	tb.Helper()
-	kt, err := keytab.Load(keytabPath)
+	a, err := kdc.NewAcceptor(keytabPath)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g := &GSSAPI{SessionLifetime: sessionLifetime, keytab: kt, accepted: map[string]int{}}
+	g := &GSSAPI{SessionLifetime: sessionLifetime, acceptor: a, accepted: map[string]int{}}
 	c := &Cluster{wrap: g.wrap}
 	return newClusterInto(tb, c, 1, 1, topics, true, nil), g
 }
@@ -87,13 +79,10 @@ type gssConn struct {
 
 	wmu sync.Mutex // kfake's responses and ours go out whole
 
-	pending []byte // a frame for kfake, partly read
-	step    int
-	key     types.EncryptionKey // the ticket's session key
+	pending []byte        // a frame for kfake, partly read
+	x       *kdc.Exchange // the authentication under way
 	authed  bool
 	expiry  time.Time
-	client  string
-	endTime time.Time
 }
 
 func (c *gssConn) Write(p []byte) (int, error) {
@@ -189,7 +178,7 @@ func (c *gssConn) sasl(frame []byte) error {
 		if r.Mechanism != "GSSAPI" {
 			hr.ErrorCode = 33 // UNSUPPORTED_SASL_MECHANISM
 		}
-		c.step, c.authed = 0, false
+		c.x, c.authed = nil, false
 		resp = hr
 	case *kmsg.SASLAuthenticateRequest:
 		ar := r.ResponseKind().(*kmsg.SASLAuthenticateResponse)
@@ -238,72 +227,28 @@ func skipTags(b []byte) ([]byte, bool) {
 	return b, true
 }
 
-// authenticate runs one step of RFC 4752: the AP-REQ, then the client's
-// answer to the security layer offer.
+// authenticate runs one step of RFC 4752 with the broker's keytab.
 func (c *gssConn) authenticate(token []byte) (out []byte, lifetimeMillis int64, err error) {
-	switch c.step {
-	case 0:
-		var t spnego.KRB5Token
-		if err := t.Unmarshal(token); err != nil {
-			return nil, 0, fmt.Errorf("not a Kerberos token: %v", err)
-		}
-		if !t.IsAPReq() {
-			return nil, 0, errors.New("the first token is not an AP-REQ")
-		}
-		s := service.NewSettings(c.g.keytab, service.MaxClockSkew(time.Second), service.DecodePAC(false))
-		ok, creds, err := service.VerifyAPREQ(&t.APReq, s)
-		if err != nil || !ok {
-			return nil, 0, fmt.Errorf("ticket refused: %v", oneLine(err))
-		}
-		c.client = creds.CName().PrincipalNameString() + "@" + creds.Realm()
-		c.key = t.APReq.Ticket.DecryptedEncPart.Key
-		c.endTime = t.APReq.Ticket.DecryptedEncPart.EndTime
-		// Offer no security layer (bit 1), as a broker does.
-		wt := gssapi.WrapToken{Flags: 0x01, RRC: 0, SndSeqNum: 0, Payload: []byte{1, 0, 0, 0}}
-		et, err := crypto.GetEtype(c.key.KeyType)
-		if err != nil {
-			return nil, 0, err
-		}
-		wt.EC = uint16(et.GetHMACBitLength() / 8)
-		if err := wt.SetCheckSum(c.key, keyusage.GSSAPI_ACCEPTOR_SEAL); err != nil {
-			return nil, 0, err
-		}
-		b, err := wt.Marshal()
-		if err != nil {
-			return nil, 0, err
-		}
-		c.step = 1
-		return b, 0, nil
-	case 1:
-		var wt gssapi.WrapToken
-		if err := wt.Unmarshal(token, false); err != nil {
-			return nil, 0, fmt.Errorf("security layer answer: %v", err)
-		}
-		if ok, err := wt.Verify(c.key, keyusage.GSSAPI_INITIATOR_SEAL); !ok {
-			return nil, 0, fmt.Errorf("security layer answer: %v", err)
-		}
-		c.step, c.authed = 2, true
-		c.expiry = time.Time{}
-		if c.g.SessionLifetime > 0 {
-			c.expiry = time.Now().Add(c.g.SessionLifetime)
-			if c.endTime.Before(c.expiry) {
-				c.expiry = c.endTime
-			}
-			lifetimeMillis = max(time.Until(c.expiry).Milliseconds(), 1)
-		}
-		c.g.mu.Lock()
-		c.g.accepted[c.client]++
-		c.g.mu.Unlock()
-		return []byte{}, lifetimeMillis, nil
+	if c.x == nil {
+		c.x = c.g.acceptor.Begin()
 	}
-	return nil, 0, errors.New("authentication already complete")
-}
-
-func oneLine(err error) string {
-	if err == nil {
-		return "not valid"
+	out, done, err := c.x.Step(token)
+	if err != nil || !done {
+		return out, 0, err
 	}
-	return strings.Join(strings.Fields(err.Error()), " ")
+	c.authed = true
+	c.expiry = time.Time{}
+	if c.g.SessionLifetime > 0 {
+		c.expiry = time.Now().Add(c.g.SessionLifetime)
+		if c.x.EndTime.Before(c.expiry) {
+			c.expiry = c.x.EndTime
+		}
+		lifetimeMillis = max(time.Until(c.expiry).Milliseconds(), 1)
+	}
+	c.g.mu.Lock()
+	c.g.accepted[c.x.Client]++
+	c.g.mu.Unlock()
+	return out, lifetimeMillis, nil
 }
 
 // wrapListener hands kfake the connections of ln through wrap.
