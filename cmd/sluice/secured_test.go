@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -254,4 +257,91 @@ func readGSSAPI(t *testing.T, kc *kafkatest.Cluster, keytab, krb5Conf string, n 
 		recs = append(recs, cl.PollFetches(ctx).Records()...)
 	}
 	return recs
+}
+
+// writePEM writes cert's chain and key as PEM files and returns their paths.
+func writePEM(t *testing.T, cert tls.Certificate) (certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	var chain []byte
+	for _, der := range cert.Certificate {
+		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, chain, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// TestStatusPortClientCertificates: with --http-tls-client-ca (here a JKS
+// truststore, its password in SLUICE_HTTP_CA_PASSWORD) the monitoring
+// address refuses a client without a certificate, and sluice top's client
+// with --http-cert and --http-key gets /healthz.
+func TestStatusPortClientCertificates(t *testing.T) {
+	ks := func(n string) string { return testutil.Keystore(t, n) }
+	srv, err := tlsconf.Settings{Keystore: ks("server.keystore.jks"), KeystorePassword: testutil.KeystoreServerPass}.Certificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := tlsconf.Settings{Keystore: ks("client.keystore.jks"), KeystorePassword: testutil.KeystoreClientPass, KeyPassword: testutil.KeystoreClientKey}.Certificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCert, srvKey := writePEM(t, srv)
+	cliCert, cliKey := writePEM(t, cli)
+	t.Setenv("SLUICE_HTTP_CA_PASSWORD", testutil.KeystoreTrustPass)
+
+	port, httpPort := testutil.FreePort(t), testutil.FreePort(t)
+	file := filepath.Join(t.TempDir(), "a.properties")
+	if err := os.WriteFile(file, []byte(netcatToNull(port)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr testutil.LogBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"agent", "-f", file, "-n", "a1", "--no-reload-conf", "--http", fmt.Sprintf("127.0.0.1:%d", httpPort),
+			"--http-tls-cert", srvCert, "--http-tls-key", srvKey, "--http-tls-client-ca", ks("server.truststore.jks")}, nil, io.Discard, &stderr)
+	}()
+	defer func() {
+		cancel()
+		if c := <-code; c != 0 {
+			t.Errorf("exit %d; log:\n%s", c, stderr.String())
+		}
+	}()
+	url := fmt.Sprintf("https://localhost:%d", httpPort)
+	healthz := func(f clientFlags) error {
+		c, err := f.client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer rcancel()
+		resp, err := c.get(rctx, "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	with := clientFlags{addr: url, caFile: ks("ca-cert"), certFile: cliCert, keyFile: cliKey}
+	for i := 0; ; i++ {
+		if err = healthz(with); err == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("/healthz with a client certificate: %v; log:\n%s", err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := healthz(clientFlags{addr: url, caFile: ks("ca-cert")}); err == nil {
+		t.Fatal("/healthz answered a client without a certificate")
+	}
 }
