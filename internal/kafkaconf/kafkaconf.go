@@ -272,13 +272,6 @@ func (sec Security) tlsConfig() (*tls.Config, error) {
 	if err != nil || c == nil {
 		return c, err
 	}
-	if sec.TLS.Keystore != "" {
-		cert, err := sec.TLS.Certificate()
-		if err != nil {
-			return nil, err
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
 	if sec.NoHostnameCheck && !c.InsecureSkipVerify {
 		// Verify the chain against the trusted roots, not the host name.
 		roots := c.RootCAs

@@ -15,7 +15,7 @@ import (
 // PKCS#12 and JCEKS, and stores that must be refused.
 const (
 	KeystoreServerPass = "serverpass"    // server.keystore.jks/.p12/.jceks, two-keys.jks, expired.keystore.jks
-	KeystoreClientPass = "clientpass"    // client.keystore.jks (store), stranger.keystore.jks
+	KeystoreClientPass = "clientpass"    // client.keystore.jks (store), agent.keystore.jks, stranger.keystore.jks
 	KeystoreClientKey  = "clientkeypass" // the private key in client.keystore.jks
 	KeystoreTrustPass  = "trustpass"     // client.truststore.jks, server.truststore.jks/.p12
 )

@@ -159,7 +159,9 @@ func ReadServerKeys(p *config.Props, k ServerKeys) Settings {
 // ReadClient reads the SSL properties of a client (a sink): ssl,
 // trust-all-certs, truststore, truststore-password, truststore-type (JKS,
 // PKCS12 or PEM; without a truststore the system roots are trusted),
-// sluice's verify-hostname (true), and the protocol and cipher suite lists.
+// sluice's verify-hostname (true), the protocol and cipher suite lists,
+// and sluice's client certificate for a server that requires one:
+// keystore, keystore-password, keystore-type, keystore-alias.
 func ReadClient(p *config.Props) Settings {
 	s := Settings{Enabled: p.Bool("ssl", false)}
 	s.TrustAll = p.Bool("trust-all-certs", false)
@@ -167,8 +169,16 @@ func ReadClient(p *config.Props) Settings {
 	s.Truststore = p.String("truststore", "")
 	s.TruststorePassword = p.String("truststore-password", "")
 	s.TruststoreType = p.Enum("truststore-type", "jks", "JKS", "PKCS12", "PEM", "JCEKS")
-	s.Names = Names{Truststore: p.Full("truststore"), TruststorePassword: p.Full("truststore-password")}
+	s.Keystore = p.String("keystore", "")
+	s.KeystorePassword = p.String("keystore-password", "")
+	s.KeystoreType = p.Enum("keystore-type", "jks", "JKS", "PKCS12", "PEM", "JCEKS")
+	s.KeyAlias = p.String("keystore-alias", "")
+	s.Names = Names{Truststore: p.Full("truststore"), TruststorePassword: p.Full("truststore-password"),
+		Keystore: p.Full("keystore"), KeystorePassword: p.Full("keystore-password"), KeyAlias: p.Full("keystore-alias")}
 	s.readVersions(p, "exclude-protocols")
+	if s.Keystore != "" && s.KeystoreType == "jceks" {
+		p.Errorf("keystore-type", jceksWhy, "keystore-type")
+	}
 	if s.Truststore != "" && s.TruststoreType == "jceks" {
 		p.Errorf("truststore-type", jceksWhy, "truststore-type")
 	}
@@ -331,6 +341,13 @@ func (s Settings) ClientConfig(serverName string) (*tls.Config, error) {
 			return nil, err
 		}
 		c.RootCAs = pool
+	}
+	if s.Keystore != "" {
+		cert, err := s.Certificate()
+		if err != nil {
+			return nil, err
+		}
+		c.Certificates = []tls.Certificate{cert}
 	}
 	if !s.TrustAll && !s.VerifyHostname {
 		// Verify the chain as Go would, minus the name.

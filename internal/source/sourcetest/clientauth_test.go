@@ -174,3 +174,38 @@ func sourceAddr(t *testing.T, s flow.Source) string {
 	t.Fatalf("%T has no address", s)
 	return ""
 }
+
+// TestSinkToSourceClientCertificate: a hop between two agents
+// authenticated both ways with Java keystores: an avro sink with sluice's
+// keystore keys presents its certificate to an avro source that requires
+// one; the same sink without a keystore is refused.
+func TestSinkToSourceClientCertificate(t *testing.T) {
+	ks := func(n string) string { return testutil.Keystore(t, n) }
+	pl := sourcetest.NewPipeline(t, 100, 100, time.Second)
+	s := sourcetest.New(t, avrosource.New, sourcetest.Env("r1", "avro"), sourcetest.Loopback(map[string]string{
+		"ssl": "true", "keystore": ks("server.keystore.jks"), "keystore-password": testutil.KeystoreServerPass,
+		"truststore": ks("server.truststore.jks"), "truststore-password": testutil.KeystoreTrustPass}))
+	sourcetest.Start(t, s, pl.Processor)
+	sinkTLS := func(props map[string]string) *tls.Config {
+		p := config.FromMap("a1.sinks.k1.", props)
+		cfg, err := tlsconf.ReadClient(p).ClientConfig("localhost")
+		if err != nil || p.Err() != nil {
+			t.Fatal(err, p.Err())
+		}
+		return cfg
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	anonymous := sinkTLS(map[string]string{"ssl": "true", "truststore": ks("client.truststore.jks")})
+	if err := sendAvro(ctx, sourceAddr(t, s), anonymous, "anonymous"); err == nil {
+		t.Fatal("a sink without a certificate delivered")
+	}
+	agent := sinkTLS(map[string]string{"ssl": "true", "truststore": ks("client.truststore.jks"),
+		"keystore": ks("agent.keystore.jks"), "keystore-password": testutil.KeystoreClientPass})
+	if err := sendAvro(ctx, sourceAddr(t, s), agent, "vouched"); err != nil {
+		t.Fatalf("a sink with a certificate: %v", err)
+	}
+	if got := sourcetest.Bodies(pl.Drain(t, 1, 5*time.Second)); len(got) != 1 || got[0] != "vouched" {
+		t.Fatalf("channel holds %q", got)
+	}
+}

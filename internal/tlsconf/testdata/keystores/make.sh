@@ -48,6 +48,16 @@ openssl x509 -req -CA ca-cert -CAkey ca-key -in client-cert-file -out client-cer
 kt -keystore client.keystore.jks -storepass clientpass -alias CARoot -import -file ca-cert
 kt -keystore client.keystore.jks -storepass clientpass -keypass clientkeypass -alias client -import -file client-cert-signed
 
+# 4b. A sink's client key, protected by the store's password as Flume's
+#     sinks (and Java's KeyManagerFactory) expect.
+kt -keystore agent.keystore.jks -storetype JKS -storepass clientpass -keypass clientpass -alias agent \
+  -validity $days -genkey -keyalg RSA -keysize 2048 -dname "CN=flume-agent"
+kt -keystore agent.keystore.jks -storepass clientpass -alias agent -certreq -file client-cert-file
+openssl x509 -req -CA ca-cert -CAkey ca-key -in client-cert-file -out client-cert-signed -days $days -CAcreateserial \
+  -passin pass:capass 2>/dev/null
+kt -keystore agent.keystore.jks -storepass clientpass -alias CARoot -import -file ca-cert
+kt -keystore agent.keystore.jks -storepass clientpass -alias agent -import -file client-cert-signed
+
 # 5. The same server key in the stores JDK 9+ keytool makes by default (PKCS12)
 #    and in JCEKS (which sluice refuses with the command that converts it).
 kt -importkeystore -srckeystore server.keystore.jks -srcstorepass serverpass -destkeystore server.keystore.p12 \
