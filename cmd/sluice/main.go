@@ -51,7 +51,7 @@ agent and validate options (flume-ng's names work too):
   -n, --name NAME          the agent name: the prefix of its keys
   -DX=VALUE                a system property, read by ${sys:X} in the file;
                            -Dflume.monitoring.type=http -Dflume.monitoring.port=P serves metrics on P;
-                           -Djavax.net.ssl.trustStore=F (trustStoreType PKCS12 or PEM,
+                           -Djavax.net.ssl.trustStore=F (a JKS, PKCS12 or PEM store,
                            trustStorePassword) is whom https URIs are trusted to be
   --strict                 validate only: warnings (keys sluice ignores) are errors too
   --http ADDR              serve the status page (/), /metrics (Flume JSON), /metrics/prometheus

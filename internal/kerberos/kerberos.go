@@ -15,6 +15,7 @@ package kerberos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -167,24 +168,15 @@ type logWriter struct {
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
-	msg := "kerberos: " + strings.TrimSpace(string(p))
-	if strings.Contains(msg, "error") {
-		kind := msg
-		if i := strings.IndexByte(msg, ':'); i >= 0 {
-			if j := strings.IndexByte(msg[i+1:], ':'); j >= 0 {
-				kind = msg[:i+1+j]
-			}
-		}
-		w.th.Log(w.log, slog.LevelWarn, kind, "kerberos: "+firstLine(Reason(fmt.Errorf("%s", strings.TrimPrefix(msg, "kerberos: ")))))
+	line := strings.TrimSpace(string(p))
+	// gokrb5's failures start "error ..." (such as "error refreshing
+	// session: ..."): keyed by that lead-in, with the reason in one line.
+	if lead, detail, ok := strings.Cut(line, ": "); ok && strings.HasPrefix(lead, "error") {
+		w.th.Log(w.log, slog.LevelWarn, lead, "kerberos: "+lead, "err", Reason(errors.New(detail)))
 		return len(p), nil
 	}
-	w.log.Log(context.Background(), slog.LevelDebug, msg)
+	w.log.Log(context.Background(), slog.LevelDebug, "kerberos: "+line)
 	return len(p), nil
-}
-
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(s, "\n")
-	return s
 }
 
 var krbCode = regexp.MustCompile(`\((\d+)\) ((?:KDC|KRB)_[A-Z0-9_]+) ?([^\n]*)`)

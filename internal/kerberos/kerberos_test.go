@@ -2,6 +2,7 @@ package kerberos
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/testutil/kdc"
 )
 
@@ -215,5 +217,23 @@ func TestLoginRefused(t *testing.T) {
 	}
 	if _, err := LoadConfig(map[string]string{SysKrb5Conf: "/nonexistent/krb5.conf"}); err == nil || !strings.Contains(err.Error(), "fix -Djava.security.krb5.conf") {
 		t.Errorf("missing krb5.conf: %v", err)
+	}
+}
+
+// TestLogLines: gokrb5's routine lines go out at DEBUG; a failure at WARN
+// with the Kerberos reason in one line, once per kind per interval.
+func TestLogLines(t *testing.T) {
+	var buf syncBuffer
+	w := &logWriter{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), th: logthrottle.New(time.Hour, 1)}
+	fmt.Fprintln(w, "TGT session renewed for R (EndTime: x)")
+	for range 3 {
+		fmt.Fprintln(w, "error refreshing session: [Root cause: KDC_Error] KDC_Error: TGS Exchange Error: kerberos error response from KDC when requesting for krbtgt/R: KRB Error: (12) KDC_ERR_POLICY KDC policy rejects request - POLICY")
+	}
+	out := buf.String()
+	if !strings.Contains(out, `level=DEBUG msg="kerberos: TGT session renewed for R (EndTime: x)"`) {
+		t.Errorf("renewal line: %s", out)
+	}
+	if n := strings.Count(out, `level=WARN msg="kerberos: error refreshing session" err="KDC_ERR_POLICY KDC policy rejects request"`); n != 1 {
+		t.Errorf("%d warnings, want 1 (throttled) with the reason:\n%s", n, out)
 	}
 }
