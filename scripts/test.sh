@@ -50,6 +50,20 @@ if ! command -v tmux >/dev/null; then
   apt_install tmux
 fi
 
+# Debian's MIT Kerberos KDC: the Kerberos tests (internal/testutil/kdc) start
+# their own realm with krb5kdc, kdb5_util and kadmin.local.
+have_sbin() { command -v "$1" >/dev/null || [ -x "/usr/sbin/$1" ]; }
+if ! have_sbin krb5kdc || ! have_sbin kadmin.local; then
+  echo "== installing krb5-kdc and krb5-admin-server (the KDC of the Kerberos tests)"
+  DEBIAN_FRONTEND=noninteractive apt_install krb5-kdc krb5-admin-server >/dev/null
+fi
+# keytool makes the Java keystores of internal/tlsconf/testdata/keystores
+# (make.sh; SLUICE_KEYTOOL=1 go test -run TestKeytoolStoresAsMade ./internal/tlsconf).
+if ! command -v keytool >/dev/null; then
+  echo "== installing openjdk-17-jre-headless (keytool, maker of the test keystores)"
+  apt_install openjdk-17-jre-headless
+fi
+
 # Debian's thrift-compiler generates Python from internal/thriftrpc/flume.thrift
 # and Debian's python3-thrift runs it: the Thrift client and server the thrift
 # source's and sink's tests talk to (the tests use /usr/bin/python3).

@@ -23,6 +23,8 @@ type clientFlags struct {
 	user         string
 	passwordFile string
 	caFile       string
+	certFile     string // client certificate, for an agent started with --http-tls-client-ca
+	keyFile      string
 }
 
 // clientUsage documents clientFlags.
@@ -32,6 +34,9 @@ const clientUsage = `  --http ADDR              the agent's monitoring address: 
   --http-password-file FILE
                            ...and the file holding its password (or SLUICE_HTTP_PASSWORD)
   --http-ca FILE           PEM certificates to trust for an https address (default: the system's)
+  --http-cert FILE         a PEM client certificate (chain), for an agent that requires one
+                           (--http-tls-client-ca)...
+  --http-key FILE          ...and its PEM private key
 `
 
 // flag handles arg (with the next argument as its value when it needs one)
@@ -61,6 +66,10 @@ func (f *clientFlags) flag(args []string, i int) (int, error) {
 		f.passwordFile, err = next()
 	case "--http-ca", "-http-ca":
 		f.caFile, err = next()
+	case "--http-cert", "-http-cert":
+		f.certFile, err = next()
+	case "--http-key", "-http-key":
+		f.keyFile, err = next()
 	default:
 		return 0, nil
 	}
@@ -121,6 +130,19 @@ func (f *clientFlags) client() (*agentClient, error) {
 			return nil, fmt.Errorf("--http-ca %s: no PEM certificate in it", f.caFile)
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	if (f.certFile == "") != (f.keyFile == "") {
+		return nil, errors.New("--http-cert and --http-key go together")
+	}
+	if f.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--http-cert %s, --http-key %s: %w", f.certFile, f.keyFile, err)
+		}
+		if tr.TLSClientConfig == nil {
+			tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		tr.TLSClientConfig.Certificates = []tls.Certificate{cert}
 	}
 	c.http = &http.Client{Transport: tr}
 	return c, nil

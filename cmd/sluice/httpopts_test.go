@@ -37,6 +37,7 @@ func TestHTTPSecurityOptions(t *testing.T) {
 		{name: "cert alone", c: cli{httpCert: "x.pem"}, addr: "127.0.0.1:1", wantErr: "go together"},
 		{name: "bad cert", c: cli{httpCert: pw, httpKey: pw}, addr: "127.0.0.1:1", wantErr: "--http-tls-cert"},
 		{name: "tap without http", c: cli{allowTap: true}, wantErr: "need --http"},
+		{name: "client ca without tls", c: cli{httpClientCA: "ca.pem"}, addr: "127.0.0.1:1", wantErr: "--http-tls-client-ca needs --http-tls-cert"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.env != "" {

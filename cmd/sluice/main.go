@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/bench"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -50,7 +51,7 @@ agent and validate options (flume-ng's names work too):
   -n, --name NAME          the agent name: the prefix of its keys
   -DX=VALUE                a system property, read by ${sys:X} in the file;
                            -Dflume.monitoring.type=http -Dflume.monitoring.port=P serves metrics on P;
-                           -Djavax.net.ssl.trustStore=F (trustStoreType PKCS12 or PEM,
+                           -Djavax.net.ssl.trustStore=F (a JKS, PKCS12 or PEM store,
                            trustStorePassword) is whom https URIs are trusted to be
   --strict                 validate only: warnings (keys sluice ignores) are errors too
   --http ADDR              serve the status page (/), /metrics (Flume JSON), /metrics/prometheus
@@ -63,6 +64,9 @@ agent and validate options (flume-ng's names work too):
                            variable SLUICE_HTTP_PASSWORD)
   --http-tls-cert FILE     serve ADDR over TLS only, with this PEM certificate (chain)...
   --http-tls-key FILE      ...and its PEM private key
+  --http-tls-client-ca FILE
+                           require clients of ADDR to present a certificate signed by a CA in FILE
+                           (PEM, JKS or PKCS12; a store's password in SLUICE_HTTP_CA_PASSWORD)
   --allow-tap              serve sampled events to sluice tap on ADDR (it shows event data)
   --log-level LEVEL        debug, info (default), warn or error
   --log-format FORMAT      text (default) or json
@@ -134,6 +138,7 @@ type cli struct {
 	httpUser           string
 	httpPasswordFile   string
 	httpCert, httpKey  string
+	httpClientCA       string
 	allowTap           bool
 }
 
@@ -212,6 +217,8 @@ func parse(args []string) (*cli, error) {
 			c.httpCert, err = next()
 		case "--http-tls-key", "-http-tls-key":
 			c.httpKey, err = next()
+		case "--http-tls-client-ca", "-http-tls-client-ca":
+			c.httpClientCA, err = next()
 		case "--allow-tap", "-allow-tap":
 			c.allowTap = true
 		case "--log-level", "-log-level":
@@ -368,6 +375,18 @@ func (c *cli) httpSecurity(opts *agent.Options) error {
 			return fmt.Errorf("--http-tls-cert %s, --http-tls-key %s: %w", c.httpCert, c.httpKey, err)
 		}
 		opts.HTTPTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if c.httpClientCA != "" {
+		if opts.HTTPTLS == nil {
+			return errors.New("--http-tls-client-ca needs --http-tls-cert and --http-tls-key")
+		}
+		s := tlsconf.Settings{Enabled: true, Truststore: c.httpClientCA, TruststorePassword: os.Getenv("SLUICE_HTTP_CA_PASSWORD"),
+			Names: tlsconf.Names{Truststore: "--http-tls-client-ca", TruststorePassword: "SLUICE_HTTP_CA_PASSWORD"}}
+		cc, err := s.ClientConfig("")
+		if err != nil {
+			return err
+		}
+		opts.HTTPTLS.ClientCAs, opts.HTTPTLS.ClientAuth = cc.RootCAs, tls.RequireAndVerifyClientCert
 	}
 	if opts.HTTPAddr == "" && (opts.HTTPUser != "" || opts.HTTPTLS != nil || c.allowTap) {
 		return errors.New("--http-user, --http-tls-cert and --allow-tap need --http ADDR (or -Dflume.monitoring.type=http)")

@@ -157,7 +157,7 @@ func load(srcs []config.Source, name string, sys map[string]string, reg *metrics
 	// Component constructors record into the same Problems through their
 	// Props, so structural and component problems are reported together.
 	probs = cfg.Problems
-	b := &builder{cfg: cfg, reg: reg, log: log, probs: probs, keep: keep, taps: taps}
+	b := &builder{cfg: cfg, reg: reg, log: log, probs: probs, keep: keep, taps: taps, sys: sys}
 	g := b.build()
 	if err := probs.Err(); err != nil {
 		return nil, probs, err

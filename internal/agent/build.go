@@ -72,6 +72,7 @@ type builder struct {
 	probs *config.Problems
 	keep  *graph
 	taps  *flow.Taps // nil: nothing can be tapped (validation)
+	sys   map[string]string
 }
 
 func (b *builder) env(name, typ string) flow.Env {
@@ -81,6 +82,7 @@ func (b *builder) env(name, typ string) flow.Env {
 		Type:    typ,
 		Logger:  b.log.With("component", name, "type", typ),
 		Metrics: b.reg,
+		Sys:     b.sys,
 	}
 }
 

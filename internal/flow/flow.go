@@ -211,6 +211,10 @@ type Env struct {
 	// ChannelTap is the tap point of a sink's channel (its take); nil when
 	// nobody can tap.
 	ChannelTap *Tap
+	// Sys holds the system properties given with -D: the JVM-wide settings
+	// Flume's components read there (java.security.krb5.conf,
+	// java.security.auth.login.config) are read there too. Read-only.
+	Sys map[string]string
 }
 
 // Log returns the component's logger, never nil.

@@ -16,6 +16,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"regexp"
@@ -28,6 +29,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/kerberos"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
@@ -133,34 +135,52 @@ func compact(s []string) []string {
 // sasl.* settings.
 type Security struct {
 	Protocol string // PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
-	TLS      tlsconf.Settings
-	// Client certificate for mutual TLS (ssl.keystore.*), loaded at Start.
-	Keystore, KeystorePassword, KeystoreType string
+	// TLS holds whom to trust (ssl.truststore.*) and the client
+	// certificate for mutual TLS (ssl.keystore.*, ssl.key.password), loaded
+	// at Start.
+	TLS tlsconf.Settings
 	// NoHostnameCheck is ssl.endpoint.identification.algorithm set empty:
 	// the certificate chain is verified, the host name is not.
 	NoHostnameCheck bool
-	Mechanism       string // PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+	Mechanism       string // PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, GSSAPI
 	User, Password  string
+	// Kerberos (GSSAPI): the brokers' service name
+	// (sasl.kerberos.service.name), and the login from sasl.jaas.config, or
+	// else from the KafkaClient section of the JAAS file named by
+	// -Djava.security.auth.login.config (read at Start).
+	ServiceName string
+	Login       kerberos.Login
+	JAASFile    string
+	sys         map[string]string
+	log         *slog.Logger
+	jaasKey     string // the property to fix when the login is wrong
 }
 
 var jaasField = regexp.MustCompile(`(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"`)
 
-func (s *settings) security() Security {
-	var sec Security
+func (s *settings) security(d Env) Security {
+	sec := Security{sys: d.Sys, log: d.Log}
+	if sec.log == nil {
+		sec.log = slog.Default()
+	}
 	sec.Protocol = s.oneOf("security.protocol", "PLAINTEXT",
 		"use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL", "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 	tlsOn := sec.Protocol == "SSL" || sec.Protocol == "SASL_SSL"
 	sec.TLS = tlsconf.Settings{Enabled: tlsOn, VerifyHostname: true} // Kafka's default, unless turned off below
+	const storeWhy = "use JKS (Kafka's default), PKCS12 or PEM"
 	sec.TLS.Truststore = s.str("ssl.truststore.location", "")
 	sec.TLS.TruststorePassword = s.str("ssl.truststore.password", "")
-	const storeWhy = "use PKCS12 or PEM (convert a JKS store with keytool -importkeystore -srckeystore store.jks -destkeystore store.p12 -deststoretype PKCS12)"
-	sec.TLS.TruststoreType = strings.ToLower(s.oneOf("ssl.truststore.type", "JKS", storeWhy, "PKCS12", "PEM", "JKS"))
-	sec.Keystore = s.str("ssl.keystore.location", "")
-	sec.KeystorePassword = s.str("ssl.keystore.password", "")
-	if kp := s.str("ssl.key.password", ""); kp != "" && sec.KeystorePassword == "" {
-		sec.KeystorePassword = kp
+	sec.TLS.TruststoreType = strings.ToLower(s.oneOf("ssl.truststore.type", "JKS", storeWhy, "JKS", "PKCS12", "PEM"))
+	sec.TLS.Keystore = s.str("ssl.keystore.location", "")
+	sec.TLS.KeystorePassword = s.str("ssl.keystore.password", "")
+	sec.TLS.KeyPassword = s.str("ssl.key.password", "")
+	sec.TLS.KeystoreType = strings.ToLower(s.oneOf("ssl.keystore.type", "JKS", storeWhy, "JKS", "PKCS12", "PEM"))
+	sec.TLS.KeyAlias = s.str("ssl.keystore.alias", "") // sluice's: which key of several
+	sec.TLS.Names = tlsconf.Names{
+		Keystore: s.p.Full(s.prefix + "ssl.keystore.location"), KeystorePassword: s.p.Full(s.prefix + "ssl.keystore.password"),
+		KeyPassword: s.p.Full(s.prefix + "ssl.key.password"), KeyAlias: s.p.Full(s.prefix + "ssl.keystore.alias"),
+		Truststore: s.p.Full(s.prefix + "ssl.truststore.location"), TruststorePassword: s.p.Full(s.prefix + "ssl.truststore.password"),
 	}
-	sec.KeystoreType = strings.ToLower(s.oneOf("ssl.keystore.type", "JKS", storeWhy, "PKCS12", "PEM", "JKS"))
 	alg := s.oneOf("ssl.endpoint.identification.algorithm", "https",
 		"use https (verify the broker's host name, the default) or an empty value (do not)", "https", "")
 	sec.NoHostnameCheck = alg == ""
@@ -170,27 +190,29 @@ func (s *settings) security() Security {
 	if s.p.Bool(s.key("ssl.disableTLSHostnameVerification"), false) {
 		sec.NoHostnameCheck = true
 	}
-	if tlsOn {
-		s.refuseJKS("ssl.truststore", sec.TLS.Truststore, sec.TLS.TruststoreType)
-		s.refuseJKS("ssl.keystore", sec.Keystore, sec.KeystoreType)
-	}
 
 	saslOn := strings.HasPrefix(sec.Protocol, "SASL_")
-	const saslWhy = "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with the user in sasl.jaas.config"
-	mechSet := s.p.Has(s.prefix + "sasl.mechanism")
 	sec.Mechanism = s.oneOf("sasl.mechanism", "GSSAPI",
-		"use "+saslWhy+" (Kerberos/GSSAPI and OAUTHBEARER are not supported)",
+		"use GSSAPI (Kerberos, Kafka's default), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (OAUTHBEARER is not supported)",
 		"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI")
-	// Read as part of the Kerberos setting, which is refused below as one
-	// problem (Kafka ignores it with the other mechanisms).
-	s.has("sasl.kerberos.service.name")
+	sec.ServiceName = strings.TrimSpace(s.str("sasl.kerberos.service.name", ""))
+	// Java's kinit and renewal timing: gokrb5 renews at 5/6 of a ticket's
+	// life and logs in again from the keytab, which needs no tuning.
+	for _, k := range []string{"sasl.kerberos.kinit.cmd", "sasl.kerberos.ticket.renew.window.factor",
+		"sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.min.time.before.relogin"} {
+		if s.has(k) && saslOn {
+			s.p.Notef(s.prefix+k, "not needed by sluice: it renews Kerberos tickets itself at 5/6 of their life and logs in again from the keytab")
+		}
+	}
+	jaasKey := s.prefix + "sasl.jaas.config"
 	jaas := s.str("sasl.jaas.config", "")
+	// A refused mechanism is one problem, not a second about its login.
+	raw := strings.TrimSpace(s.p.String(s.prefix+"sasl.mechanism", ""))
+	mechRefused := raw != "" && !strings.EqualFold(raw, sec.Mechanism)
 	switch {
-	case !saslOn:
-	case sec.Mechanism == "GSSAPI" && mechSet:
-		s.p.Errorf(s.prefix+"sasl.mechanism", "Kerberos (GSSAPI) is not supported by sluice's Kafka client; use %s", saslWhy)
+	case !saslOn || mechRefused:
 	case sec.Mechanism == "GSSAPI":
-		s.p.Errorf(s.prefix+"security.protocol", "%s without sasl.mechanism means Kerberos (GSSAPI, Kafka's default), which sluice's Kafka client does not support; set sasl.mechanism to %s", sec.Protocol, saslWhy)
+		sec.kerberos(s, jaas, jaasKey)
 	default:
 		for _, m := range jaasField.FindAllStringSubmatch(jaas, -1) {
 			v := strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(m[2])
@@ -202,25 +224,45 @@ func (s *settings) security() Security {
 			}
 		}
 		if sec.User == "" {
-			s.p.Errorf(s.prefix+"sasl.jaas.config", `SASL needs a user; set it as in Kafka: org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";`)
+			s.p.Errorf(jaasKey, `SASL needs a user; set it as in Kafka: org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";`)
 		}
 	}
 	return sec
 }
 
-// refuseJKS refuses a JKS store, which Go cannot read, at the key that
-// makes it one: store.type when it is set, else store.location (JKS is
-// Kafka's default type, so a Flume config often names only the file).
-func (s *settings) refuseJKS(store, location, typ string) {
-	if location == "" || typ != "jks" {
-		return
+// kerberos reads the GSSAPI login: sasl.jaas.config, else the JAAS file of
+// -Djava.security.auth.login.config (read at Start, as the keystores are).
+func (sec *Security) kerberos(s *settings, jaas, jaasKey string) {
+	const example = `com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab="/etc/security/keytabs/flume.keytab" principal="flume/host.example.com@EXAMPLE.COM";`
+	sec.jaasKey = jaasKey
+	switch {
+	case strings.TrimSpace(jaas) != "":
+		es, err := kerberos.ParseJAASEntries(jaas)
+		var svc string
+		if err == nil {
+			sec.Login, svc, err = kerberos.KeytabLogin(es)
+		}
+		if err != nil {
+			s.p.Errorf(jaasKey, "%v; for Kerberos write: %s", err, example)
+			return
+		}
+		if sec.ServiceName == "" {
+			sec.ServiceName = svc
+		}
+		if sec.ServiceName == "" {
+			s.p.Errorf(s.prefix+"sasl.kerberos.service.name", "Kerberos (GSSAPI) needs the brokers' service name; set sasl.kerberos.service.name (usually kafka)")
+		}
+	case sec.sys[kerberos.SysJAASConfig] != "":
+		sec.JAASFile = sec.sys[kerberos.SysJAASConfig]
+		sec.jaasKey = "-D" + kerberos.SysJAASConfig
+	default:
+		key := s.prefix + "sasl.mechanism"
+		if !s.p.Has(key) {
+			key = s.prefix + "security.protocol"
+		}
+		s.p.Errorf(key, "Kerberos (GSSAPI%s) needs the client's login: set %s = %s or start sluice with -D%s=FILE naming a JAAS file with a KafkaClient section, as Flume's documentation shows",
+			map[bool]string{true: "", false: ", Kafka's default SASL mechanism"}[s.p.Has(s.prefix+"sasl.mechanism")], jaasKey, example, kerberos.SysJAASConfig)
 	}
-	const how = "convert it with keytool -importkeystore -srckeystore store.jks -destkeystore store.p12 -deststoretype PKCS12"
-	if s.p.Has(s.prefix + store + ".type") {
-		s.p.Errorf(s.prefix+store+".type", "JKS stores are not supported by sluice (Go reads PKCS12 and PEM); %s and set %s.type = PKCS12", how, store)
-		return
-	}
-	s.p.Errorf(s.prefix+store+".location", "is read as a JKS store (%s.type is not set, and JKS is Kafka's default), and JKS stores are not supported by sluice (Go reads PKCS12 and PEM); %s and set %s%s.type = PKCS12", store, how, s.prefix, store)
 }
 
 // tlsConfig loads the stores and returns the TLS configuration, or nil
@@ -229,14 +271,6 @@ func (sec Security) tlsConfig() (*tls.Config, error) {
 	c, err := sec.TLS.ClientConfig("")
 	if err != nil || c == nil {
 		return c, err
-	}
-	if sec.Keystore != "" {
-		ks := tlsconf.Settings{Enabled: true, Keystore: sec.Keystore, KeystorePassword: sec.KeystorePassword, KeystoreType: sec.KeystoreType}
-		sc, err := ks.ServerConfig()
-		if err != nil {
-			return nil, err
-		}
-		c.Certificates = sc.Certificates
 	}
 	if sec.NoHostnameCheck && !c.InsecureSkipVerify {
 		// Verify the chain against the trusted roots, not the host name.
@@ -258,7 +292,7 @@ func (sec Security) tlsConfig() (*tls.Config, error) {
 }
 
 // options returns the kgo options for the security settings, loading the
-// TLS stores.
+// TLS stores and, for Kerberos, logging in.
 func (sec Security) options() ([]kgo.Opt, error) {
 	var opts []kgo.Opt
 	tc, err := sec.tlsConfig()
@@ -276,6 +310,12 @@ func (sec Security) options() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.SASL(scram.Auth{User: sec.User, Pass: sec.Password}.AsSha256Mechanism()))
 	case sec.Mechanism == "SCRAM-SHA-512":
 		opts = append(opts, kgo.SASL(scram.Auth{User: sec.User, Pass: sec.Password}.AsSha512Mechanism()))
+	case sec.Mechanism == "GSSAPI":
+		m, err := sec.gssapi()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.SASL(m))
 	}
 	return opts, nil
 }
@@ -326,9 +366,21 @@ type Producer struct {
 	opts            []kgo.Opt
 }
 
+// Env is what every client reads besides its properties.
+type Env struct {
+	// Sys holds the JVM system properties given with -D, where Flume's
+	// Kafka clients find the Kerberos login (java.security.auth.login.config)
+	// and krb5.conf (java.security.krb5.conf).
+	Sys map[string]string
+	// Log is the component's logger, for the Kerberos login's lines.
+	Log *slog.Logger
+}
+
 // ProducerDefaults are the component's defaults for settings whose Kafka
-// default the component overrides.
+// default the component overrides, and what it reads besides its
+// properties (Sys, Log).
 type ProducerDefaults struct {
+	Env
 	Acks string // Flume's sink and channel use "1" and "all"
 	// DeliveryTimeout replaces Kafka's 120 s default of delivery.timeout.ms.
 	DeliveryTimeout time.Duration
@@ -422,7 +474,7 @@ func ReadProducer(p *config.Props, prefix string, d ProducerDefaults) *Producer 
 		"sluice writes the event body as bytes, as ByteArraySerializer does",
 		"org.apache.kafka.common.serialization.ByteArraySerializer")
 	opts = append(opts, s.common()...)
-	pr.Security = s.security()
+	pr.Security = s.security(d.Env)
 	s.rest()
 	pr.opts = opts
 	return pr
@@ -449,8 +501,10 @@ type Consumer struct {
 	opts     []kgo.Opt
 }
 
-// ConsumerDefaults are the component's defaults.
+// ConsumerDefaults are the component's defaults, and what it reads besides
+// its properties (Sys, Log).
 type ConsumerDefaults struct {
+	Env
 	Group string // "flume"
 	Reset string // "latest" (Kafka's) or "earliest"
 }
@@ -535,7 +589,7 @@ func ReadConsumer(p *config.Props, prefix string, d ConsumerDefaults) *Consumer 
 		"sluice reads the value as bytes",
 		"org.apache.kafka.common.serialization.ByteArrayDeserializer")
 	opts = append(opts, s.common()...)
-	c.Security = s.security()
+	c.Security = s.security(d.Env)
 	s.rest()
 	c.opts = opts
 	return c

@@ -3,6 +3,7 @@ package kafkaconf
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/kafkaconf/kafkatest"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
 // TestDisableTLSHostnameVerification: Flume's
@@ -71,5 +73,59 @@ func TestDisableTLSHostnameVerification(t *testing.T) {
 				t.Fatalf("produce: %v, want success %v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// TestJKSStores: the Kafka client reads Java keystores as Flume's Kafka
+// components do: a JKS truststore (Kafka's default type, so none is set)
+// verifies the broker, and a JKS keystore whose key has its own password
+// (ssl.key.password) is the client's certificate for a broker that
+// requires one; without it the broker refuses the client.
+func TestJKSStores(t *testing.T) {
+	srv, err := tlsconf.Settings{Keystore: testutil.Keystore(t, "server.keystore.jks"), KeystorePassword: testutil.KeystoreServerPass}.Certificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(testutil.Keystore(t, "ca-cert"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cas := x509.NewCertPool()
+	cas.AppendCertsFromPEM(caPEM)
+	kc := kafkatest.NewTLS(t, &tls.Config{Certificates: []tls.Certificate{srv}, ClientCAs: cas, ClientAuth: tls.RequireAndVerifyClientCert}, "t")
+	props := map[string]string{
+		"kafka.producer.security.protocol":       "SSL",
+		"kafka.producer.ssl.truststore.location": testutil.Keystore(t, "client.truststore.jks"),
+		"kafka.producer.ssl.truststore.password": testutil.KeystoreTrustPass,
+		// The broker's certificate names localhost; kfake listens on 127.0.0.1.
+		"kafka.producer.ssl.disableTLSHostnameVerification": "true",
+	}
+	produce := func(props map[string]string) error {
+		p := config.FromMap("a1.sinks.k1.", props)
+		pr := ReadProducer(p, "kafka.producer.", ProducerDefaults{})
+		if err := p.Err(); err != nil {
+			t.Fatalf("config problems: %v", err)
+		}
+		opts, err := pr.Options(kc.Addrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return cl.Ping(ctx)
+	}
+	if err := produce(props); err == nil {
+		t.Fatal("a client without a certificate reached a broker that requires one")
+	}
+	props["kafka.producer.ssl.keystore.location"] = testutil.Keystore(t, "client.keystore.jks")
+	props["kafka.producer.ssl.keystore.password"] = testutil.KeystoreClientPass
+	props["kafka.producer.ssl.key.password"] = testutil.KeystoreClientKey
+	if err := produce(props); err != nil {
+		t.Fatalf("JKS truststore and keystore: %v", err)
 	}
 }

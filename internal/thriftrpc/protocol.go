@@ -87,6 +87,10 @@ func toEvents(in []*flume.ThriftFlumeEvent, now int64) []event.Event {
 
 // KerberosRefused is the config error for kerberos = true on the thrift
 // source or sink: Kerberos would authenticate the peers, and running without
-// the authentication a config asks for is not an option.
+// the authentication a config asks for is not an option. (Flume's Thrift
+// Kerberos is SASL GSSAPI with QOP auth over Thrift's TSaslTransport:
+// authentication only, no GSS wrap of the data, so gokrb5 could carry it;
+// sluice has no TSaslTransport yet, see docs/migrating-from-flume.md.)
 const KerberosRefused = "Kerberos (SASL/GSSAPI) authentication of Thrift peers is not provided by sluice; " +
-	"set kerberos = false and protect the connection with ssl (TLS) instead, or keep a Flume agent for this hop"
+	"set kerberos = false and authenticate the peers with TLS client certificates instead (ssl, keystore and, on the source, truststore), " +
+	"or keep a Flume agent for this hop"

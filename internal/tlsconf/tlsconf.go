@@ -1,26 +1,26 @@
 // Package tlsconf reads Flume's SSL properties (ssl, keystore*, truststore*,
 // trust-all-certs, include-/exclude-protocols, include-/exclude-cipher-suites)
-// into Go TLS configurations, with Go-native key material: PKCS#12 and PEM
-// stores. Java's JKS stores are refused with the command that converts them.
+// into Go TLS configurations. Stores are read as Flume users have them:
+// Java keystores (JKS, Flume's default keystore-type), PKCS#12 and PEM,
+// told apart by their content as Java does; JCEKS is refused with the
+// command that converts it. Sources may also require client certificates
+// (truststore and client-auth, sluice's addition: Flume's sources have no
+// client authentication).
 //
 // Reading the properties (in a constructor) only checks them; the files are
-// read by Config, which components call in Start.
+// read by ServerConfig and ClientConfig, which components call in Start.
 package tlsconf
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strings"
-
-	"software.sslmate.com/src/go-pkcs12"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 )
@@ -32,13 +32,31 @@ var versions = map[string]uint16{
 	"TLSv1.3": tls.VersionTLS13,
 }
 
+// ClientAuth is whether a server asks its clients for a certificate.
+type ClientAuth string
+
+const (
+	ClientAuthNone      ClientAuth = "none"      // no client certificate asked for
+	ClientAuthRequested ClientAuth = "requested" // verified if the client sends one
+	ClientAuthRequired  ClientAuth = "required"  // a client without a trusted certificate is refused
+)
+
 // Settings are the SSL properties of one component.
 type Settings struct {
 	Enabled bool
 
-	// Server side: the certificate and key.
+	// The certificate and key this side presents: a server's, or a
+	// client's for client authentication.
 	Keystore, KeystorePassword, KeystoreType string
-	// Client side: whom to trust.
+	// KeyPassword decrypts the private key when the keystore protects it
+	// with its own password (Kafka's ssl.key.password); "" means
+	// KeystorePassword, as Java's key manager uses it.
+	KeyPassword string
+	// KeyAlias names the private key entry to use when the keystore holds
+	// several (sluice's keystore-alias).
+	KeyAlias string
+	// Client side: whom to trust. Server side with ClientAuth: which
+	// certificate authorities sign the clients' certificates.
 	TrustAll                                       bool
 	Truststore, TruststorePassword, TruststoreType string
 	// VerifyHostname checks that the server's certificate names the host
@@ -46,14 +64,43 @@ type Settings struct {
 	// the chain; false does the same, for certificates that do not name
 	// the host a config dials (an IP address, an alias).
 	VerifyHostname bool
+	// ClientAuth (servers) asks clients for a certificate signed by an
+	// authority of the truststore; "" is none.
+	ClientAuth ClientAuth
+	// Names are the properties the stores come from, for errors.
+	Names Names
 
 	minVersion, maxVersion uint16
 	ciphers                []uint16
 }
 
-const jksHint = "JKS stores are not supported (JKS is Flume's default type); convert it with " +
-	"`keytool -importkeystore -srckeystore store.jks -destkeystore store.p12 -deststoretype PKCS12` " +
-	"and set %s = PKCS12, or use a PEM file and %s = PEM"
+// Names are the full property names behind a Settings' stores, so an
+// error reading a store names the setting to fix.
+type Names struct {
+	Keystore, KeystorePassword, KeyPassword, KeyAlias string
+	Truststore, TruststorePassword                    string
+}
+
+func (n Names) or(def Names) Names {
+	pick := func(a, b string) string {
+		if a != "" {
+			return a
+		}
+		return b
+	}
+	return Names{
+		Keystore: pick(n.Keystore, def.Keystore), KeystorePassword: pick(n.KeystorePassword, def.KeystorePassword),
+		KeyPassword: pick(n.KeyPassword, def.KeyPassword), KeyAlias: pick(n.KeyAlias, def.KeyAlias),
+		Truststore: pick(n.Truststore, def.Truststore), TruststorePassword: pick(n.TruststorePassword, def.TruststorePassword),
+	}
+}
+
+var plainNames = Names{Keystore: "keystore", KeystorePassword: "keystore-password", KeyAlias: "keystore-alias",
+	Truststore: "truststore", TruststorePassword: "truststore-password"}
+
+const jceksWhy = "JCEKS stores are not read by sluice; convert it with " +
+	"`keytool -importkeystore -srcstoretype JCEKS -srckeystore store.jceks -destkeystore store.p12 -deststoretype PKCS12` " +
+	"and set %s = PKCS12"
 
 // ServerKeys names the server properties whose spelling varies: Flume's
 // HTTP source also reads enableSSL, keystorePassword and excludeProtocols.
@@ -65,9 +112,12 @@ type ServerKeys struct {
 var FlumeServerKeys = ServerKeys{SSL: "ssl", KeystorePassword: "keystore-password", ExcludeProtocols: "exclude-protocols"}
 
 // ReadServer reads the SSL properties of a server (a source): ssl,
-// keystore, keystore-password, keystore-type (PKCS12 or PEM; a PEM keystore
-// holds the certificate chain and the private key), and the protocol and
-// cipher suite lists.
+// keystore, keystore-password, keystore-type (JKS, PKCS12 or PEM; a PEM
+// keystore holds the certificate chain and the private key), sluice's
+// keystore-alias, the protocol and cipher suite lists, and sluice's client
+// authentication: truststore, truststore-password, truststore-type and
+// client-auth (none, requested or required; required when a truststore is
+// set).
 func ReadServer(p *config.Props) Settings { return ReadServerKeys(p, FlumeServerKeys) }
 
 // ReadServerKeys is ReadServer with the varying property names given.
@@ -75,34 +125,62 @@ func ReadServerKeys(p *config.Props, k ServerKeys) Settings {
 	s := Settings{Enabled: p.Bool(k.SSL, false)}
 	s.Keystore = p.String("keystore", "")
 	s.KeystorePassword = p.String(k.KeystorePassword, "")
-	s.KeystoreType = p.Enum("keystore-type", "jks", "JKS", "PKCS12", "PEM")
+	s.KeystoreType = p.Enum("keystore-type", "jks", "JKS", "PKCS12", "PEM", "JCEKS")
+	s.KeyAlias = p.String("keystore-alias", "")
+	s.Truststore = p.String("truststore", "")
+	s.TruststorePassword = p.String("truststore-password", "")
+	s.TruststoreType = p.Enum("truststore-type", "jks", "JKS", "PKCS12", "PEM", "JCEKS")
+	def := ClientAuthNone
+	if strings.TrimSpace(s.Truststore) != "" {
+		def = ClientAuthRequired
+	}
+	s.ClientAuth = ClientAuth(p.Enum("client-auth", string(def), "none", "requested", "required"))
+	s.Names = Names{Keystore: p.Full("keystore"), KeystorePassword: p.Full(k.KeystorePassword), KeyAlias: p.Full("keystore-alias"),
+		Truststore: p.Full("truststore"), TruststorePassword: p.Full("truststore-password")}
 	s.readVersions(p, k.ExcludeProtocols)
 	if !s.Enabled {
 		return s
 	}
 	if strings.TrimSpace(s.Keystore) == "" {
-		p.Errorf("keystore", "ssl is true but no keystore is set; set keystore to a PKCS#12 file (keystore-type = PKCS12) or a PEM file with the certificate chain and private key (keystore-type = PEM)")
+		p.Errorf("keystore", "%s is true but no keystore is set; set keystore to a Java keystore (JKS or PKCS12) or a PEM file with the certificate chain and private key (keystore-type = PEM)", k.SSL)
 	}
-	if s.KeystoreType == "jks" {
-		p.Errorf("keystore-type", jksHint, "keystore-type", "keystore-type")
+	if s.KeystoreType == "jceks" {
+		p.Errorf("keystore-type", jceksWhy, "keystore-type")
+	}
+	if s.TruststoreType == "jceks" {
+		p.Errorf("truststore-type", jceksWhy, "truststore-type")
+	}
+	if s.ClientAuth != ClientAuthNone && strings.TrimSpace(s.Truststore) == "" {
+		p.Errorf("client-auth", "client-auth = %s needs the certificate authorities that sign the clients' certificates; set truststore (JKS, PKCS12 or PEM)", s.ClientAuth)
 	}
 	return s
 }
 
 // ReadClient reads the SSL properties of a client (a sink): ssl,
-// trust-all-certs, truststore, truststore-password, truststore-type (PKCS12
-// or PEM; without a truststore the system roots are trusted), sluice's
-// verify-hostname (true), and the protocol and cipher suite lists.
+// trust-all-certs, truststore, truststore-password, truststore-type (JKS,
+// PKCS12 or PEM; without a truststore the system roots are trusted),
+// sluice's verify-hostname (true), the protocol and cipher suite lists,
+// and sluice's client certificate for a server that requires one:
+// keystore, keystore-password, keystore-type, keystore-alias.
 func ReadClient(p *config.Props) Settings {
 	s := Settings{Enabled: p.Bool("ssl", false)}
 	s.TrustAll = p.Bool("trust-all-certs", false)
 	s.VerifyHostname = p.Bool("verify-hostname", true)
 	s.Truststore = p.String("truststore", "")
 	s.TruststorePassword = p.String("truststore-password", "")
-	s.TruststoreType = p.Enum("truststore-type", "jks", "JKS", "PKCS12", "PEM")
+	s.TruststoreType = p.Enum("truststore-type", "jks", "JKS", "PKCS12", "PEM", "JCEKS")
+	s.Keystore = p.String("keystore", "")
+	s.KeystorePassword = p.String("keystore-password", "")
+	s.KeystoreType = p.Enum("keystore-type", "jks", "JKS", "PKCS12", "PEM", "JCEKS")
+	s.KeyAlias = p.String("keystore-alias", "")
+	s.Names = Names{Truststore: p.Full("truststore"), TruststorePassword: p.Full("truststore-password"),
+		Keystore: p.Full("keystore"), KeystorePassword: p.Full("keystore-password"), KeyAlias: p.Full("keystore-alias")}
 	s.readVersions(p, "exclude-protocols")
-	if s.Enabled && s.Truststore != "" && s.TruststoreType == "jks" {
-		p.Errorf("truststore-type", jksHint, "truststore-type", "truststore-type")
+	if s.Keystore != "" && s.KeystoreType == "jceks" {
+		p.Errorf("keystore-type", jceksWhy, "keystore-type")
+	}
+	if s.Truststore != "" && s.TruststoreType == "jceks" {
+		p.Errorf("truststore-type", jceksWhy, "truststore-type")
 	}
 	return s
 }
@@ -177,22 +255,71 @@ func (s *Settings) readVersions(p *config.Props, excludeKey string) {
 	}
 }
 
-// ServerConfig loads the keystore and returns the server's TLS
-// configuration, or nil when ssl is off.
+// ServerConfig loads the keystore (and, with client authentication, the
+// truststore) and returns the server's TLS configuration, or nil when ssl
+// is off.
 func (s Settings) ServerConfig() (*tls.Config, error) {
 	if !s.Enabled {
 		return nil, nil
 	}
-	cert, err := loadKeystore(s.Keystore, s.KeystoreType, s.KeystorePassword)
+	cert, err := s.Certificate()
 	if err != nil {
 		return nil, err
 	}
-	return &tls.Config{
+	c := &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		MinVersion:   s.minVersion,
 		MaxVersion:   s.maxVersion,
 		CipherSuites: s.ciphers,
-	}, nil
+	}
+	switch s.ClientAuth {
+	case ClientAuthRequired, ClientAuthRequested:
+		pool, err := s.trustPool()
+		if err != nil {
+			return nil, err
+		}
+		c.ClientCAs = pool
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+		if s.ClientAuth == ClientAuthRequested {
+			c.ClientAuth = tls.VerifyClientCertIfGiven
+		}
+	}
+	return c, nil
+}
+
+// Certificate loads the key and certificate chain of the keystore: a
+// server's, or a client's for client authentication. A wrong password, a
+// store with several keys and no alias, an expired certificate: each is
+// one error naming the property and the file.
+func (s Settings) Certificate() (tls.Certificate, error) {
+	n := s.Names.or(plainNames)
+	cert, err := loadCertificate(s.Keystore, s.KeystoreType, s.KeystorePassword, s.KeyPassword, s.KeyAlias, time.Now())
+	if err != nil {
+		hint := ""
+		switch {
+		case errors.Is(err, errWrongPassword) && strings.Contains(err.Error(), "for the key") && n.KeyPassword != "":
+			hint = "; set " + n.KeyPassword + " to the key's password"
+		case errors.Is(err, errWrongPassword):
+			hint = "; check " + n.KeystorePassword
+		case strings.Contains(err.Error(), "set the alias"), strings.Contains(err.Error(), "no private key named"):
+			hint = " (" + n.KeyAlias + ")"
+		}
+		return tls.Certificate{}, fmt.Errorf("%s %s: %w%s", n.Keystore, s.Keystore, err, hint)
+	}
+	return cert, nil
+}
+
+func (s Settings) trustPool() (*x509.CertPool, error) {
+	n := s.Names.or(plainNames)
+	pool, err := loadTrustPool(s.Truststore, s.TruststoreType, s.TruststorePassword)
+	if err != nil {
+		hint := ""
+		if errors.Is(err, errWrongPassword) {
+			hint = "; check " + n.TruststorePassword
+		}
+		return nil, fmt.Errorf("%s %s: %w%s", n.Truststore, s.Truststore, err, hint)
+	}
+	return pool, nil
 }
 
 // ClientConfig loads the truststore and returns the TLS configuration for
@@ -209,11 +336,18 @@ func (s Settings) ClientConfig(serverName string) (*tls.Config, error) {
 		InsecureSkipVerify: s.TrustAll, //nolint:gosec // Flume's trust-all-certs, off by default
 	}
 	if s.Truststore != "" && !s.TrustAll {
-		pool, err := loadTruststore(s.Truststore, s.TruststoreType, s.TruststorePassword)
+		pool, err := s.trustPool()
 		if err != nil {
 			return nil, err
 		}
 		c.RootCAs = pool
+	}
+	if s.Keystore != "" {
+		cert, err := s.Certificate()
+		if err != nil {
+			return nil, err
+		}
+		c.Certificates = []tls.Certificate{cert}
 	}
 	if !s.TrustAll && !s.VerifyHostname {
 		// Verify the chain as Go would, minus the name.
@@ -232,81 +366,6 @@ func (s Settings) ClientConfig(serverName string) (*tls.Config, error) {
 		}
 	}
 	return c, nil
-}
-
-func isJKS(data []byte) bool { return bytes.HasPrefix(data, []byte{0xFE, 0xED, 0xFE, 0xED}) }
-
-func loadKeystore(path, typ, password string) (tls.Certificate, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("read keystore: %w", err)
-	}
-	if isJKS(data) {
-		return tls.Certificate{}, fmt.Errorf("keystore %s is a JKS keystore; convert it with keytool -importkeystore -srckeystore %s -destkeystore ks.p12 -deststoretype PKCS12", path, path)
-	}
-	switch typ {
-	case "pem":
-		cert, err := tls.X509KeyPair(data, data)
-		if err != nil {
-			return tls.Certificate{}, fmt.Errorf("keystore %s: need the PEM certificate chain and private key in one file: %w", path, err)
-		}
-		return cert, nil
-	case "pkcs12":
-		key, leaf, chain, err := pkcs12.DecodeChain(data, password)
-		if err != nil {
-			return tls.Certificate{}, fmt.Errorf("keystore %s: read PKCS#12: %w", path, err)
-		}
-		cert := tls.Certificate{PrivateKey: key, Leaf: leaf, Certificate: [][]byte{leaf.Raw}}
-		for _, c := range chain {
-			cert.Certificate = append(cert.Certificate, c.Raw)
-		}
-		return cert, nil
-	}
-	return tls.Certificate{}, errors.New("keystore type " + typ + " is not supported")
-}
-
-func loadTruststore(path, typ, password string) (*x509.CertPool, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read truststore: %w", err)
-	}
-	if isJKS(data) {
-		return nil, fmt.Errorf("truststore %s is a JKS keystore; convert it with keytool -importkeystore -srckeystore %s -destkeystore ts.p12 -deststoretype PKCS12", path, path)
-	}
-	pool := x509.NewCertPool()
-	switch typ {
-	case "pem":
-		n := 0
-		for rest := data; ; {
-			var b *pem.Block
-			if b, rest = pem.Decode(rest); b == nil {
-				break
-			}
-			if b.Type != "CERTIFICATE" {
-				continue
-			}
-			c, err := x509.ParseCertificate(b.Bytes)
-			if err != nil {
-				return nil, fmt.Errorf("truststore %s: %w", path, err)
-			}
-			pool.AddCert(c)
-			n++
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("truststore %s holds no PEM certificate", path)
-		}
-	case "pkcs12":
-		certs, err := pkcs12.DecodeTrustStore(data, password)
-		if err != nil {
-			return nil, fmt.Errorf("truststore %s: read PKCS#12: %w", path, err)
-		}
-		for _, c := range certs {
-			pool.AddCert(c)
-		}
-	default:
-		return nil, errors.New("truststore type " + typ + " is not supported")
-	}
-	return pool, nil
 }
 
 // Dial connects to addr over TCP, through TLS when cfg is not nil (the

@@ -129,24 +129,6 @@ func pemKey(t *testing.T, key *ecdsa.PrivateKey) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 }
 
-func TestJKSRefused(t *testing.T) {
-	dir := t.TempDir()
-	jks := write(t, dir, "ks.jks", []byte{0xFE, 0xED, 0xFE, 0xED, 0, 0, 0, 2})
-	s := Settings{Enabled: true, Keystore: jks, KeystoreType: "pkcs12"}
-	if _, err := s.ServerConfig(); err == nil || !strings.Contains(err.Error(), "keytool -importkeystore") {
-		t.Fatalf("JKS keystore: %v", err)
-	}
-	c := Settings{Enabled: true, Truststore: jks, TruststoreType: "pem"}
-	if _, err := c.ClientConfig("h"); err == nil || !strings.Contains(err.Error(), "keytool -importkeystore") {
-		t.Fatalf("JKS truststore: %v", err)
-	}
-	p := config.FromMap("s.", map[string]string{"ssl": "true", "keystore": jks})
-	ReadServer(p)
-	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "keytool") {
-		t.Fatalf("default keystore-type JKS: %v", err)
-	}
-}
-
 func TestProtocols(t *testing.T) {
 	p := config.FromMap("s.", map[string]string{"include-protocols": "TLSv1.3"})
 	s := ReadServer(p)

@@ -182,12 +182,12 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	}
 	c.txCap = p.IntRange("transactionCapacity", DefaultTransactionCapacity, 1, math.MaxInt32)
 	c.pollTimeout = time.Duration(p.IntRange("pollTimeout", int(DefaultPollTimeout/time.Millisecond), 1, math.MaxInt32)) * time.Millisecond
-	c.producer = kafkaconf.ReadProducer(p, "kafka.producer.", kafkaconf.ProducerDefaults{Acks: "all", DeliveryTimeout: 10 * time.Second})
+	c.producer = kafkaconf.ReadProducer(p, "kafka.producer.", kafkaconf.ProducerDefaults{Acks: "all", DeliveryTimeout: 10 * time.Second, Env: kafkaconf.Env{Sys: env.Sys, Log: env.Log()}})
 	reset := "earliest"
 	if p.Has("readSmallestOffset") && !p.Bool("readSmallestOffset", false) {
 		reset = "latest"
 	}
-	c.consumer = kafkaconf.ReadConsumer(p, "kafka.consumer.", kafkaconf.ConsumerDefaults{Group: p.String("groupId", DefaultGroup), Reset: reset})
+	c.consumer = kafkaconf.ReadConsumer(p, "kafka.consumer.", kafkaconf.ConsumerDefaults{Group: p.String("groupId", DefaultGroup), Reset: reset, Env: kafkaconf.Env{Sys: env.Sys, Log: env.Log()}})
 	c.health = kafkaconf.NewHealth(kafkaconf.ReadHealthGrace(p))
 
 	c.counters = metrics.NewChannelCounters(env.Name, env.Type)

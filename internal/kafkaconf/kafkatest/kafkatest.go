@@ -32,7 +32,8 @@ type Cluster struct {
 	*kfake.Cluster
 	Addrs []string
 
-	opts []kfake.Opt // without the ports, for RestartEmpty
+	opts []kfake.Opt             // without the ports, for RestartEmpty
+	wrap func(net.Conn) net.Conn // what sits between kfake and its clients (GSSAPI)
 	mu   sync.Mutex
 	lns  []*switchListener
 }
@@ -66,7 +67,10 @@ func NewNoAutoCreate(tb testing.TB, brokers int, partitions int32, topics ...str
 }
 
 func newCluster(tb testing.TB, brokers int, partitions int32, topics []string, autoCreate bool, extra []kfake.Opt) *Cluster {
-	c := &Cluster{}
+	return newClusterInto(tb, &Cluster{}, brokers, partitions, topics, autoCreate, extra)
+}
+
+func newClusterInto(tb testing.TB, c *Cluster, brokers int, partitions int32, topics []string, autoCreate bool, extra []kfake.Opt) *Cluster {
 	opts := []kfake.Opt{
 		kfake.NumBrokers(brokers),
 		kfake.ListenFn(c.listen),
@@ -174,6 +178,9 @@ func (c *Cluster) listen(network, addr string) (net.Listener, error) {
 	c.mu.Lock()
 	c.lns = append(c.lns, s)
 	c.mu.Unlock()
+	if c.wrap != nil {
+		return wrapListener{s, c.wrap}, nil
+	}
 	return s, nil
 }
 

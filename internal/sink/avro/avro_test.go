@@ -259,7 +259,8 @@ func TestConfig(t *testing.T) {
 			"reset-connection-interval": "60", "compression-type": "deflate", "compression-level": "9", "ssl": "true", "trust-all-certs": "true", "maxIoWorkers": "4"}, ""},
 		{"missing hostname", map[string]string{"port": "1"}, "a1.sinks.k1.hostname: missing required property"},
 		{"bad level", map[string]string{"hostname": "h", "port": "1", "compression-level": "10"}, "out of range"},
-		{"jks truststore", map[string]string{"hostname": "h", "port": "1", "ssl": "true", "truststore": "/t.jks"}, "keytool -importkeystore"},
+		{"jks truststore", map[string]string{"hostname": "h", "port": "1", "ssl": "true", "truststore": "/t.jks", "truststore-password": "p"}, ""},
+		{"jceks truststore", map[string]string{"hostname": "h", "port": "1", "ssl": "true", "truststore": "/t.jceks", "truststore-type": "JCEKS"}, "keytool -importkeystore -srcstoretype JCEKS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -77,7 +77,7 @@ func TestConfigErrors(t *testing.T) {
 	f(map[string]string{"hostNames": "es1", "indexNameBuilder.timeZone": "Mars/Base"}, "unknown time zone")
 	f(map[string]string{"hostNames": "es1", "maxInFlight": "0"}, "out of range")
 	f(map[string]string{"hostNames": "es1", "bulk.maxbytes": "5"}, "did you mean a1.sinks.k1.bulk.maxBytes?")
-	f(map[string]string{"hostNames": "https://es1", "truststore": "/x.jks"}, "JKS truststores are not supported")
+	f(map[string]string{"hostNames": "https://es1", "truststore": "/x.jceks", "truststore-type": "JCEKS"}, "JCEKS stores are not read by sluice")
 }
 
 // TestFlumeConfig: a Flume 1.9 ElasticSearchSink configuration is accepted

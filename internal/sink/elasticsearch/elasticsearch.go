@@ -201,9 +201,6 @@ func build(env flow.Env, p *config.Props) (*flow.BatchSink, *Writer) {
 		opt.BulkURLs = append(opt.BulkURLs, u.String())
 	}
 	opt.TLS.Enabled = anyTLS
-	if anyTLS && opt.TLS.Truststore != "" && opt.TLS.TruststoreType == "jks" {
-		p.Errorf("truststore-type", "JKS truststores are not supported; give a PEM CA file with caFile, or set truststore-type = PEM or PKCS12")
-	}
 
 	c := metrics.NewSinkCounters(env.Name, env.Type)
 	env.Registry().Add(c.Set)

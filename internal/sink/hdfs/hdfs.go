@@ -23,6 +23,8 @@
 package hdfs
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -60,6 +62,23 @@ type Sink struct {
 // Health reports a store that has refused files for longer than a grace
 // period.
 func (s *Sink) Health() error { return s.w.Health() }
+
+// Start logs in to Kerberos first when the store is a kerberized HDFS, so
+// that a login the KDC refuses stops the start with its reason, as in
+// Flume; then it starts the writer.
+func (s *Sink) Start(ctx context.Context) error {
+	hs, _ := s.w.store.(*hdfsStore)
+	if hs != nil {
+		if err := hs.login(); err != nil {
+			return fmt.Errorf("hdfs sink: %w", err)
+		}
+	}
+	err := s.BatchSink.Start(ctx)
+	if err != nil && hs != nil {
+		_ = hs.close()
+	}
+	return err
+}
 
 var _ flow.HealthReporter = (*Sink)(nil)
 
@@ -191,14 +210,9 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 		p.MarkUsed("hdfs.writeFormat")
 	}
 
-	for _, k := range []string{"hdfs.kerberosPrincipal", "hdfs.kerberosKeytab", "hdfs.proxyUser"} {
-		if p.Has(k) {
-			p.Errorf(k, "Kerberos and proxy users are not supported by sluice's hdfs sink; it would reach HDFS as the agent's own user, so it refuses to start")
-		}
-	}
-
 	// Store.
 	hc := loadHadoopConf(os.Getenv("HADOOP_CONF_DIR"))
+	auth := readAuth(env, p)
 	opt.DefaultFS = hc["fs.defaultFS"]
 	static := staticPrefix(pathText)
 	loc, err := parseLocation(static, opt.DefaultFS)
@@ -219,10 +233,11 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 			}
 		}
 	case "hdfs":
-		if st, err = newHDFSStore(loc, hc); err != nil {
+		if st, err = newHDFSStore(loc, hc, auth); err != nil {
 			p.Errorf("hdfs.path", "%v", err)
 		}
 	default:
+		auth.unused(p)
 		readS3Config(p, hc, "") // mark fs.s3a.* read; they do nothing here
 	}
 

@@ -14,6 +14,8 @@ import (
 
 	"github.com/colinmarc/hdfs/v2"
 	"github.com/colinmarc/hdfs/v2/hadoopconf"
+
+	"github.com/sluicehq/sluice/internal/kerberos"
 )
 
 // loadHadoopConf reads core-site.xml and hdfs-site.xml from dir
@@ -38,18 +40,30 @@ func loadHadoopConf(dir string) map[string]string {
 // datanode acknowledgement and completes the file with the namenode) and
 // renames it to its target, as Flume renames on close. Readers see a file
 // on HDFS only once it is rolled.
+//
+// With Kerberos the store holds the logged-in Kerberos client, whose
+// renewal goroutine close ends; the HDFS client asks it for a ticket to
+// the namenode's principal (dfs.namenode.kerberos.principal, _HOST being
+// the namenode's host) on every connection.
 type hdfsStore struct {
 	opts hdfs.ClientOptions
 	name string
+	auth auth
 
 	mu     sync.Mutex
 	client *hdfs.Client
+	kc     *kerberos.Client
 }
 
-func newHDFSStore(loc location, hc map[string]string) (*hdfsStore, error) {
+func newHDFSStore(loc location, hc map[string]string, a auth) (*hdfsStore, error) {
 	opts := hdfs.ClientOptionsFromConf(hadoopconf.HadoopConf(hc))
-	if opts.KerberosClient != nil {
-		return nil, errors.New("core-site.xml asks for Kerberos (hadoop.security.authentication=kerberos), which sluice's hdfs sink does not support")
+	secure := opts.KerberosClient != nil
+	opts.KerberosClient = nil // set by login
+	if secure && !a.kerberos {
+		return nil, errors.New("core-site.xml (HADOOP_CONF_DIR) sets hadoop.security.authentication = kerberos; set hdfs.kerberosPrincipal and hdfs.kerberosKeytab to the agent's principal and keytab (sluice logs in from a keytab, not a ticket cache)")
+	}
+	if a.kerberos && opts.KerberosServicePrincipleName == "" {
+		return nil, errors.New("Kerberos needs the namenode's principal: set dfs.namenode.kerberos.principal (such as nn/_HOST@EXAMPLE.COM) in hdfs-site.xml under HADOOP_CONF_DIR")
 	}
 	if loc.host != "" {
 		opts.Addresses = []string{loc.host}
@@ -62,14 +76,18 @@ func newHDFSStore(loc location, hc map[string]string) (*hdfsStore, error) {
 			opts.Addresses[i] = a + ":8020"
 		}
 	}
-	if u := os.Getenv("HADOOP_USER_NAME"); u != "" {
+	if a.proxyUser != "" {
+		// Simple authentication: the namenode takes the user the client
+		// names (as it takes HADOOP_USER_NAME).
+		opts.User = a.proxyUser
+	} else if u := os.Getenv("HADOOP_USER_NAME"); u != "" {
 		opts.User = u
 	} else if u := os.Getenv("USER"); u != "" {
 		opts.User = u
 	} else {
 		opts.User = "sluice"
 	}
-	return &hdfsStore{opts: opts, name: "hdfs://" + strings.Join(opts.Addresses, ",")}, nil
+	return &hdfsStore{opts: opts, auth: a, name: "hdfs://" + strings.Join(opts.Addresses, ",")}, nil
 }
 
 func (s *hdfsStore) String() string { return s.name }
@@ -78,6 +96,9 @@ func (s *hdfsStore) get() (*hdfs.Client, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.client == nil {
+		if err := s.loginLocked(); err != nil {
+			return nil, fmt.Errorf("connect to %s: %w", s.name, err)
+		}
 		c, err := hdfs.NewClient(s.opts)
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s: %w", s.name, err)
@@ -179,10 +200,15 @@ func (s *hdfsStore) copy(c *hdfs.Client, f *os.File, rec *record) error {
 func (s *hdfsStore) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var err error
 	if s.client != nil {
-		err := s.client.Close()
+		err = s.client.Close()
 		s.client = nil
-		return err
 	}
-	return nil
+	if s.kc != nil {
+		s.kc.Destroy()
+		s.kc = nil
+		s.opts.KerberosClient = nil
+	}
+	return err
 }

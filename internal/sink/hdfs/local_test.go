@@ -486,7 +486,9 @@ func TestConfigErrors(t *testing.T) {
 		{map[string]string{"hdfs.path": "/x", "hdfs.codeC": "lzo"}, "hadoop-lzo"},
 		{map[string]string{"hdfs.path": "/x/%Q"}, "unknown escape %Q"},
 		{map[string]string{"hdfs.path": "ftp://h/x"}, "not supported"},
-		{map[string]string{"hdfs.path": "/x", "hdfs.kerberosPrincipal": "flume@X"}, "Kerberos"},
+		{map[string]string{"hdfs.path": "/x", "hdfs.kerberosPrincipal": "flume@X"}, "hdfs.kerberosKeytab: hdfs.kerberosPrincipal is set but no keytab"},
+		{map[string]string{"hdfs.path": "hdfs://nn/x", "hdfs.kerberosPrincipal": "flume@X", "hdfs.kerberosKeytab": "/k"}, "needs the namenode's principal: set dfs.namenode.kerberos.principal"},
+		{map[string]string{"hdfs.path": "/x", "hdfs.kerberosPrincipal": "flume@X", "hdfs.kerberosKeytab": "/k", "hdfs.proxyUser": "alice"}, "hdfs.proxyUser: a proxy user over Kerberos needs Hadoop's real-user connection header"},
 		{map[string]string{"hdfs.path": "/x", "hdfs.round": "true", "hdfs.roundUnit": "minute", "hdfs.roundValue": "61"}, "out of range"},
 		{map[string]string{"hdfs.path": "/x", "hdfs.timeZone": "Mars/Olympus"}, "not a time zone"},
 	} {
@@ -563,7 +565,7 @@ func TestHDFSWithoutNamenode(t *testing.T) {
 
 func TestHDFSStoreSettings(t *testing.T) {
 	loc, _ := parseLocation("hdfs://nn1/flume", "")
-	st, err := newHDFSStore(loc, map[string]string{})
+	st, err := newHDFSStore(loc, map[string]string{}, auth{})
 	if err != nil || st.String() != "hdfs://nn1:8020" {
 		t.Fatalf("%v %v", st, err)
 	}
@@ -571,8 +573,13 @@ func TestHDFSStoreSettings(t *testing.T) {
 	if loc.scheme != "hdfs" || loc.host != "nn2:9000" || loc.path != "/flume" {
 		t.Fatalf("fs.defaultFS: %+v", loc)
 	}
-	if _, err := newHDFSStore(location{scheme: "hdfs"}, map[string]string{"hadoop.security.authentication": "kerberos", "fs.defaultFS": "hdfs://nn"}); err == nil || !strings.Contains(err.Error(), "Kerberos") {
-		t.Fatalf("kerberos: %v", err)
+	if _, err := newHDFSStore(location{scheme: "hdfs"}, map[string]string{"hadoop.security.authentication": "kerberos", "fs.defaultFS": "hdfs://nn"}, auth{}); err == nil || !strings.Contains(err.Error(), "set hdfs.kerberosPrincipal and hdfs.kerberosKeytab") {
+		t.Fatalf("kerberos without a principal: %v", err)
+	}
+	// Under simple authentication hdfs.proxyUser is the user the files are
+	// written as.
+	if st, err := newHDFSStore(loc, map[string]string{}, auth{proxyUser: "alice"}); err != nil || st.opts.User != "alice" {
+		t.Fatalf("proxy user: %+v %v", st, err)
 	}
 }
 

@@ -121,7 +121,7 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 	batch := p.IntRange("batchSize", DefaultBatchSize, 1, math.MaxInt32)
 	batch = p.IntRange("flumeBatchSize", batch, 1, math.MaxInt32)
 	acks := p.String("requiredAcks", "1")
-	producer := kafkaconf.ReadProducer(p, "kafka.producer.", kafkaconf.ProducerDefaults{Acks: acks})
+	producer := kafkaconf.ReadProducer(p, "kafka.producer.", kafkaconf.ProducerDefaults{Acks: acks, Env: kafkaconf.Env{Sys: env.Sys, Log: env.Log()}})
 	opt.UseFlumeEventFormat = p.Bool("useFlumeEventFormat", false)
 	opt.AllowTopicOverride = p.Bool("allowTopicOverride", true)
 	opt.TopicHeader = p.String("topicHeader", DefaultTopicHdr)

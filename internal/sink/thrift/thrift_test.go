@@ -114,7 +114,8 @@ func TestConfig(t *testing.T) {
 		{"missing port", map[string]string{"hostname": "h"}, "a1.sinks.k1.port: missing required property"},
 		{"bad protocol", map[string]string{"hostname": "h", "port": "1", "protocol": "tjson"}, `protocol "tjson" is not compact or binary`},
 		{"kerberos refused", map[string]string{"hostname": "h", "port": "1", "kerberos": "true"}, "Kerberos (SASL/GSSAPI) authentication of Thrift peers is not provided"},
-		{"jks truststore", map[string]string{"hostname": "h", "port": "1", "ssl": "true", "truststore": "/t.jks"}, "keytool -importkeystore"},
+		{"jks truststore", map[string]string{"hostname": "h", "port": "1", "ssl": "true", "truststore": "/t.jks"}, ""},
+		{"jceks truststore", map[string]string{"hostname": "h", "port": "1", "ssl": "true", "truststore": "/t.jceks", "truststore-type": "JCEKS"}, "keytool -importkeystore -srcstoretype JCEKS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -76,7 +76,10 @@ func TestConfig(t *testing.T) {
 		{"ipFilter without rules", map[string]string{"bind": "h", "port": "1", "ipFilter": "true"}, "no rules are set"},
 		{"bad rule", map[string]string{"bind": "h", "port": "1", "ipFilter": "true", "ipFilterRules": "permit:ip:*"}, "should look like"},
 		{"ssl without keystore", map[string]string{"bind": "h", "port": "1", "ssl": "true", "keystore-type": "PKCS12"}, "no keystore is set"},
-		{"jks", map[string]string{"bind": "h", "port": "1", "ssl": "true", "keystore": "/k.jks"}, "keytool -importkeystore"},
+		{"jks", map[string]string{"bind": "h", "port": "1", "ssl": "true", "keystore": "/k.jks", "keystore-password": "p", "keystore-type": "JKS"}, ""},
+		{"client auth", map[string]string{"bind": "h", "port": "1", "ssl": "true", "keystore": "/k.jks", "truststore": "/t.jks", "client-auth": "required"}, ""},
+		{"client auth without truststore", map[string]string{"bind": "h", "port": "1", "ssl": "true", "keystore": "/k.jks", "client-auth": "requested"}, "client-auth = requested needs the certificate authorities"},
+		{"jceks", map[string]string{"bind": "h", "port": "1", "ssl": "true", "keystore": "/k.jceks", "keystore-type": "JCEKS"}, "keytool -importkeystore -srcstoretype JCEKS"},
 		{"unknown key", map[string]string{"bind": "h", "port": "1", "compresion-type": "deflate"}, "a1.sources.r1.compresion-type: ignored: sluice does not read it"},
 	}
 	for _, tt := range tests {

@@ -248,7 +248,7 @@ func TestTLS(t *testing.T) {
 	// A wrong password fails at start with the reason.
 	s := newSource(t, map[string]string{"ssl": "true", "keystore": p12File, "keystore-type": "PKCS12", "keystore-password": "wrong"})
 	err = s.Start(context.Background(), sourcetest.NewPipeline(t, 1, 1, 0).Processor)
-	if err == nil || !strings.Contains(err.Error(), "read PKCS#12") {
+	if err == nil || !strings.Contains(err.Error(), "a1.sources.r1.keystore "+p12File+": wrong password; check a1.sources.r1.keystore-password") {
 		t.Fatalf("start with a wrong password: %v", err)
 	}
 }
@@ -286,7 +286,8 @@ func TestBadProperties(t *testing.T) {
 		{map[string]string{}, "a1.sources.r1.port: missing required property"},
 		{map[string]string{"port": "1", "handler": "org.example.MyHandler"}, "is not supported; sluice's HTTP source has org.apache.flume.source.http.JSONHandler (the default)"},
 		{map[string]string{"port": "1", "SslContextFactory.ExcludeCipherSuites": "TLS_RSA_WITH_AES_128_CBC_SHA"}, "SslContextFactory.ExcludeCipherSuites: is a Jetty TLS setting, which sluice cannot honour"},
-		{map[string]string{"port": "1", "ssl": "true", "keystore": "/x.jks"}, "JKS stores are not supported"},
+		{map[string]string{"port": "1", "ssl": "true", "keystore": "/x.jceks", "keystore-type": "JCEKS"}, "JCEKS stores are not read by sluice"},
+		{map[string]string{"port": "1", "ssl": "true", "keystore": "/x.jks", "client-auth": "required"}, "client-auth = required needs the certificate authorities"},
 		{map[string]string{"port": "1", "ssl": "true", "keystore-type": "PEM"}, "ssl is true but no keystore is set"},
 		{map[string]string{"port": "1", "ssl": "true", "keystore": "/x", "keystore-type": "PEM", "include-protocols": "SSLv3"}, `protocol "SSLv3" is not supported`},
 		{map[string]string{"port": "1", "ssl": "true", "keystore": "/x", "keystore-type": "PEM", "include-cipher-suites": "TLS_NOPE"}, `cipher suite "TLS_NOPE" is not supported`},

@@ -122,7 +122,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 		p.Errorf("kafka.topics", "no topic to consume; set kafka.topics (a comma-separated list) or kafka.topics.regex")
 	}
 	group := p.String("groupId", DefaultGroup)
-	s.consumer = kafkaconf.ReadConsumer(p, "kafka.consumer.", kafkaconf.ConsumerDefaults{Group: group, Reset: "latest"})
+	s.consumer = kafkaconf.ReadConsumer(p, "kafka.consumer.", kafkaconf.ConsumerDefaults{Group: group, Reset: "latest", Env: kafkaconf.Env{Sys: env.Sys, Log: env.Log()}})
 	s.batchSize = p.IntRange("batchSize", DefaultBatchSize, 1, math.MaxInt32)
 	if s.consumer.MaxPoll > 0 {
 		s.batchSize = min(s.batchSize, s.consumer.MaxPoll)

@@ -51,7 +51,9 @@ func TestConfig(t *testing.T) {
 		{"bad protocol", map[string]string{"bind": "h", "port": "1", "protocol": "json"}, `protocol "json" is not compact or binary`},
 		{"kerberos refused", map[string]string{"bind": "h", "port": "1", "kerberos": "true", "agent-principal": "p", "agent-keytab": "k"}, "Kerberos (SASL/GSSAPI) authentication of Thrift peers is not provided"},
 		{"ssl without keystore", map[string]string{"bind": "h", "port": "1", "ssl": "true", "keystore-type": "PKCS12"}, "no keystore is set"},
-		{"jks", map[string]string{"bind": "h", "port": "1", "ssl": "true", "keystore": "/k.jks"}, "keytool -importkeystore"},
+		{"jks", map[string]string{"bind": "h", "port": "1", "ssl": "true", "keystore": "/k.jks"}, ""},
+		{"client auth", map[string]string{"bind": "h", "port": "1", "ssl": "true", "keystore": "/k.jks", "truststore": "/t.jks", "truststore-password": "p", "client-auth": "requested"}, ""},
+		{"jceks", map[string]string{"bind": "h", "port": "1", "ssl": "true", "keystore": "/k.jceks", "keystore-type": "JCEKS"}, "keytool -importkeystore -srcstoretype JCEKS"},
 		{"tiny frames", map[string]string{"bind": "h", "port": "1", "max-frame-size": "10"}, "max-frame-size"},
 	}
 	for _, tt := range tests {
