@@ -31,6 +31,8 @@ func (a *Agent) Status() metrics.Status {
 			c.State = "running"
 			if waiting != "" {
 				c.State, c.Reason = "starting", waiting
+			} else if err := panicked(comp); err != nil {
+				c.Reason = err.Error()
 			} else if h, ok := comp.(flow.HealthReporter); ok {
 				if err := h.Health(); err != nil {
 					c.Reason = err.Error()
@@ -83,6 +85,14 @@ func (a *Agent) Status() metrics.Status {
 		add("sink", name, n.spec.Type, &n.life, n.sink, waiting, runner)
 	}
 	return st
+}
+
+// panicked is the panic a sink caught in its delivery and still reports.
+func panicked(comp any) error {
+	if p, ok := comp.(flow.PanicReporter); ok {
+		return p.Panicked()
+	}
+	return nil
 }
 
 // Health returns nil when the agent runs and every component can work, or

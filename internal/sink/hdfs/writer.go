@@ -147,7 +147,7 @@ func (w *Writer) Start(ctx context.Context) error {
 			tick = max(d/4, 5*time.Millisecond)
 		}
 	}
-	w.roller.Go(func(ctx context.Context) { w.rollLoop(ctx, tick) })
+	w.roller.Go("hdfs sink "+w.c.Name+": roll timer", func(ctx context.Context) { w.rollLoop(ctx, tick) })
 	return nil
 }
 
