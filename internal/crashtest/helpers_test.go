@@ -38,8 +38,14 @@ type agentProc struct {
 // Its log is shown when the test fails, or always with SLUICE_TEST_LOG set.
 func startAgent(t *testing.T, conf string, args ...string) *agentProc {
 	t.Helper()
+	return startAgentBin(t, testutil.AgentBinary(t), conf, args...)
+}
+
+// startAgentBin is startAgent with the binary bin.
+func startAgentBin(t *testing.T, bin, conf string, args ...string) *agentProc {
+	t.Helper()
 	p := &agentProc{t: t, log: &logBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(testutil.AgentBinary(t), append([]string{"agent", "-f", conf, "-n", "a1", "--log-format", "json", "--no-reload-conf"}, args...)...)
+	p.cmd = exec.Command(bin, append([]string{"agent", "-f", conf, "-n", "a1", "--log-format", "json", "--no-reload-conf"}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
