@@ -85,3 +85,24 @@ func TestGuardChild(t *testing.T) {
 	}
 	select {}
 }
+
+// BenchmarkCatch is what Catch adds to a call (BatchSink pays it once per
+// batch):
+//
+//	go test -run '^$' -bench Catch -benchmem ./internal/panics/
+func BenchmarkCatch(b *testing.B) {
+	var n int
+	f := func() error { n++; return nil }
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = f()
+		}
+	})
+	b.Run("Catch", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = Catch(f)
+		}
+	})
+}
