@@ -22,7 +22,9 @@ import (
 // the sink is stopped.
 //
 // A Writer may also implement Start(ctx) error and Stop(ctx) error; the
-// BatchSink calls them from its own Start and Stop.
+// BatchSink calls them from its own Start and Stop. A panic in Write (a
+// bug) fails the delivery as an error would (see BatchSink); one in a
+// goroutine the Writer starts ends the agent (package panics).
 type Writer interface {
 	Write(ctx context.Context, events []event.Event) error
 }
