@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/bench"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
@@ -82,7 +83,8 @@ SIGTERM or SIGINT stops intake at once, lets the sinks drain the channels until
 Exit status of agent: 0 stopped, nothing lost (durable channels keep what they
 hold); 1 could not start; 2 bad command line; 3 stopped, but memory channels
 still held events at the deadline (each logged at ERROR with its count);
-4 stopped at once by a second signal.
+4 stopped at once by a second signal; 70 a bug: a goroutine of the agent
+panicked (logged at ERROR with its stack; durable channels keep their events).
 `
 
 // Exit statuses of `sluice agent`.
@@ -92,32 +94,35 @@ const (
 	exitUsage   = 2 // bad command line
 	exitDropped = 3 // stopped, but memory channels still held events at the deadline
 	exitAborted = 4 // a second SIGTERM/SIGINT stopped the agent at once
+	// panics.ExitStatus (70): a goroutine panicked outside a sink's
+	// delivery; package panics logs it and exits.
 )
 
 func main() {
+	defer panics.Guard("main")
 	// The first SIGTERM/SIGINT ends ctx (a stop); a second one closes abort.
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	abort := make(chan struct{})
 	term := make(chan os.Signal, 2)
 	signal.Notify(term, os.Interrupt, syscall.SIGTERM)
-	go func() {
+	panics.Go("signals", func() {
 		<-term
 		stop()
 		<-term
 		close(abort)
-	}()
+	})
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	reload := make(chan struct{}, 1)
-	go func() {
+	panics.Go("SIGHUP", func() {
 		for range hup {
 			select {
 			case reload <- struct{}{}:
 			default:
 			}
 		}
-	}()
+	})
 	os.Exit(runSignals(ctx, os.Args[1:], reload, abort, os.Stdout, os.Stderr))
 }
 
@@ -511,6 +516,7 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return 2
 	}
+	panics.SetLogger(log)
 	addr, err := c.monitoringAddr()
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
@@ -529,8 +535,9 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 		printProblems(stderr, err)
 		return exitFailed
 	}
+	panics.SetLogger(a.Logger()) // redacts the configuration's secrets
 	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, reload) }()
+	panics.Go("agent", func() { done <- a.Run(ctx, reload) })
 	select {
 	case err = <-done:
 	case <-abort:

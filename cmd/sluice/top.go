@@ -15,6 +15,7 @@ import (
 	"github.com/gdamore/tcell/v2"
 	"github.com/rivo/tview"
 
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/status"
 )
 
@@ -325,6 +326,7 @@ func runTop(ctx context.Context, c *agentClient, first status.Snapshot, interval
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // the poller: owned by runTop, ends with ctx
+		defer panics.Guard("top: poller")
 		defer wg.Done()
 		t := time.NewTicker(interval)
 		defer t.Stop()

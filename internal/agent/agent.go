@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/status"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
@@ -316,7 +317,8 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.setState("running")
 	rctx, cancel := context.WithCancel(context.Background())
 	a.retryCancel, a.retryDone = cancel, make(chan struct{})
-	go a.retryLoop(rctx, a.retryDone)
+	retryDone := a.retryDone
+	panics.Go("agent: start retries", func() { a.retryLoop(rctx, retryDone) })
 	a.log.Info("agent started", "agent", a.opts.Name, "file", a.configName(),
 		"sources", len(a.g.sources), "channels", len(a.g.channels), "sinks", len(a.g.sinks))
 	return nil
@@ -521,7 +523,7 @@ func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
 	// Intake closes the moment ctx ends: during the start (sources that
 	// have not started then never do), and while a reload holds the agent
 	// (draining a removed channel); the stop follows when it is done.
-	defer context.AfterFunc(ctx, a.closeIntake)()
+	defer panics.AfterFunc(ctx, "agent: close intake", a.closeIntake)()
 	if err := a.Start(ctx); err != nil {
 		_ = a.Stop(context.Background())
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/panics"
 	"slices"
 	"sort"
 	"strings"
@@ -95,7 +96,7 @@ func (a *Agent) runDrain(p *drainPart) {
 	for _, name := range sortedKeys(p.runners) {
 		r := p.g.runners[name]
 		wg.Add(1)
-		go func() {
+		panics.Go("drain of sink runner "+name, func() {
 			defer wg.Done()
 			if err := r.runner.Drain(ctx, p.runners[name]...); err != nil {
 				a.log.Warn("sinks did not empty their channels before the shutdown deadline", "runner", name,
@@ -106,7 +107,7 @@ func (a *Agent) runDrain(p *drainPart) {
 				a.log.Warn("sink runner did not stop in time; its batch in flight stays taken", "runner", name, "err", err)
 			}
 			a.setLife(&r.life, stopped)
-		}()
+		})
 	}
 	wg.Wait()
 	for _, name := range sortedKeys(p.sinks) {

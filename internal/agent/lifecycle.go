@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // Defaults of Options' timeouts.
@@ -133,7 +134,7 @@ func (a *Agent) stopBounded(kind, name string, stop func(context.Context) error)
 	ctx, cancel := a.componentCtx()
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- stop(ctx) }()
+	panics.Go("stop of "+kind+" "+name, func() { done <- stop(ctx) })
 	select {
 	case err := <-done:
 		return err
@@ -506,14 +507,14 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 	for i, n := range sources {
 		a.setLife(&n.life, stopping)
 		wg.Add(1)
-		go func() {
+		panics.Go("intake close of source "+names[i], func() {
 			defer wg.Done()
 			if c, ok := n.proc.(interface{ Close(context.Context) error }); ok {
 				if err := c.Close(drainCtx); err != nil {
 					a.log.Warn("a put in progress did not finish before the shutdown deadline", "component", names[i], "err", err)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if len(sources) > 0 {
@@ -523,13 +524,13 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 	var stops sync.WaitGroup
 	for i, n := range sources {
 		stops.Add(1)
-		go func() {
+		panics.Go("stop of source "+names[i], func() {
 			defer stops.Done()
 			if err := a.stopBounded("source", names[i], n.src.Stop); err != nil && !errors.Is(err, errLeftRunning) {
 				a.log.Warn("source did not stop cleanly", "component", names[i], "err", err)
 			}
 			a.setLife(&n.life, stopped)
-		}()
+		})
 	}
 
 	// Phase 2, while the sources close: the drain, and the runners that
@@ -543,7 +544,7 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 				a.setDraining(&g.channels[name].life, deadline)
 			}
 		}
-		go a.runDrain(p)
+		panics.Go("background drain", func() { a.runDrain(p) })
 	} else {
 		close(p.done)
 	}
@@ -557,13 +558,13 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 			continue
 		}
 		stops.Add(1)
-		go func() {
+		panics.Go("drain of sink runner "+name, func() {
 			defer stops.Done()
 			if err := a.stopBounded("sink runner", name, r.runner.Stop); err != nil && !errors.Is(err, errLeftRunning) {
 				a.log.Warn("sink runner did not stop in time; its batch in flight stays taken", "runner", name, "err", err)
 			}
 			a.setLife(&r.life, stopped)
-		}()
+		})
 	}
 	stops.Wait()
 
@@ -598,13 +599,13 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 func (a *Agent) stopSink(wg *sync.WaitGroup, name string, n *sinkNode) {
 	a.setLife(&n.life, stopping)
 	wg.Add(1)
-	go func() {
+	panics.Go("stop of sink "+name, func() {
 		defer wg.Done()
 		if err := a.stopBounded("sink", name, n.sink.Stop); err != nil && !errors.Is(err, errLeftRunning) {
 			a.log.Warn("sink did not stop cleanly", "component", name, "err", err)
 		}
 		a.setLife(&n.life, stopped)
-	}()
+	})
 }
 
 // stopChannel stops channel n, whose sinks have stopped, and says what it

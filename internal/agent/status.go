@@ -114,7 +114,11 @@ func lifeStatus(c *metrics.ComponentStatus, l *life, now time.Time) bool {
 // health is comp's own report, else the runner's, as a reason.
 func health(comp any, runner *flow.SinkRunner) string {
 	var err error
-	if h, ok := comp.(flow.HealthReporter); ok {
+	if p, ok := comp.(flow.PanicReporter); ok && p.Panicked() != nil {
+		// A panic the sink caught in its delivery comes first: it is a bug
+		// to report, whatever the downstream's state.
+		err = p.Panicked()
+	} else if h, ok := comp.(flow.HealthReporter); ok {
 		err = h.Health()
 	} else if runner != nil {
 		err = runner.Health()

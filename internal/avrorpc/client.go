@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
@@ -136,7 +137,7 @@ func (c *Client) call(ctx context.Context, name string, params func([]byte) []by
 	}
 	_ = c.conn.SetWriteDeadline(deadline)
 	c.st.setDeadline(deadline)
-	stop := context.AfterFunc(ctx, c.st.stop)
+	stop := panics.AfterFunc(ctx, "avro client: call deadline", c.st.stop)
 	defer stop()
 
 	for attempt := 0; ; attempt++ {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // Handler takes the events of each call a server connection receives and
@@ -144,7 +145,7 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
 		wto = DefaultWriteTimeout
 	}
 	st := newStream(conn, s.Deflate, 6, stall)
-	stopWatch := context.AfterFunc(ctx, st.stop)
+	stopWatch := panics.AfterFunc(ctx, "avro server: connection stop", st.stop)
 	defer stopWatch()
 	hctx := context.WithoutCancel(ctx)
 

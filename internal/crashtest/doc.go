@@ -5,5 +5,9 @@
 // every event acknowledged to the sender is delivered (scripts/crash-test.sh
 // runs their full versions). The stop and reload tests check what SIGTERM
 // and SIGHUP do to intake, to each channel type's events and to the exit
-// status.
+// status. TestEveryComponentSurvivesItsDefaults runs every source, channel
+// and sink type with only its required keys past its timers (SLUICE_LONG=1
+// past every timer up to 120 s); the panic tests check what a panic in a
+// sink's delivery and one elsewhere do (components built only into the test
+// binary with the tag sluice_faulty panic on purpose).
 package crashtest

@@ -38,8 +38,25 @@ type agentProc struct {
 // Its log is shown when the test fails, or always with SLUICE_TEST_LOG set.
 func startAgent(t *testing.T, conf string, args ...string) *agentProc {
 	t.Helper()
-	p := &agentProc{t: t, log: &logBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(testutil.AgentBinary(t), append([]string{"agent", "-f", conf, "-n", "a1", "--log-format", "json", "--no-reload-conf"}, args...)...)
+	return startAgentBin(t, testutil.AgentBinary(t), conf, args...)
+}
+
+// startAgentBin is startAgent with the binary bin.
+func startAgentBin(t *testing.T, bin, conf string, args ...string) *agentProc {
+	t.Helper()
+	return runAgent(t, agentCmd(bin, conf, args...))
+}
+
+// agentCmd is the command startAgentBin runs.
+func agentCmd(bin, conf string, args ...string) *exec.Cmd {
+	return exec.Command(bin, append([]string{"agent", "-f", conf, "-n", "a1", "--log-format", "json", "--no-reload-conf"}, args...)...)
+}
+
+// runAgent starts cmd (from agentCmd, its directory or environment set as
+// a test needs) with its output in the agentProc's log.
+func runAgent(t *testing.T, cmd *exec.Cmd) *agentProc {
+	t.Helper()
+	p := &agentProc{t: t, log: &logBuffer{}, done: make(chan struct{}), cmd: cmd}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

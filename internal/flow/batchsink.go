@@ -2,11 +2,16 @@ package flow
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // Writer delivers batches for a BatchSink. Write returns nil only after the
@@ -17,7 +22,9 @@ import (
 // the sink is stopped.
 //
 // A Writer may also implement Start(ctx) error and Stop(ctx) error; the
-// BatchSink calls them from its own Start and Stop.
+// BatchSink calls them from its own Start and Stop. A panic in Write (a
+// bug) fails the delivery as an error would (see BatchSink); one in a
+// goroutine the Writer starts ends the agent (package panics).
 type Writer interface {
 	Write(ctx context.Context, events []event.Event) error
 }
@@ -47,6 +54,11 @@ var alreadyDone = func() context.Context {
 // events, write them, commit on success and roll back on failure. It waits
 // only when the channel is empty, so a lone event goes out at once and
 // batches fill under load (adaptive batching).
+//
+// A panic in the Writer (a bug) fails the delivery like an error: the batch
+// rolls back into the channel, the runner retries after its backoff, and
+// Panicked reports it until a delivery succeeds. The first panic of a
+// streak is logged at ERROR with its stack; each is counted (PanicCount).
 type BatchSink struct {
 	ch       Channel
 	w        Writer
@@ -58,6 +70,21 @@ type BatchSink struct {
 	endToEnd metrics.Histogram
 	wait     time.Duration
 	tap      *Tap // the channel's take
+
+	name   string
+	log    *slog.Logger
+	panics *atomic.Int64 // PanicCount
+
+	pmu        sync.Mutex
+	lastPanic  *panics.Error // nil once a delivery succeeded
+	panicCount int           // panics since the last delivery
+}
+
+// PanicReporter is implemented by sinks that catch a panic of their
+// delivery (BatchSink): Panicked returns it, as a reason for /healthz,
+// until a delivery succeeds, else nil. It takes precedence over Health.
+type PanicReporter interface {
+	Panicked() error
 }
 
 var (
@@ -87,6 +114,9 @@ func NewBatchSink(env Env, w Writer, batchSize int, c *metrics.SinkCounters) *Ba
 		endToEnd: reg.Latency(metrics.StageEndToEnd, env.Name),
 		wait:     TakeWait,
 		tap:      env.ChannelTap,
+		name:     env.Name,
+		log:      env.Log(),
+		panics:   c.Counter("PanicCount"),
 	}
 }
 
@@ -145,7 +175,7 @@ func (s *BatchSink) Process(ctx context.Context) (Status, error) {
 		s.c.BatchComplete.Add(1)
 	}
 	s.c.EventDrainAttempt.Add(int64(n))
-	if err := s.w.Write(ctx, batch); err != nil {
+	if err := s.write(ctx, batch); err != nil {
 		s.c.EventWriteFail.Add(1)
 		clear(batch)
 		return Ready, fmt.Errorf("write %d events: %w", n, joinRollback(err, tx))
@@ -161,6 +191,9 @@ func (s *BatchSink) Process(ctx context.Context) (Status, error) {
 		delivered -= u.Undelivered()
 	}
 	s.c.EventDrainSuccess.Add(int64(delivered))
+	if s.panicCount > 0 {
+		s.delivered()
+	}
 	for i := range batch {
 		s.channel.Since(batch[i].CommittedAt, took)
 		s.sink.Since(took, acked)
@@ -168,6 +201,48 @@ func (s *BatchSink) Process(ctx context.Context) (Status, error) {
 	}
 	clear(batch) // do not keep bodies alive until the next batch
 	return Ready, nil
+}
+
+// write hands the batch to the writer; a panic in it comes back as an
+// error wrapping a *panics.Error, and the caller rolls the batch back.
+func (s *BatchSink) write(ctx context.Context, batch []event.Event) error {
+	err := panics.Catch(func() error { return s.w.Write(ctx, batch) })
+	var pe *panics.Error
+	if errors.As(err, &pe) {
+		s.panics.Add(1)
+		s.pmu.Lock()
+		s.lastPanic = pe
+		s.panicCount++
+		first := s.panicCount == 1
+		s.pmu.Unlock()
+		if first {
+			s.log.Error("sink panicked delivering a batch; the batch went back to the channel and is retried (a bug in sluice: please report this line)",
+				"sink", s.name, "events", len(batch), "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+		}
+	}
+	return err
+}
+
+// delivered ends a streak of panics (panicCount is only written by
+// Process's goroutine, so Process reads it without the lock).
+func (s *BatchSink) delivered() {
+	s.pmu.Lock()
+	n := s.panicCount
+	s.lastPanic, s.panicCount = nil, 0
+	s.pmu.Unlock()
+	s.log.Info("sink delivered again after panicking", "sink", s.name, "panics", n)
+}
+
+// Panicked reports the panic of the last delivery attempts while no
+// delivery has succeeded since; nil otherwise.
+func (s *BatchSink) Panicked() error {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if s.lastPanic == nil {
+		return nil
+	}
+	return fmt.Errorf("panicked delivering a batch (%d times since its last delivery; a bug in sluice, the stack is in the log): %v; the batch is back in the channel and is retried",
+		s.panicCount, s.lastPanic.Value)
 }
 
 // joinRollback rolls tx back and returns err with any rollback failure.

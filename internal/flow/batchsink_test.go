@@ -3,14 +3,18 @@ package flow_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/testutil"
 )
 
@@ -202,5 +206,70 @@ func TestBatchSinkAllocations(t *testing.T) {
 	// Two transaction objects (the put and the take); no per-event or per-batch slice.
 	if allocs > 2 {
 		t.Fatalf("put + Process of 100 events allocates %.1f times", allocs)
+	}
+}
+
+// panicker is a Writer that panics while panicking is set, then records.
+type panicker struct {
+	recorder
+	panicking atomic.Bool
+}
+
+func (p *panicker) Write(ctx context.Context, evs []event.Event) error {
+	if p.panicking.Load() {
+		var m map[string]int
+		m["boom"]++ // a runtime error, as a bug would make
+	}
+	return p.recorder.Write(ctx, evs)
+}
+
+// TestBatchSinkPanic: a panic in the writer rolls the batch back (the
+// channel holds every event again), comes back as an error wrapping
+// *panics.Error, is counted, logged once at ERROR with its stack, and
+// reported by Panicked until a delivery succeeds, which logs one INFO line.
+func TestBatchSinkPanic(t *testing.T) {
+	ch := newMem(t, "c1", 1000, 100, "0.1")
+	w := &panicker{}
+	w.panicking.Store(true)
+	var logs testutil.LogBuffer
+	reg := metrics.NewRegistry("a1")
+	c := metrics.NewSinkCounters("k1", "test")
+	s := flow.NewBatchSink(flow.Env{Agent: "a1", Name: "k1", Type: "test", Metrics: reg, Channel: ch,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, w, 10, c)
+	if err := testutil.PutCommit(ch, events("e", 5)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		_, err := s.Process(t.Context())
+		var pe *panics.Error
+		if !errors.As(err, &pe) || !strings.Contains(err.Error(), "assignment to entry in nil map") {
+			t.Fatalf("attempt %d: %v, want a caught panic", i, err)
+		}
+		if ch.Len() != 5 {
+			t.Fatalf("attempt %d: the channel holds %d, want the 5 events rolled back", i, ch.Len())
+		}
+	}
+	if got := testutil.Metric(c.Set, "PanicCount"); got != "3" {
+		t.Errorf("PanicCount %s, want 3", got)
+	}
+	if got := testutil.Metric(c.Set, "EventDrainSuccessCount"); got != "0" {
+		t.Errorf("EventDrainSuccessCount %s after panics", got)
+	}
+	err := s.Panicked()
+	if err == nil || !strings.Contains(err.Error(), "panicked delivering a batch (3 times") || !strings.Contains(err.Error(), "nil map") {
+		t.Fatalf("Panicked: %v", err)
+	}
+	if n := logs.Lines(`"level":"ERROR"`); n != 1 || !strings.Contains(logs.String(), `"stack":"goroutine`) {
+		t.Fatalf("%d ERROR lines, want 1 with the stack:\n%s", n, logs.String())
+	}
+	w.panicking.Store(false)
+	if _, err := s.Process(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if s.Panicked() != nil || !slices.Equal(w.all(), bodies(events("e", 5))) || ch.Len() != 0 {
+		t.Fatalf("after a delivery: Panicked %v, delivered %v, channel %d", s.Panicked(), w.all(), ch.Len())
+	}
+	if n := logs.Lines("sink delivered again after panicking"); n != 1 {
+		t.Errorf("%d recovery lines:\n%s", n, logs.String())
 	}
 }

@@ -19,6 +19,11 @@
 // it. What a channel still holds then is kept by a durable channel (file,
 // Kafka; it implements Durable) and lost with a memory channel; the agent
 // reports either with the count.
+//
+// Panics: every goroutine a component starts is started by panics.Go or
+// begins with defer panics.Guard, so that a panic (a bug) is logged with
+// its stack and ends the agent with exit status 70; only a panic in a
+// BatchSink's Writer is recovered, as a failed delivery (package panics).
 package flow
 
 import (
@@ -146,7 +151,9 @@ type Sink interface {
 	// failed (the events are back in the channel). When ctx ends (the sink is
 	// being stopped) Process returns promptly and rolls back a batch the
 	// downstream has not acknowledged, so a durable channel keeps it.
-	// Process is called from one goroutine at a time.
+	// Process is called from one goroutine at a time. A panic in Process
+	// ends the agent (package panics), except one in a BatchSink's Writer,
+	// which fails that delivery like an error.
 	Process(ctx context.Context) (Status, error)
 	// Stop closes connections and files; it is called after the last Process.
 	Stop(ctx context.Context) error

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/logthrottle"
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // Backoff after a failed Process: the runner sleeps ErrorBackoffMin after
@@ -94,7 +95,12 @@ func (r *SinkRunner) Start() {
 	go r.loop(ctx, r.done, r.drain, r.drained)
 }
 
+// loop calls Process until stopped. A panic in a sink's delivery is caught
+// by its BatchSink and comes back as an error (the batch rolled back); one
+// anywhere else (a channel's Take or Commit, a sink processor) ends the
+// process (package panics).
 func (r *SinkRunner) loop(ctx context.Context, done chan struct{}, drain <-chan []Channel, drained chan struct{}) {
+	defer panics.Guard("sink runner " + r.name)
 	defer close(done)
 	defer r.flushLogs() // the summaries held back come out before Stop returns
 	failures := 0

@@ -3,6 +3,8 @@ package flow
 import (
 	"context"
 	"sync"
+
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // Worker owns the one goroutine of a source that reads on its own schedule
@@ -22,8 +24,9 @@ func (w *Worker) Running() bool {
 }
 
 // Go runs run in a new goroutine and reports true, or reports false and does
-// nothing when one is already running.
-func (w *Worker) Go(run func(ctx context.Context)) bool {
+// nothing when one is already running. name names the goroutine in the log
+// line of a panic, which ends the process (see package panics).
+func (w *Worker) Go(name string, run func(ctx context.Context)) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.done != nil {
@@ -33,6 +36,7 @@ func (w *Worker) Go(run func(ctx context.Context)) bool {
 	done := make(chan struct{})
 	w.cancel, w.done = cancel, done
 	go func() {
+		defer panics.Guard(name)
 		defer close(done)
 		run(ctx)
 	}()

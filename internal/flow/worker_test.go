@@ -13,10 +13,10 @@ func TestWorker(t *testing.T) {
 		t.Fatalf("stop of an idle worker: %v, running %v", err, w.Running())
 	}
 	exited := make(chan struct{})
-	if !w.Go(func(ctx context.Context) { <-ctx.Done(); close(exited) }) {
+	if !w.Go("test", func(ctx context.Context) { <-ctx.Done(); close(exited) }) {
 		t.Fatal("first Go refused")
 	}
-	if w.Go(func(context.Context) {}) {
+	if w.Go("test", func(context.Context) {}) {
 		t.Fatal("second Go accepted while running")
 	}
 	if err := w.Stop(context.Background()); err != nil {
@@ -29,7 +29,7 @@ func TestWorker(t *testing.T) {
 	}
 	// A goroutine that ignores its context: Stop gives up when its ctx ends.
 	release := make(chan struct{})
-	w.Go(func(context.Context) { <-release })
+	w.Go("test", func(context.Context) { <-release })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if err := w.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {

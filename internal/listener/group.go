@@ -28,6 +28,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // Config is the connection hygiene of one source. The zero value of a
@@ -97,6 +99,7 @@ type Group struct {
 	wg          sync.WaitGroup // Serve loops and their connection handlers
 	stopChecker chan struct{}
 	checkerDone chan struct{}
+	guard       string // a connection goroutine's name for panics.Guard
 }
 
 // NewGroup returns a group with cfg's limits and starts its checker.
@@ -120,7 +123,8 @@ func NewGroup(cfg Config, opt Options) *Group {
 			g.tick = min(g.tick, max(d/4, 10*time.Millisecond))
 		}
 	}
-	go g.checker()
+	g.guard = "source " + opt.Source + ": connection"
+	panics.Go("source "+opt.Source+": connection checker", g.checker)
 	return g
 }
 
@@ -284,7 +288,7 @@ func (c *Conn) Close() error {
 // descriptors, say) are logged, throttled, and retried after a pause.
 func (g *Group) Serve(l *Listener, handle func(*Conn)) {
 	g.wg.Add(1)
-	go func() {
+	panics.Go("source "+g.opt.Source+": accept", func() {
 		defer g.wg.Done()
 		var delay time.Duration
 		for {
@@ -306,12 +310,13 @@ func (g *Group) Serve(l *Listener, handle func(*Conn)) {
 			c := nc.(*Conn)
 			g.wg.Add(1)
 			go func() {
+				defer panics.Guard(g.guard)
 				defer g.wg.Done()
 				defer c.Close()
 				handle(c)
 			}()
 		}
-	}()
+	})
 }
 
 // checker closes idle and too-slow connections until Shutdown.
@@ -387,7 +392,7 @@ func (g *Group) Shutdown(ctx context.Context) error {
 		}
 	}
 	done := make(chan struct{})
-	go func() { g.wg.Wait(); close(done) }()
+	panics.Go("source "+g.opt.Source+": stop", func() { g.wg.Wait(); close(done) })
 	var err error
 	select {
 	case <-done:

@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // Throttle is safe for concurrent use. The zero value is not usable; call New.
@@ -76,7 +78,10 @@ func (t *Throttle) Log(l *slog.Logger, level slog.Level, key, msg string, args .
 		s.l, s.level, s.msg, s.args = l, level, msg, args
 		if s.flush == nil {
 			wait := t.interval - now.Sub(s.windowStart)
-			s.flush = time.AfterFunc(wait, func() { t.flushKey(key, s) })
+			s.flush = time.AfterFunc(wait, func() {
+				defer panics.Guard("log summary timer")
+				t.flushKey(key, s)
+			})
 		}
 		t.mu.Unlock()
 		return

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 const indexHTML = `<!DOCTYPE html>
@@ -238,7 +240,12 @@ func Serve(ctx context.Context, addr string, h http.Handler, tlsConf *tls.Config
 	}
 	s := &Server{
 		srv: &http.Server{
-			Handler:           h,
+			// net/http would recover a handler's panic and serve on; the
+			// agent's rule is to exit (package panics).
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				defer panics.Guard("metrics http request")
+				h.ServeHTTP(w, r)
+			}),
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      30 * time.Second,
@@ -250,12 +257,12 @@ func Serve(ctx context.Context, addr string, h http.Handler, tlsConf *tls.Config
 		log:  log,
 		done: make(chan struct{}),
 	}
-	go func() {
+	panics.Go("metrics http server", func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics http server failed", "addr", s.addr, "err", err)
 		}
-	}()
+	})
 	scheme := "http"
 	if tlsConf != nil {
 		scheme = "https"

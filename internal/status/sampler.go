@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // Sampling defaults: a sample a second, latency percentiles over the last
@@ -113,8 +114,9 @@ func (s *Sampler) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel, s.done = cancel, make(chan struct{})
 	s.Sample(time.Now())
-	go func() {
-		defer close(s.done)
+	done := s.done
+	panics.Go("status sampler", func() {
+		defer close(done)
 		t := time.NewTicker(s.interval)
 		defer t.Stop()
 		for {
@@ -125,7 +127,7 @@ func (s *Sampler) Start() {
 				s.Sample(now)
 			}
 		}
-	}()
+	})
 }
 
 // Stop ends the sampling goroutine and waits for it.

@@ -9,7 +9,9 @@ func TestAgentBinaryFromEnvironment(t *testing.T) {
 	if got := AgentBinary(t); got != "/opt/older/sluice" {
 		t.Fatalf("AgentBinary = %q, want $SLUICE_AGENT_BIN", got)
 	}
-	if agentBin.path != "" {
+	agentBins.mu.Lock()
+	defer agentBins.mu.Unlock()
+	if len(agentBins.builds) > 0 {
 		t.Fatal("AgentBinary built a binary although SLUICE_AGENT_BIN is set")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/thrift/lib/go/thrift"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/thriftrpc/flume"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
@@ -137,7 +138,7 @@ func (c *Client) call(ctx context.Context, name string, f func(context.Context) 
 	defer cancel()
 	// The library's socket reads do not watch ctx: closing the connection
 	// ends a call that outlives its deadline or its caller.
-	stop := context.AfterFunc(ctx, func() { _ = c.conn.Close() })
+	stop := panics.AfterFunc(ctx, "thrift client: call deadline", func() { _ = c.conn.Close() })
 	st, err = f(ctx)
 	if !stop() && err == nil {
 		// The reply came, but the connection was closed at the deadline.

@@ -15,6 +15,7 @@ import (
 	"github.com/apache/thrift/lib/go/thrift"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/thriftrpc/flume"
 )
 
@@ -106,7 +107,7 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
 		},
 	}
 	r := bufio.NewReaderSize(c.in, 32<<10)
-	stopWatch := context.AfterFunc(ctx, c.in.stop)
+	stopWatch := panics.AfterFunc(ctx, "thrift server: connection stop", c.in.stop)
 	defer stopWatch()
 	hctx := context.WithoutCancel(ctx) // a call that has arrived is finished
 

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/logthrottle"
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // Options configure a Log. The zero value is usable.
@@ -238,6 +239,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	l.cond.L = &l.mu
 	l.lazyTimer = time.AfterFunc(time.Hour, func() {
+		defer panics.Guard("wal " + dir + ": lazy sync timer")
 		l.mu.Lock()
 		l.lazyArmed = false
 		l.mu.Unlock()
@@ -248,8 +250,8 @@ func Open(dir string, opts Options) (*Log, error) {
 		lock.Close()
 		return nil, err
 	}
-	go l.runWriter()
-	go l.runSyncer()
+	panics.Go("wal "+dir+": writer", l.runWriter)
+	panics.Go("wal "+dir+": syncer", l.runSyncer)
 	return l, nil
 }
 

@@ -80,6 +80,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/wal"
 )
 
@@ -421,8 +422,9 @@ func (c *Channel) Start(ctx context.Context) error {
 	if err := c.checkpoint(); err != nil {
 		c.log.Warn("file channel: checkpoint after replay failed", "channel", c.name, "err", err)
 	}
-	go c.checkpointLoop()
-	go c.watch(c.stop, c.watchNudge, c.watchDone)
+	panics.Go("file channel "+c.name+": checkpointer", c.checkpointLoop)
+	stop, nudge, done := c.stop, c.watchNudge, c.watchDone
+	panics.Go("file channel "+c.name+": disk watch", func() { c.watch(stop, nudge, done) })
 	return nil
 }
 

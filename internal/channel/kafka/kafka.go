@@ -64,6 +64,7 @@ import (
 	"github.com/sluicehq/sluice/internal/kafkaconf"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // Defaults.
@@ -256,9 +257,18 @@ func (c *Channel) Start(context.Context) error {
 		kgo.ConsumeTopics(c.topic),
 		kgo.WithLogger(kafkaconf.Logger(c.log, c.throttle)),
 		kgo.AdjustFetchOffsetsFn(c.recreated.AdjustOffsets),
-		kgo.OnPartitionsAssigned(c.assigned),
-		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { c.revoked(ctx, cl, m, true) }),
-		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { c.revoked(ctx, cl, m, false) }),
+		kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+			defer panics.Guard("kafka channel " + c.env.Name + ": partitions assigned")
+			c.assigned(ctx, cl, m)
+		}),
+		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+			defer panics.Guard("kafka channel " + c.env.Name + ": partitions revoked")
+			c.revoked(ctx, cl, m, true)
+		}),
+		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+			defer panics.Guard("kafka channel " + c.env.Name + ": partitions lost")
+			c.revoked(ctx, cl, m, false)
+		}),
 	)
 	cons, err := kgo.NewClient(copts...)
 	if err != nil {
@@ -270,10 +280,11 @@ func (c *Channel) Start(context.Context) error {
 	c.lag.Register()
 	ctx, cancel := context.WithCancel(context.Background())
 	c.pollCancel, c.pollDone, c.probeDone = cancel, make(chan struct{}), make(chan struct{})
-	go c.poll(ctx)
+	panics.Go("kafka channel "+c.env.Name+": poller", func() { c.poll(ctx) })
 	probe := &kafkaconf.Probe{Client: prod, Brokers: c.brokers, Health: c.health,
 		Interval: kafkaconf.ProbeInterval(c.health.Grace()), Topics: []string{c.topic}}
-	go func() { defer close(c.probeDone); probe.Run(ctx) }()
+	probeDone := c.probeDone
+	panics.Go("kafka channel "+c.env.Name+": broker probe", func() { defer close(probeDone); probe.Run(ctx) })
 	return nil
 }
 
@@ -881,7 +892,9 @@ func (c *Channel) send(ctx, bctx context.Context, recs []*kgo.Record) sent {
 		mu  sync.Mutex
 		res sent
 	)
-	promise := func(r *kgo.Record, err error) {
+	guard := "kafka channel " + c.env.Name + ": produce result"
+	promise := func(r *kgo.Record, err error) { // called by the client's goroutines
+		defer panics.Guard(guard)
 		if err != nil {
 			mu.Lock()
 			if res.first == nil {
@@ -902,7 +915,7 @@ func (c *Channel) send(ctx, bctx context.Context, recs []*kgo.Record) sent {
 		c.prod.Produce(bctx, r, promise)
 	}
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	panics.Go("kafka channel "+c.env.Name+": put", func() { wg.Wait(); close(done) })
 	select {
 	case <-done:
 	case <-ctx.Done():

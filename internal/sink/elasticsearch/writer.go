@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
@@ -100,6 +101,7 @@ const (
 // of the batch are done, so that when the rolled-back batch comes back
 // (it is at the head of the channel) only the rest is sent again.
 type Writer struct {
+	guard   string // a request goroutine's name for panics.Guard
 	opt     Options
 	c       *metrics.SinkCounters
 	m       counters
@@ -150,6 +152,7 @@ func NewWriter(opt Options, c *metrics.SinkCounters, reg *metrics.Registry, log 
 	opt.MaxInFlight = max(opt.MaxInFlight, 1)
 	opt.MaxAttempts = max(opt.MaxAttempts, 1)
 	w := &Writer{
+		guard:   "elasticsearch sink " + opt.Name + ": bulk request",
 		opt:     opt,
 		c:       c,
 		m:       newCounters(c.Set),
@@ -437,7 +440,10 @@ func (w *Writer) round(ctx context.Context, todo []int, limit int) (retry []int,
 	outs := make([]outcome, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
-		wg.Go(func() { outs[i] = w.send(ctx, r) })
+		wg.Go(func() {
+			defer panics.Guard(w.guard)
+			outs[i] = w.send(ctx, r)
+		})
 	}
 	wg.Wait()
 	for _, o := range outs {

@@ -35,6 +35,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/serializer"
 )
 
@@ -132,7 +133,8 @@ func (w *Writer) Start(context.Context) error {
 	w.mu.Unlock()
 	if w.opt.RollInterval > 0 {
 		w.stop, w.done = make(chan struct{}), make(chan struct{})
-		go w.rollLoop(w.opt.RollInterval, w.stop, w.done)
+		stop, done := w.stop, w.done
+		panics.Go("file_roll sink "+w.c.Name+": roll timer", func() { w.rollLoop(w.opt.RollInterval, stop, done) })
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // finisher renames or uploads closed files in the background, with
@@ -50,11 +52,11 @@ func newFinisher(w *Writer) *finisher {
 func (f *finisher) start() {
 	for range f.workers {
 		f.wg.Add(1)
-		go f.run()
+		panics.Go("hdfs sink "+f.w.c.Name+": finisher", f.run)
 	}
 	// A ticker wakes the workers when a retry falls due.
 	f.wg.Add(1)
-	go func() {
+	panics.Go("hdfs sink "+f.w.c.Name+": finisher timer", func() {
 		defer f.wg.Done()
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
@@ -66,7 +68,7 @@ func (f *finisher) start() {
 				f.cond.Broadcast()
 			}
 		}
-	}()
+	})
 }
 
 func (f *finisher) add(rec *record, size int64) {
@@ -178,14 +180,14 @@ func (f *finisher) health() error {
 // workers, and returns how many files were left.
 func (f *finisher) drain(ctx context.Context) int {
 	done := make(chan struct{})
-	go func() {
+	panics.Go("hdfs sink "+f.w.c.Name+": stop", func() {
 		f.mu.Lock()
 		for (len(f.queue) > 0 || f.busy > 0) && !f.stopped {
 			f.cond.Wait()
 		}
 		f.mu.Unlock()
 		close(done)
-	}()
+	})
 	select {
 	case <-done:
 	case <-ctx.Done():

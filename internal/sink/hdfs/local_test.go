@@ -649,3 +649,80 @@ func TestIdleTimeoutAndMaxOpenFiles(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestTimersAfterEveryKindOfClose runs the roll timer (rollInterval,
+// idleTimeout) over buckets whose files closed some other way: by
+// rollCount, by rollSize, and a bucket whose file could not be created.
+// The timer once found such a bucket still in its map with no file and
+// dereferenced its missing record (issue 29: a panic 30 s after ten events
+// with Flume's defaults). Each case then writes again and expects the new
+// file to roll by the timer.
+func TestTimersAfterEveryKindOfClose(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		props map[string]string
+		first int // events of the first write
+	}{
+		{"rollCount+rollInterval", map[string]string{"hdfs.rollCount": "10", "hdfs.rollSize": "0", "hdfs.rollInterval": "0.2"}, 10},
+		{"rollSize+rollInterval", map[string]string{"hdfs.rollCount": "0", "hdfs.rollSize": "7", "hdfs.rollInterval": "0.2"}, 1},
+		{"rollCount+idleTimeout", map[string]string{"hdfs.rollCount": "10", "hdfs.rollSize": "0", "hdfs.rollInterval": "0", "hdfs.idleTimeout": "0.2"}, 10},
+		{"Flume defaults, timers shortened", map[string]string{"hdfs.rollInterval": "0.2", "hdfs.idleTimeout": "0.2"}, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.props["hdfs.path"] = dir
+			tc.props["hdfs.fileType"] = "DataStream"
+			w := startWriter(t, tc.props)
+			defer w.Stop(context.Background())
+			if err := w.Write(context.Background(), events(0, tc.first, 1)); err != nil {
+				t.Fatal(err)
+			}
+			waitFinished(t, dir, 1)
+			time.Sleep(600 * time.Millisecond) // three intervals: the timer sees the bucket's state
+			if err := w.Write(context.Background(), events(tc.first, 1, 1)); err != nil {
+				t.Fatal(err)
+			}
+			waitFinished(t, dir, 2) // the second file rolls by the timer
+		})
+	}
+	t.Run("create failed", func(t *testing.T) {
+		dir := t.TempDir()
+		notDir := filepath.Join(dir, "file")
+		if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		w := startWriter(t, map[string]string{"hdfs.path": dir + "/%{d}", "hdfs.fileType": "DataStream", "hdfs.rollInterval": "0.2"})
+		defer w.Stop(context.Background())
+		bad := []event.Event{{Headers: map[string]string{"d": "file"}, Body: []byte("x")}}
+		if err := w.Write(context.Background(), bad); err == nil {
+			t.Fatal("a file under a regular file was created")
+		}
+		time.Sleep(600 * time.Millisecond)
+		good := []event.Event{{Headers: map[string]string{"d": "ok"}, Body: []byte("y")}}
+		if err := w.Write(context.Background(), good); err != nil {
+			t.Fatal(err)
+		}
+		waitFinished(t, filepath.Join(dir, "ok"), 1)
+	})
+}
+
+// waitFinished waits up to 5 s for n finished (not in-use) files in dir.
+func waitFinished(t *testing.T, dir string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		done := 0
+		for _, f := range files(t, dir) {
+			if !strings.HasSuffix(f, ".tmp") {
+				done++
+			}
+		}
+		if done == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("files %v: want %d finished", files(t, dir), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

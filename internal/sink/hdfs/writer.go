@@ -69,7 +69,12 @@ type Writer struct {
 	j   *journal
 	fin *finisher
 
-	mu          sync.Mutex
+	mu sync.Mutex
+	// buckets holds the buckets with an open file, and only those: open
+	// adds a bucket and queue, through which every file leaves (a roll by
+	// count, size, interval or idleness, a failure, eviction, stop),
+	// removes it. The roll timer relies on it: every bucket it sees has a
+	// file, a record and an open time.
 	buckets     map[string]*bucket
 	lastCounter int64
 	use         int64 // LRU clock
@@ -142,7 +147,7 @@ func (w *Writer) Start(ctx context.Context) error {
 			tick = max(d/4, 5*time.Millisecond)
 		}
 	}
-	w.roller.Go(func(ctx context.Context) { w.rollLoop(ctx, tick) })
+	w.roller.Go("hdfs sink "+w.c.Name+": roll timer", func(ctx context.Context) { w.rollLoop(ctx, tick) })
 	return nil
 }
 
@@ -328,9 +333,8 @@ func (w *Writer) bucketFor(e *event.Event, nowMs int64) (*bucket, error) {
 	if b, ok := w.buckets[string(w.dirBuf)]; ok {
 		return b, nil
 	}
-	b := &bucket{key: string(w.dirBuf), dir: string(w.dirBuf[:n]), name: string(w.nameBuf)}
-	w.buckets[b.key] = b
-	return b, nil
+	// Not in buckets until open gives it a file.
+	return &bucket{key: string(w.dirBuf), dir: string(w.dirBuf[:n]), name: string(w.nameBuf)}, nil
 }
 
 func (w *Writer) shouldRotate(b *bucket) bool {
@@ -382,6 +386,7 @@ func (w *Writer) open(ctx context.Context, b *bucket, now time.Time) error {
 	b.rec, b.f, b.enc = rec, f, enc
 	b.size, b.events, b.bytes = 0, 0, 0
 	b.opened, b.lastWrite = now, now
+	w.buckets[b.key] = b
 	w.c.ConnectionCreated.Add(1)
 	w.c.opened.Add(1)
 	w.log.Debug("hdfs: opened file", "file", rec.InUse)
@@ -473,6 +478,7 @@ func (w *Writer) abandon(b *bucket) {
 func (w *Writer) queue(b *bucket, finish bool) {
 	rec, size := b.rec, b.size
 	b.f, b.enc, b.rec = nil, nil, nil
+	delete(w.buckets, b.key)
 	if finish {
 		rec.Closed = true
 		w.fin.add(rec, size)

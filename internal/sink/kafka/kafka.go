@@ -45,6 +45,7 @@ import (
 	"github.com/sluicehq/sluice/internal/kafkaconf"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // Flume's defaults.
@@ -73,6 +74,7 @@ type Options struct {
 
 // Writer produces batches to Kafka for a flow.BatchSink.
 type Writer struct {
+	name     string // the sink's, for the log line of a panic
 	opt      Options
 	producer *kafkaconf.Producer
 	topic    topicTemplate
@@ -150,6 +152,7 @@ func New(env flow.Env, p *config.Props) (flow.Sink, error) {
 
 	c := metrics.NewSinkCounters(env.Name, env.Type)
 	w := newWriter(opt, producer, tt, env.Log().With("sink", env.Name))
+	w.name = env.Name
 	w.send, w.rollback = c.Counter("KafkaEventSendTimer"), c.Counter("RollbackCount")
 	env.Registry().Add(c.Set)
 	return &Sink{BatchSink: flow.NewBatchSink(env, w, batch, c), w: w}, nil
@@ -202,7 +205,8 @@ func (w *Writer) Start(context.Context) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	w.probeStop, w.probeDone = cancel, make(chan struct{})
 	probe := &kafkaconf.Probe{Client: cl, Brokers: w.opt.Brokers, Health: w.health, Interval: kafkaconf.ProbeInterval(w.opt.HealthGrace)}
-	go func() { defer close(w.probeDone); probe.Run(ctx) }()
+	probeDone := w.probeDone
+	panics.Go("kafka sink "+w.name+": broker probe", func() { defer close(probeDone); probe.Run(ctx) })
 	return nil
 }
 
@@ -336,7 +340,9 @@ func (w *Writer) produce(ctx, dctx, bctx context.Context, recs []*kgo.Record) (p
 		res produced
 		wg  sync.WaitGroup
 	)
-	promise := func(r *kgo.Record, err error) {
+	guard := "kafka sink " + w.name + ": produce result"
+	promise := func(r *kgo.Record, err error) { // called by the client's goroutines
+		defer panics.Guard(guard)
 		if err != nil {
 			mu.Lock()
 			if res.err == nil {
@@ -360,7 +366,7 @@ func (w *Writer) produce(ctx, dctx, bctx context.Context, recs []*kgo.Record) (p
 		_ = w.cl.Flush(ctx) // Flume flushes each batch; a ctx error shows below
 	}
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	panics.Go("kafka sink "+w.name+": send", func() { wg.Wait(); close(done) })
 	select {
 	case <-done:
 	case <-dctx.Done():

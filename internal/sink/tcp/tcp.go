@@ -40,6 +40,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/rawio"
 )
 
@@ -124,7 +125,7 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 		// rolls back. The deadline is moved from the AfterFunc, and Write
 		// waits for it, so a late one cannot cut the next batch short.
 		cut := make(chan struct{})
-		stop := context.AfterFunc(ctx, func() {
+		stop := panics.AfterFunc(ctx, "tcp sink: write deadline", func() {
 			defer close(cut)
 			lc.SetWriteDeadline(time.Now())
 		})

@@ -105,7 +105,7 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 		return fmt.Errorf("exec %s: empty command", s.env.Name)
 	}
 	s.counters.Started()
-	s.worker.Go(func(ctx context.Context) { s.loop(ctx, p) })
+	s.worker.Go("exec source "+s.env.Name, func(ctx context.Context) { s.loop(ctx, p) })
 	return nil
 }
 

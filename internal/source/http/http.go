@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
@@ -70,6 +71,7 @@ var (
 // Source is the HTTP source. Build it with New.
 type Source struct {
 	env         flow.Env
+	guard       string // a request's name for panics.Guard
 	bind        string
 	port        int
 	maxBody     int64
@@ -99,7 +101,7 @@ type Source struct {
 // a keep-alive connection between requests), progressTimeout (10000 ms) and
 // minBytesPerSecond (1024) (see internal/listener).
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
-	s := &Source{env: env}
+	s := &Source{env: env, guard: "http source " + env.Name + ": request"}
 	s.bind = p.String("bind", "0.0.0.0")
 	if strings.TrimSpace(s.bind) == "" {
 		p.Errorf("bind", "is empty; set an address to listen on, such as 0.0.0.0")
@@ -242,12 +244,12 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	s.mu.Unlock()
 	s.counters.Started()
 	s.env.Log().Info("http source listening", "source", s.env.Name, "addr", gl.Addr().String(), "tls", tlsConf != nil)
-	go func() {
+	panics.Go("http source "+s.env.Name+": server", func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !g.Stopping() {
 			s.env.Log().Error("http source stopped serving", "source", s.env.Name, "err", err)
 		}
-	}()
+	})
 	return nil
 }
 
@@ -265,7 +267,7 @@ func (s *Source) Stop(ctx context.Context) error {
 	}
 	defer s.counters.Stopped()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Shutdown(ctx) }()
+	panics.Go("http source "+s.env.Name+": stop", func() { errc <- srv.Shutdown(ctx) })
 	gerr := g.Shutdown(ctx)
 	err := <-errc
 	if errors.Is(err, net.ErrClosed) {
@@ -293,6 +295,9 @@ func (e *tooLargeError) Error() string {
 // ServeHTTP handles one request as one transaction. GET is handled as POST,
 // as Flume does.
 func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// net/http would recover a panic, log it and serve on, with a batch
+	// perhaps half put: the agent's rule is to exit instead.
+	defer panics.Guard(s.guard)
 	peer := r.RemoteAddr
 	if r.Method != http.MethodPost && r.Method != http.MethodGet {
 		s.rejects.Add(reasonMethod, peer, "method", r.Method)

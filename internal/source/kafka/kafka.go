@@ -48,6 +48,7 @@ import (
 	"github.com/sluicehq/sluice/internal/kafkaconf"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // Flume's defaults.
@@ -181,8 +182,14 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 		kgo.ConsumeTopics(s.topics...),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.WithLogger(kafkaconf.Logger(s.log, s.throttle)),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.lag.Forget(m) }),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.lag.Forget(m) }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			defer panics.Guard("kafka source " + s.env.Name + ": partitions revoked")
+			s.lag.Forget(m)
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			defer panics.Guard("kafka source " + s.env.Name + ": partitions lost")
+			s.lag.Forget(m)
+		}),
 		kgo.AdjustFetchOffsetsFn(s.recreated.AdjustOffsets),
 	)
 	if s.regex {
@@ -196,12 +203,14 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	s.lag.Register()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cl, s.cancel, s.done, s.probeDone = cl, cancel, make(chan struct{}), make(chan struct{})
-	go s.run(ctx, cl, p, s.done)
+	done := s.done
+	panics.Go("kafka source "+s.env.Name+": poller", func() { s.run(ctx, cl, p, done) })
 	probe := &kafkaconf.Probe{Client: cl, Brokers: s.brokers, Health: s.health, Interval: kafkaconf.ProbeInterval(s.health.Grace())}
 	if !s.regex {
 		probe.Topics = s.topics
 	}
-	go func(done chan struct{}) { defer close(done); probe.Run(ctx) }(s.probeDone)
+	probeDone := s.probeDone
+	panics.Go("kafka source "+s.env.Name+": broker probe", func() { defer close(probeDone); probe.Run(ctx) })
 	return nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // maxDatagram is the largest UDP payload.
@@ -99,10 +100,10 @@ func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
 	s.mu.Unlock()
 	s.counters.Started()
 	s.env.Log().Info("netcatudp source listening", "source", s.env.Name, "addr", conn.LocalAddr().String())
-	go func() {
+	panics.Go("netcatudp source "+s.env.Name, func() {
 		defer close(done)
 		s.run(ctx, conn, p)
-	}()
+	})
 	return nil
 }
 

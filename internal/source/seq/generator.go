@@ -38,7 +38,7 @@ func (g *generator) Start(_ context.Context, p flow.Processor) error {
 		return fmt.Errorf("%s %s: already started", g.env.Type, g.env.Name)
 	}
 	g.counters.Started()
-	g.worker.Go(func(ctx context.Context) { g.run(ctx, p) })
+	g.worker.Go(g.env.Type+" source "+g.env.Name, func(ctx context.Context) { g.run(ctx, p) })
 	return nil
 }
 

@@ -172,7 +172,7 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 		return fmt.Errorf("spooldir %s: %w", s.env.Name, err)
 	}
 	s.counters.Started()
-	s.worker.Go(func(ctx context.Context) {
+	s.worker.Go("spooldir source "+s.env.Name, func(ctx context.Context) {
 		r.run(ctx)
 		r.throttle.Flush()
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // maxDatagram is the largest UDP payload (Flume reads up to 64 KiB).
@@ -126,9 +127,9 @@ func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
 	queue := make(chan event.Event, 4*s.batchSize)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); s.read(conn, queue) }()
-	go func() { defer wg.Done(); s.putLoop(procCtx, queue, p) }()
-	go func() { wg.Wait(); close(done) }()
+	panics.Go("syslogudp source "+s.env.Name+": reader", func() { defer wg.Done(); s.read(conn, queue) })
+	panics.Go("syslogudp source "+s.env.Name+": putter", func() { defer wg.Done(); s.putLoop(procCtx, queue, p) })
+	panics.Go("syslogudp source "+s.env.Name+": stop", func() { wg.Wait(); close(done) })
 	return nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // notifier collects directory notifications from fsnotify into a set of
@@ -23,13 +25,13 @@ type notifier struct {
 	overflow bool // events were lost: rescan everything
 }
 
-func newNotifier(log *slog.Logger) (*notifier, error) {
+func newNotifier(name string, log *slog.Logger) (*notifier, error) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, err
 	}
 	n := &notifier{w: w, log: log, kick: make(chan struct{}, 1), done: make(chan struct{}), changed: map[string]fsnotify.Op{}}
-	go n.run()
+	panics.Go("taildir source "+name+": directory watch", n.run)
 	return n, nil
 }
 

@@ -115,7 +115,7 @@ func newTailer(s *Source, p flow.Processor, saved []position) *tailer {
 // positions. Errors are only those that make the source unusable.
 func (t *tailer) open() error {
 	if t.s.watch {
-		n, err := newNotifier(t.log)
+		n, err := newNotifier(t.s.env.Name, t.log)
 		if err != nil {
 			t.log.Warn("taildir source cannot watch directories; polling instead", "every", t.s.pollInterval, "err", err)
 		} else {

@@ -247,7 +247,7 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 		return fmt.Errorf("taildir %s: %w", s.env.Name, err)
 	}
 	s.counters.Started()
-	s.worker.Go(func(ctx context.Context) {
+	s.worker.Go("taildir source "+s.env.Name, func(ctx context.Context) {
 		t.run(ctx)
 		t.throttle.Flush()
 	})

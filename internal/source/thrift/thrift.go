@@ -32,6 +32,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/thriftrpc"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
@@ -45,6 +46,7 @@ const (
 // Source is the Thrift source. Build it with New.
 type Source struct {
 	env      flow.Env
+	guard    string // a connection goroutine's name for panics.Guard
 	addr     string
 	srv      thriftrpc.Server
 	tls      tlsconf.Settings
@@ -74,7 +76,7 @@ type Source struct {
 // (100000) and stall-timeout (30000 ms, how long a request may stop arriving
 // part way).
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
-	s := &Source{env: env, logs: logthrottle.New(10*time.Second, 3)}
+	s := &Source{env: env, guard: "thrift source " + env.Name + ": connection", logs: logthrottle.New(10*time.Second, 3)}
 	bind := p.Required("bind")
 	port := 0
 	if p.Has("port") {
@@ -150,7 +152,7 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	s.hardCtx, s.hardStop = context.WithCancel(context.Background())
 	s.counters.Started()
 	s.wg.Add(1)
-	go s.accept(ctx, ln)
+	panics.Go("thrift source "+s.env.Name+": accept", func() { s.accept(ctx, ln) })
 	s.env.Log().Info("thrift source listening", "source", s.env.Name, "addr", ln.Addr().String(),
 		"protocol", s.srv.Protocol.String(), "ssl", tcfg != nil)
 	return nil
@@ -173,7 +175,7 @@ func (s *Source) Stop(ctx context.Context) error {
 	cancel()
 	_ = ln.Close()
 	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
+	panics.Go("thrift source "+s.env.Name+": stop", func() { s.wg.Wait(); close(done) })
 	select {
 	case <-done:
 		s.hardStop()
@@ -221,11 +223,12 @@ func (s *Source) accept(ctx context.Context, ln net.Listener) {
 		s.counters.OpenConnection.Store(int64(len(s.conns)))
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.serve(ctx, c)
+		go s.serve(ctx, c) // guarded by serve
 	}
 }
 
 func (s *Source) serve(ctx context.Context, c net.Conn) {
+	defer panics.Guard(s.guard)
 	defer s.wg.Done()
 	defer func() {
 		_ = c.Close()
