@@ -31,7 +31,11 @@ const DefaultSinkHealthGrace = 30 * time.Second
 // goroutine it owns: it calls Process in a loop until stopped. After
 // Backoff it calls again at once (the channel's Take already waited, so
 // Flume's sleep after an empty batch would only add latency); after an error
-// it sleeps with an exponential backoff and logs, throttled.
+// it sleeps with an exponential backoff. It tells the failure streak with a
+// logthrottle.Streak (first failure, summaries, "delivering again"), except
+// errors the sink has told in its own streak (logthrottle.Reported), which
+// it logs at DEBUG only: one line per outage, from the component that
+// knows most about it.
 //
 // The runner does not start or stop the sink itself; the agent does, before
 // Start and after Stop.
@@ -45,7 +49,7 @@ type SinkRunner struct {
 	done     chan struct{} // closed when the loop exits
 	drain    chan []Channel
 	drained  chan struct{}
-	throttle *logthrottle.Throttle
+	streak   *logthrottle.Streak
 
 	// HealthGrace is how long Process may keep failing before Health
 	// reports it; set before Start. 0 means DefaultSinkHealthGrace.
@@ -63,7 +67,11 @@ func NewSinkRunner(name string, s Sink, log *slog.Logger) *SinkRunner {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &SinkRunner{name: name, sink: s, log: log, throttle: logthrottle.New(10*time.Second, 1)}
+	return &SinkRunner{name: name, sink: s, log: log, streak: &logthrottle.Streak{
+		Log: log, Level: slog.LevelWarn,
+		Failed:    "sink failed; events stay in the channel and are retried",
+		Recovered: "sink delivering again",
+	}}
 }
 
 // logFlusher is a sink that throttles its own logs (a sink group, whose
@@ -73,7 +81,7 @@ func NewSinkRunner(name string, s Sink, log *slog.Logger) *SinkRunner {
 type logFlusher interface{ flushLogs() }
 
 func (r *SinkRunner) flushLogs() {
-	r.throttle.Flush()
+	r.streak.Stop()
 	if f, ok := r.sink.(logFlusher); ok {
 		f.flushLogs()
 	}
@@ -121,8 +129,12 @@ func (r *SinkRunner) loop(ctx context.Context, done chan struct{}, drain <-chan 
 			failures++
 			r.noteFailure(err, failures)
 			wait := backoff(failures)
-			r.throttle.Log(r.log, slog.LevelWarn, "sink failed; events stay in the channel and are retried", "sink failed; events stay in the channel and are retried",
-				"sink", r.name, "consecutive_failures", failures, "retry_in", wait, "err", err)
+			if logthrottle.Reported(err) {
+				r.log.Debug("sink failed; events stay in the channel and are retried", "sink", r.name,
+					"consecutive_failures", failures, "retry_in", wait.String(), "err", err)
+			} else {
+				r.streak.Fail(err, "sink", r.name, "retry_in", wait.String())
+			}
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -134,6 +146,7 @@ func (r *SinkRunner) loop(ctx context.Context, done chan struct{}, drain <-chan 
 		}
 		if failures > 0 {
 			r.noteFailure(nil, 0)
+			r.streak.Ok("sink", r.name)
 		}
 		failures = 0
 		if isDraining && st == Backoff && empty(draining) {
