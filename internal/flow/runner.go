@@ -44,12 +44,12 @@ type SinkRunner struct {
 	sink Sink
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	cancel   context.CancelFunc
-	done     chan struct{} // closed when the loop exits
-	drain    chan []Channel
-	drained  chan struct{}
-	streak   *logthrottle.Streak
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the loop exits
+	drain   chan []Channel
+	drained chan struct{}
+	streak  *logthrottle.Streak
 
 	// HealthGrace is how long Process may keep failing before Health
 	// reports it; set before Start. 0 means DefaultSinkHealthGrace.
