@@ -287,7 +287,8 @@ func (a *Agent) Start(ctx context.Context) error {
 		if a.opts.HTTPUser != "" {
 			h = metrics.BasicAuth(h, a.opts.HTTPUser, a.opts.HTTPPassword)
 		}
-		srv, err := metrics.Serve(ctx, a.opts.HTTPAddr, h, a.opts.HTTPTLS, a.log)
+		h, opts := a.monitorServer(h)
+		srv, err := metrics.ServeWith(ctx, a.opts.HTTPAddr, h, opts)
 		if err != nil {
 			a.setState("stopped")
 			return fmt.Errorf("monitoring endpoint: %w", err)

@@ -36,14 +36,20 @@ type Streak struct {
 	Failed    string       // message of a failure line, such as "avro sink: delivery failed; the events stay in the channel"
 	Recovered string       // message of the recovery line, such as "avro sink: delivering again"
 	Every     time.Duration
-	Now       func() time.Time // the clock; nil: time.Now (tests set a fake one)
+	// Hold makes a streak end only once Ok has been called for Hold
+	// without a failure in between (the owner calls Ok on every good
+	// reading): a state that flaps, such as free space hovering at a limit,
+	// is one streak, not two lines per flap. 0: the first Ok ends it.
+	Hold time.Duration
+	Now  func() time.Time // the clock; nil: time.Now (tests set a fake one)
 
 	mu       sync.Mutex
 	since    time.Time // first failure of the streak; zero when not failing
 	failures int       // failures in the streak
 	held     int       // failures counted since the last line
 	lastLine time.Time
-	err      error // the last failure's error and attributes, for the summary
+	okSince  time.Time // first Ok since the last failure, while Hold runs
+	err      error     // the last failure's error and attributes, for the summary
 	args     []any
 }
 
@@ -92,20 +98,21 @@ func (s *Streak) every() time.Duration {
 	return DefaultStreakEvery
 }
 
-// Fail records one failed attempt with its error and the attributes of
-// the failure line (key-value pairs, as slog takes them), logs it as the
-// rule above says, and returns err marked as reported (see Reported).
+// Fail records one failed attempt with its error (nil for a failure its
+// attributes tell) and the attributes of the failure line (key-value pairs,
+// as slog takes them), logs it as the rule above says, and returns err
+// marked as reported (see Reported).
 func (s *Streak) Fail(err error, args ...any) error {
 	s.mu.Lock()
 	defer s.mu.Unlock() // lines go out under the lock, so they keep their order
 	now := s.now()
 	s.failures++
-	s.err, s.args = err, args
+	s.err, s.args, s.okSince = err, args, time.Time{}
 	l := s.logger()
 	switch {
 	case s.since.IsZero():
 		s.since, s.lastLine, s.held = now, now, 0
-		l.Log(context.Background(), s.Level, s.Failed, append(args[:len(args):len(args)], "err", err)...)
+		l.Log(context.Background(), s.Level, s.Failed, withErr(args, err)...)
 	case now.Sub(s.lastLine) >= s.every():
 		s.held++
 		s.summaryLocked(now)
@@ -120,16 +127,26 @@ func (s *Streak) summaryLocked(now time.Time) {
 	if s.held == 0 {
 		return
 	}
-	args := append(s.args[:len(s.args):len(s.args)], "err", s.err, "failures", s.failures,
-		"failing_for", Round(now.Sub(s.since)))
+	args := append(withErr(s.args, s.err), "failures", s.failures, "failing_for", Round(now.Sub(s.since)))
 	s.logger().Log(context.Background(), s.Level, s.Failed+" (repeated)", args...)
 	s.held, s.lastLine = 0, now
 }
 
-// Ok ends the streak, if there is one: the summary of the failures not
-// yet told, then the Recovered line with args, recovered_after and
-// failures. Without a streak it does nothing, so a component calls it
-// after every success.
+// withErr is args and err, in a new slice; a nil err (a failure told by
+// its attributes alone, such as free space under a limit) adds nothing.
+func withErr(args []any, err error) []any {
+	args = args[:len(args):len(args)]
+	if err == nil {
+		return args
+	}
+	return append(args, "err", err)
+}
+
+// Ok ends the streak, if there is one (with Hold, once successes have
+// lasted that long): the summary of the failures not yet told, then the
+// Recovered line with args, recovered_after (from the first failure to the
+// success that ended the streak) and failures. Without a streak it does
+// nothing, so a component calls it after every success.
 func (s *Streak) Ok(args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -137,10 +154,16 @@ func (s *Streak) Ok(args ...any) {
 		return
 	}
 	now := s.now()
-	s.summaryLocked(now)
-	args = append(args[:len(args):len(args)], "recovered_after", Round(now.Sub(s.since)), "failures", s.failures)
+	if s.okSince.IsZero() {
+		s.okSince = now
+	}
+	if now.Sub(s.okSince) < s.Hold {
+		return
+	}
+	s.summaryLocked(s.okSince) // failing_for: up to the success, as recovered_after
+	args = append(args[:len(args):len(args)], "recovered_after", Round(s.okSince.Sub(s.since)), "failures", s.failures)
 	s.logger().Log(context.Background(), slog.LevelInfo, s.Recovered, args...)
-	s.since, s.failures, s.held, s.err, s.args = time.Time{}, 0, 0, nil, nil
+	s.since, s.okSince, s.failures, s.held, s.err, s.args = time.Time{}, time.Time{}, 0, 0, nil, nil
 }
 
 // Stop writes the summary of the failures still held back, for an owner

@@ -58,6 +58,7 @@ func TestStreakRule(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
+		hold  time.Duration
 		steps []step
 		want  []string
 	}{
@@ -95,13 +96,20 @@ func TestStreakRule(t *testing.T) {
 			steps: []step{fail(0, "refused"), fail(time.Second, "refused"), {time.Second, "stop"}, {0, "stop"}, ok(time.Second)},
 			want:  []string{first("refused"), summary("refused", 2, "2s"), recovered("3s", 2)},
 		},
+		{
+			name: "with Hold, a state that flaps is one streak, which ends once it held",
+			hold: 10 * time.Second,
+			steps: []step{fail(0, "low"), ok(time.Second), ok(time.Second), fail(time.Second, "low"), ok(time.Second),
+				ok(5 * time.Second), ok(5 * time.Second), ok(time.Minute)},
+			want: []string{first("low"), summary("low", 2, "4s"), recovered("4s", 2)},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			out := &lines{}
 			c := &clock{t: time.Unix(1e9, 0)}
 			s := &Streak{Log: plain(out), Level: slog.LevelWarn, Failed: "x: delivery failed", Recovered: "x: delivering again",
-				Every: every, Now: c.now}
+				Every: every, Hold: tc.hold, Now: c.now}
 			for _, st := range tc.steps {
 				c.add(st.wait)
 				switch {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/logthrottle"
 )
 
 // finisher renames or uploads closed files in the background, with
@@ -24,6 +26,7 @@ type finisher struct {
 	stopped bool
 	failing time.Time // since when every finish has failed; zero when one worked
 	lastErr error
+	streak  *logthrottle.Streak // tells a run of failed finishes, and its end
 
 	wg     sync.WaitGroup
 	ctx    context.Context
@@ -41,7 +44,8 @@ type finishItem struct {
 var healthGrace = 30 * time.Second
 
 func newFinisher(w *Writer) *finisher {
-	f := &finisher{w: w, workers: max(1, w.opt.Threads)}
+	f := &finisher{w: w, workers: max(1, w.opt.Threads), streak: &logthrottle.Streak{Log: w.log, Level: slog.LevelWarn,
+		Failed: "hdfs: finishing a file failed; retrying", Recovered: "hdfs: finishing files again"}}
 	f.cond = sync.NewCond(&f.mu)
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	return f
@@ -119,6 +123,7 @@ func (f *finisher) run() {
 			f.w.c.ConnectionClosed.Add(1)
 			f.w.c.closed.Add(1)
 			f.w.log.Debug("hdfs: finished file", "file", it.rec.Target, "took", time.Since(start))
+			f.streak.Ok("store", f.w.store.String())
 			f.cond.Broadcast()
 			continue
 		}
@@ -146,7 +151,7 @@ func (f *finisher) run() {
 			f.w.log.Error("hdfs: gave up finishing a file after hdfs.closeTries tries; it stays in the staging journal and is finished at the next start",
 				"file", it.rec.Target, "tries", it.tries, "err", err)
 		} else {
-			f.w.warn.Log(f.w.log, slog.LevelWarn, "finish", "hdfs: finishing a file failed; retrying", "file", it.rec.Target, "store", f.w.store.String(), "err", err)
+			f.streak.Fail(err, "file", it.rec.Target, "store", f.w.store.String())
 		}
 		f.cond.Broadcast()
 	}
@@ -198,5 +203,6 @@ func (f *finisher) drain(ctx context.Context) int {
 	f.cond.Broadcast()
 	f.wg.Wait()
 	<-done
+	f.streak.Stop()
 	return left
 }
