@@ -187,7 +187,6 @@ type Agent struct {
 	// source starts and every source's processor refuses puts.
 	intakeClosed atomic.Bool
 
-	startLog    *logthrottle.Throttle
 	retryWake   chan struct{}
 	retryCancel context.CancelFunc
 	retryDone   chan struct{}
@@ -217,7 +216,7 @@ func New(opts Options) (*Agent, error) {
 	log := slog.New(&redactHandler{h: opts.Logger.Handler(), r: red})
 	a := &Agent{opts: opts, log: log, reg: metrics.NewRegistry(opts.Name), state: "stopped", taps: flow.NewTaps(),
 		secrets: red, polls: logthrottle.New(10*time.Minute, 1),
-		startLog: logthrottle.New(5*time.Minute, 3), retryWake: make(chan struct{}, 1)}
+		retryWake: make(chan struct{}, 1)}
 	f, err := opts.fetcher()
 	if err != nil {
 		return nil, err
@@ -341,7 +340,7 @@ func (a *Agent) Stop(ctx context.Context) error {
 		lost, _ := a.stopNodes(a.g, nil, deadline, "stop")
 		a.removeMetrics(a.g, nil)
 		a.setState("stopped")
-		a.startLog.Flush()
+		stopStartStreaks(a.g)
 		a.polls.Flush()
 		if len(lost) > 0 {
 			dropped := &DroppedError{Channels: lost}

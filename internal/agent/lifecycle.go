@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -55,6 +56,10 @@ type life struct {
 	err   error     // why the last start failed
 	tries int       // failed starts in a row
 	next  time.Time // when the next start is due, after a failure
+	// streak tells the failed starts (logthrottle.Streak): the first at
+	// once, a summary every 5 minutes while they go on, and when the node
+	// starts, the summary then "component started after failing to".
+	streak *logthrottle.Streak
 }
 
 func retryWait(tries int) time.Duration {
@@ -72,13 +77,14 @@ func (a *Agent) setLife(l *life, st nodeState) {
 }
 
 // started records the result of starting one node, and logs a failure
-// (throttled: a port held for an hour is not logged 120 times).
+// as a streak (a port held for an hour is not logged 120 times, and a
+// node that started says so, once, with nothing about its failures after).
 func (a *Agent) started(l *life, kind, name string, err error) error {
 	a.stmu.Lock()
 	defer a.stmu.Unlock()
 	if err == nil {
-		if l.tries > 0 {
-			a.log.Info("component started after failing to", "kind", kind, "component", name, "failed_attempts", l.tries)
+		if l.streak != nil {
+			l.streak.Ok("kind", kind, "component", name)
 		}
 		l.state, l.err, l.tries = running, nil, 0
 		return nil
@@ -93,9 +99,36 @@ func (a *Agent) started(l *life, kind, name string, err error) error {
 		a.log.Error("component failed to start", "kind", kind, "component", name, "err", err)
 		return err
 	}
-	a.startLog.Log(a.log, slog.LevelError, kind+" "+name, "component failed to start; retrying",
-		"kind", kind, "component", name, "err", err, "attempt", l.tries, "retry_in", wait)
+	if l.streak == nil {
+		l.streak = &logthrottle.Streak{Log: a.log, Level: slog.LevelError, Every: 5 * time.Minute,
+			Failed: "component failed to start; retrying", Recovered: "component started after failing to"}
+	}
+	l.streak.Fail(err, "kind", kind, "component", name, "attempt", l.tries, "retry_in", wait.String())
 	return err
+}
+
+// stopStartStreaks writes, at the agent's stop, the summary of failed
+// starts held back for the nodes of g still failing to start; a node that
+// started has ended its streak, so nothing stale is said of it.
+func stopStartStreaks(g *graph) {
+	if g == nil {
+		return
+	}
+	var lives []*life
+	for _, n := range g.channels {
+		lives = append(lives, &n.life)
+	}
+	for _, n := range g.sinks {
+		lives = append(lives, &n.life)
+	}
+	for _, n := range g.sources {
+		lives = append(lives, &n.life)
+	}
+	for _, l := range lives {
+		if l.streak != nil {
+			l.streak.Stop()
+		}
+	}
 }
 
 func (a *Agent) componentCtx() (context.Context, context.CancelFunc) {
