@@ -345,7 +345,7 @@ func (a *Agent) Stop(ctx context.Context) error {
 		if len(lost) > 0 {
 			dropped := &DroppedError{Channels: lost}
 			err = dropped
-			a.log.Error("agent stopped", "agent", a.opts.Name, "dropped", dropped.Events())
+			a.log.Error("agent stopped", "agent", a.opts.Name, "dropped", dropped.Events(), "in_flight_unknown", dropped.InFlight())
 		} else {
 			a.log.Info("agent stopped", "agent", a.opts.Name)
 		}

@@ -384,10 +384,27 @@ func durable(ch flow.Channel) bool {
 }
 
 // ChannelLoss is what a channel that does not keep its events (memory) held
-// when it was stopped: events acknowledged to their senders and lost.
+// when it was stopped: events acknowledged to their senders and lost
+// (Events: no delivery had them), and those of deliveries the shutdown
+// deadline cut off (InFlight: the downstream may or may not have them).
 type ChannelLoss struct {
-	Channel string
-	Events  int
+	Channel  string
+	Events   int
+	InFlight int
+}
+
+// lossSplitter is a channel that tells its lost events from those in
+// flight at the deadline (the memory channel).
+type lossSplitter interface {
+	Loss() (lost, inFlight int)
+}
+
+// loss splits left, what ch held, into lost and in flight.
+func loss(ch flow.Channel, left int) (lost, inFlight int) {
+	if l, ok := ch.(lossSplitter); ok {
+		return l.Loss()
+	}
+	return left, 0
 }
 
 // DroppedError is returned by Stop when channels that do not keep their
@@ -398,7 +415,7 @@ type DroppedError struct {
 	Channels []ChannelLoss
 }
 
-// Events is the total dropped.
+// Events is the total dropped: lost for sure.
 func (e *DroppedError) Events() int {
 	n := 0
 	for _, c := range e.Channels {
@@ -407,12 +424,23 @@ func (e *DroppedError) Events() int {
 	return n
 }
 
+// InFlight is the total of events in flight at the deadline, whose
+// delivery is unknown.
+func (e *DroppedError) InFlight() int {
+	n := 0
+	for _, c := range e.Channels {
+		n += c.InFlight
+	}
+	return n
+}
+
 func (e *DroppedError) Error() string {
 	parts := make([]string, len(e.Channels))
 	for i, c := range e.Channels {
-		parts[i] = fmt.Sprintf("%s: %d", c.Channel, c.Events)
+		parts[i] = fmt.Sprintf("%s: %d lost, %d in flight", c.Channel, c.Events, c.InFlight)
 	}
-	return fmt.Sprintf("%d events dropped from memory channels at stop (%s)", e.Events(), strings.Join(parts, ", "))
+	return fmt.Sprintf("%d events dropped from memory channels at stop, and %d in flight whose delivery is unknown (%s)",
+		e.Events(), e.InFlight(), strings.Join(parts, ", "))
 }
 
 // stopNodes stops the nodes of g that next does not keep (all of them when
@@ -572,10 +600,18 @@ func (a *Agent) stopNodes(g, next *graph, deadline time.Time, why string) (lost 
 			}
 			a.log.Info(msg, "component", name, "events", count, "why", why)
 		case left > 0:
-			a.log.Error("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline",
-				"component", name, "events", left, "why", why, "shutdown_timeout", a.opts.ShutdownTimeout)
-			a.reg.Dropped(name, "stopped_with_events").Add(float64(left))
-			lost = append(lost, ChannelLoss{Channel: name, Events: left})
+			gone, inFlight := loss(n.ch, left)
+			if gone > 0 {
+				a.log.Error("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline",
+					"component", name, "events", gone, "why", why, "shutdown_timeout", a.opts.ShutdownTimeout)
+				a.reg.Dropped(name, "stopped_with_events").Add(float64(gone))
+			}
+			if inFlight > 0 {
+				a.log.Error("channel dropped events its sinks were delivering when the shutdown deadline cut them off: the downstream may or may not have them (in flight, outcome unknown)",
+					"component", name, "events", inFlight, "why", why, "shutdown_timeout", a.opts.ShutdownTimeout)
+				a.reg.Dropped(name, "stopped_in_flight").Add(float64(inFlight))
+			}
+			lost = append(lost, ChannelLoss{Channel: name, Events: gone, InFlight: inFlight})
 		}
 		if err := a.stopBounded("channel", name, n.ch.Stop); err != nil && !errors.Is(err, errLeftRunning) {
 			a.log.Warn("channel did not stop cleanly", "component", name, "err", err)
@@ -627,7 +663,7 @@ func (a *Agent) Abort() int {
 	a.stmu.Lock()
 	g := a.g
 	a.stmu.Unlock()
-	total := 0
+	total, unknown := 0, 0
 	for _, name := range sortedKeys(g.channels) {
 		ch := g.channels[name].ch
 		left := held(ch)
@@ -640,10 +676,14 @@ func (a *Agent) Abort() int {
 			}
 			a.log.Info("stopping at once: channel keeps its events for the next start", "component", name, "events", count)
 		default:
-			a.log.Error("stopping at once: channel drops the events it holds", "component", name, "events", left)
-			total += left
+			gone, inFlight := loss(ch, left)
+			a.log.Error("stopping at once: channel drops the events it holds", "component", name, "events", gone,
+				"in_flight_unknown", inFlight)
+			total += gone
+			unknown += inFlight
 		}
 	}
-	a.log.Error("agent stopped at once by a second signal, without finishing the drain", "agent", a.opts.Name, "dropped", total)
+	a.log.Error("agent stopped at once by a second signal, without finishing the drain", "agent", a.opts.Name, "dropped", total,
+		"in_flight_unknown", unknown)
 	return total
 }

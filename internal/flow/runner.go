@@ -213,8 +213,9 @@ func empty(chans []Channel) bool {
 // Drain keeps the loop processing until the sink finds its channels empty
 // (Process returns Backoff and every channel in chans has Len 0), then stops
 // the loop. If ctx ends first, it stops the loop anyway and returns ctx's
-// error; what was not delivered stays in the channels. Call it after the
-// sources stopped.
+// error; what was not delivered stays in the channels, and a channel that
+// has MarkInFlight is told first, so it counts the batch being delivered
+// apart from what no delivery had. Call it after the sources stopped.
 func (r *SinkRunner) Drain(ctx context.Context, chans ...Channel) error {
 	r.mu.Lock()
 	done, drain, drained := r.done, r.drain, r.drained
@@ -232,12 +233,25 @@ func (r *SinkRunner) Drain(ctx context.Context, chans ...Channel) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
+		// The deliveries under way are cut off now: a channel that can
+		// tell them apart from the events no delivery had counts what they
+		// give back as in flight, outcome unknown (the downstream may have
+		// them), not as lost.
+		for _, c := range chans {
+			if m, ok := c.(inFlightMarker); ok {
+				m.MarkInFlight()
+			}
+		}
 		r.mu.Lock()
 		r.cancel() // Stop waits for the loop to exit
 		r.mu.Unlock()
 		return ctx.Err()
 	}
 }
+
+// inFlightMarker is a channel that counts the events of deliveries cut off
+// at the shutdown deadline apart (the memory channel).
+type inFlightMarker interface{ MarkInFlight() }
 
 // Stop stops the loop: it cancels the context of the Process in progress
 // and waits, at most until ctx ends, for it to return.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/testutil"
@@ -242,5 +243,41 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("timed out")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// slowWriter's deliveries never finish: each waits until its context ends.
+type slowWriter struct{}
+
+func (slowWriter) Write(ctx context.Context, _ []event.Event) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A drain cut off by its deadline tells the channel first: the batch the
+// sink was delivering is counted in flight (the downstream may have it),
+// the rest as lost.
+func TestRunnerDrainDeadlineMarksInFlight(t *testing.T) {
+	ch := newMem(t, "c1", 1000, 100, "0.1")
+	s, _, _ := newSink(t, ch, slowWriter{}, 100)
+	r := flow.NewSinkRunner("k1", s, quietLog)
+	if err := testutil.PutCommit(ch, events("a", 100)); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.PutCommit(ch, events("b", 50)); err != nil {
+		t.Fatal(err)
+	}
+	r.Start()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := r.Drain(ctx, ch); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Drain with a sink that never finishes: %v", err)
+	}
+	if err := r.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	lost, inFlight := ch.(interface{ Loss() (int, int) }).Loss()
+	if lost != 50 || inFlight != 100 {
+		t.Fatalf("Loss() = %d lost, %d in flight; want 50 (never taken) and 100 (the batch being delivered)", lost, inFlight)
 	}
 }
