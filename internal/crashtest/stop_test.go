@@ -61,8 +61,9 @@ a1.channels.c1.kafka.consumer.group.id = lifecycle
 //   - memory channel: exit status 3, one ERROR per channel with the events
 //     it lost (no delivery had them: the downstream never got them) and one
 //     with those in flight at the deadline (the batch the sink was
-//     delivering, which the downstream may have in part), so that received
-//     + lost + in flight accounts for every acknowledged event;
+//     delivering, which the downstream may have in part), so that the
+//     events received, lost and in flight account for every acknowledged
+//     event;
 //   - file and Kafka channels: exit status 0, an INFO with what the channel
 //     keeps, and after a restart every acknowledged event arrives.
 func TestStopUnderLoad(t *testing.T) {
