@@ -63,7 +63,8 @@ var (
 	reasonConnFailed = listener.Reason{Level: slog.LevelWarn,
 		Msg: "avro source: connection failed"}
 	reasonPutFailed = listener.Reason{Level: slog.LevelWarn,
-		Msg: "avro source: could not put events; replying FAILED so the sender retries"}
+		Msg:       "avro source: could not put events; replying FAILED so the sender retries",
+		Recovered: "avro source: puts events again"}
 	reasonStopping = listener.Reason{Level: slog.LevelInfo,
 		Msg: "avro source: the agent is stopping; replying FAILED so the sender retries elsewhere or later"}
 )
@@ -305,6 +306,7 @@ func (h handler) AppendBatch(_ context.Context, events []event.Event) avrorpc.St
 func (h handler) process(events []event.Event) bool {
 	err := h.s.proc.Process(h.s.hardCtx, events)
 	if err == nil {
+		h.s.rejects.Ok(reasonPutFailed)
 		return true
 	}
 	h.s.counters.ChannelWriteFail.Add(1)
