@@ -180,8 +180,8 @@ type Agent struct {
 	g       *graph
 	state   string // "starting", "running", "stopping", "stopped"
 	fetch   *config.Fetcher
-	secrets *redactor // replaces config-filter secrets in the log
-	polls   *logthrottle.Throttle
+	secrets *redactor           // replaces config-filter secrets in the log
+	polls   *logthrottle.Streak // configuration polls that fail
 
 	// intakeClosed is set once a stop was asked for: from then on no
 	// source starts and every source's processor refuses puts.
@@ -215,13 +215,15 @@ func New(opts Options) (*Agent, error) {
 	red := &redactor{}
 	log := slog.New(&redactHandler{h: opts.Logger.Handler(), r: red})
 	a := &Agent{opts: opts, log: log, reg: metrics.NewRegistry(opts.Name), state: "stopped", taps: flow.NewTaps(),
-		secrets: red, polls: logthrottle.New(10*time.Minute, 1),
+		secrets:   red,
 		retryWake: make(chan struct{}, 1)}
 	f, err := opts.fetcher()
 	if err != nil {
 		return nil, err
 	}
 	a.fetch = f
+	a.polls = &logthrottle.Streak{Log: log, Level: slog.LevelError, Every: 10 * time.Minute,
+		Failed: "configuration cannot be read; the running configuration stays", Recovered: "configuration can be read again"}
 	srcs, _, err := f.Fetch(context.Background())
 	if err != nil {
 		return nil, err
@@ -341,7 +343,7 @@ func (a *Agent) Stop(ctx context.Context) error {
 		a.removeMetrics(a.g, nil)
 		a.setState("stopped")
 		stopStartStreaks(a.g)
-		a.polls.Flush()
+		a.polls.Stop()
 		if len(lost) > 0 {
 			dropped := &DroppedError{Channels: lost}
 			err = dropped
@@ -486,9 +488,10 @@ func (a *Agent) configName() string {
 func (a *Agent) poll(ctx context.Context) {
 	srcs, changed, err := a.fetch.Fetch(ctx)
 	if err != nil {
-		a.polls.Log(a.log, slog.LevelError, "poll", "configuration cannot be read; the running configuration stays", "err", err)
+		a.polls.Fail(err)
 		return
 	}
+	a.polls.Ok()
 	if changed {
 		a.log.Info("reloading configuration (changed)", "file", a.configName())
 		_ = a.reloadFrom(ctx, srcs)
