@@ -52,8 +52,9 @@ type Source struct {
 	maxConns int
 	counters *metrics.SourceCounters
 	logs     *logthrottle.Throttle
-	rejects  *listener.Rejects // failed TLS handshakes
-	tcfg     *tls.Config       // nil: plain
+	rejects  *listener.Rejects   // failed TLS handshakes
+	puts     *logthrottle.Streak // refused puts
+	tcfg     *tls.Config         // nil: plain
 
 	proc     flow.Processor
 	hardCtx  context.Context // ends in-flight Process calls (Stop timed out)
@@ -102,6 +103,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set, listener.TLSReasons...)
+	s.puts = flow.PutStreak(env.Log(), "thrift source: could not put events; the sender keeps them and retries", "thrift source: puts events again")
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }
@@ -171,6 +173,7 @@ func (s *Source) Stop(ctx context.Context) error {
 	}
 	defer s.counters.Stopped()
 	defer s.rejects.Flush()
+	defer s.puts.Stop()
 	defer s.logs.Flush() // after the connections are closed, before "stopped"
 	cancel()
 	_ = ln.Close()
@@ -306,6 +309,7 @@ func (h handler) process(events []event.Event) thriftrpc.Status {
 	}
 	err := h.s.proc.Process(h.s.hardCtx, events)
 	if err == nil {
+		h.s.puts.Ok("source", h.s.env.Name)
 		return thriftrpc.OK
 	}
 	h.s.counters.ChannelWriteFail.Add(1)
@@ -313,6 +317,6 @@ func (h handler) process(events []event.Event) thriftrpc.Status {
 	if errors.Is(err, flow.ErrChannelFull) {
 		st = thriftrpc.Failed
 	}
-	h.s.warn("thrift source: could not put events; the sender keeps them and retries", "events", len(events), "reply", st.String(), "err", err)
+	h.s.puts.Fail(err, "source", h.s.env.Name, "events", len(events), "reply", st.String())
 	return st
 }
