@@ -181,8 +181,8 @@ type Agent struct {
 	g       *graph
 	state   string // "starting", "running", "stopping", "stopped"
 	fetch   *config.Fetcher
-	secrets *redactor // replaces config-filter secrets in the log
-	polls   *logthrottle.Throttle
+	secrets *redactor           // replaces config-filter secrets in the log
+	polls   *logthrottle.Streak // configuration polls that fail
 
 	// drains are the parts reloads removed that still drain in the
 	// background, oldest first (see drainPart); guarded by mu and stmu.
@@ -192,7 +192,6 @@ type Agent struct {
 	// source starts and every source's processor refuses puts.
 	intakeClosed atomic.Bool
 
-	startLog    *logthrottle.Throttle
 	retryWake   chan struct{}
 	retryCancel context.CancelFunc
 	retryDone   chan struct{}
@@ -221,13 +220,15 @@ func New(opts Options) (*Agent, error) {
 	red := &redactor{}
 	log := slog.New(&redactHandler{h: opts.Logger.Handler(), r: red})
 	a := &Agent{opts: opts, log: log, reg: metrics.NewRegistry(opts.Name), state: "stopped", taps: flow.NewTaps(),
-		secrets: red, polls: logthrottle.New(10*time.Minute, 1),
-		startLog: logthrottle.New(5*time.Minute, 3), retryWake: make(chan struct{}, 1)}
+		secrets:   red,
+		retryWake: make(chan struct{}, 1)}
 	f, err := opts.fetcher()
 	if err != nil {
 		return nil, err
 	}
 	a.fetch = f
+	a.polls = &logthrottle.Streak{Log: log, Level: slog.LevelError, Every: 10 * time.Minute,
+		Failed: "configuration cannot be read; the running configuration stays", Recovered: "configuration can be read again"}
 	srcs, _, err := f.Fetch(context.Background())
 	if err != nil {
 		return nil, err
@@ -292,7 +293,8 @@ func (a *Agent) Start(ctx context.Context) error {
 		if a.opts.HTTPUser != "" {
 			h = metrics.BasicAuth(h, a.opts.HTTPUser, a.opts.HTTPPassword)
 		}
-		srv, err := metrics.Serve(ctx, a.opts.HTTPAddr, h, a.opts.HTTPTLS, a.log)
+		h, opts := a.monitorServer(h)
+		srv, err := metrics.ServeWith(ctx, a.opts.HTTPAddr, h, opts)
 		if err != nil {
 			a.setState("stopped")
 			return fmt.Errorf("monitoring endpoint: %w", err)
@@ -349,12 +351,12 @@ func (a *Agent) Stop(ctx context.Context) error {
 		lost = append(lost, a.awaitDrains()...)
 		a.removeMetrics(a.g, nil)
 		a.setState("stopped")
-		a.startLog.Flush()
-		a.polls.Flush()
+		stopStartStreaks(a.g)
+		a.polls.Stop()
 		if len(lost) > 0 {
 			dropped := &DroppedError{Channels: lost}
 			err = dropped
-			a.log.Error("agent stopped", "agent", a.opts.Name, "dropped", dropped.Events())
+			a.log.Error("agent stopped", "agent", a.opts.Name, "dropped", dropped.Events(), "in_flight_unknown", dropped.InFlight())
 		} else {
 			a.log.Info("agent stopped", "agent", a.opts.Name)
 		}
@@ -508,9 +510,10 @@ func (a *Agent) configName() string {
 func (a *Agent) poll(ctx context.Context) {
 	srcs, changed, err := a.fetch.Fetch(ctx)
 	if err != nil {
-		a.polls.Log(a.log, slog.LevelError, "poll", "configuration cannot be read; the running configuration stays", "err", err)
+		a.polls.Fail(err)
 		return
 	}
+	a.polls.Ok()
 	if changed {
 		a.log.Info("reloading configuration (changed)", "file", a.configName())
 		_ = a.reloadFrom(ctx, srcs)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/panics"
 )
@@ -63,6 +64,10 @@ type life struct {
 	tries int       // failed starts in a row
 	next  time.Time // when the next start is due, after a failure
 	until time.Time // draining: the deadline of the drain
+	// streak tells the failed starts (logthrottle.Streak): the first at
+	// once, a summary every 5 minutes while they go on, and when the node
+	// starts, the summary then "component started after failing to".
+	streak *logthrottle.Streak
 }
 
 func retryWait(tries int) time.Duration {
@@ -87,13 +92,14 @@ func (a *Agent) setDraining(l *life, deadline time.Time) {
 }
 
 // started records the result of starting one node, and logs a failure
-// (throttled: a port held for an hour is not logged 120 times).
+// as a streak (a port held for an hour is not logged 120 times, and a
+// node that started says so, once, with nothing about its failures after).
 func (a *Agent) started(l *life, kind, name string, err error) error {
 	a.stmu.Lock()
 	defer a.stmu.Unlock()
 	if err == nil {
-		if l.tries > 0 {
-			a.log.Info("component started after failing to", "kind", kind, "component", name, "failed_attempts", l.tries)
+		if l.streak != nil {
+			l.streak.Ok("kind", kind, "component", name)
 		}
 		l.state, l.err, l.tries = running, nil, 0
 		return nil
@@ -108,9 +114,36 @@ func (a *Agent) started(l *life, kind, name string, err error) error {
 		a.log.Error("component failed to start", "kind", kind, "component", name, "err", err)
 		return err
 	}
-	a.startLog.Log(a.log, slog.LevelError, kind+" "+name, "component failed to start; retrying",
-		"kind", kind, "component", name, "err", err, "attempt", l.tries, "retry_in", wait)
+	if l.streak == nil {
+		l.streak = &logthrottle.Streak{Log: a.log, Level: slog.LevelError, Every: 5 * time.Minute,
+			Failed: "component failed to start; retrying", Recovered: "component started after failing to"}
+	}
+	l.streak.Fail(err, "kind", kind, "component", name, "attempt", l.tries, "retry_in", wait.String())
 	return err
+}
+
+// stopStartStreaks writes, at the agent's stop, the summary of failed
+// starts held back for the nodes of g still failing to start; a node that
+// started has ended its streak, so nothing stale is said of it.
+func stopStartStreaks(g *graph) {
+	if g == nil {
+		return
+	}
+	var lives []*life
+	for _, n := range g.channels {
+		lives = append(lives, &n.life)
+	}
+	for _, n := range g.sinks {
+		lives = append(lives, &n.life)
+	}
+	for _, n := range g.sources {
+		lives = append(lives, &n.life)
+	}
+	for _, l := range lives {
+		if l.streak != nil {
+			l.streak.Stop()
+		}
+	}
 }
 
 func (a *Agent) componentCtx() (context.Context, context.CancelFunc) {
@@ -373,10 +406,27 @@ func durable(ch flow.Channel) bool {
 }
 
 // ChannelLoss is what a channel that does not keep its events (memory) held
-// when it was stopped: events acknowledged to their senders and lost.
+// when it was stopped: events acknowledged to their senders and lost
+// (Events: no delivery had them), and those of deliveries the shutdown
+// deadline cut off (InFlight: the downstream may or may not have them).
 type ChannelLoss struct {
-	Channel string
-	Events  int
+	Channel  string
+	Events   int
+	InFlight int
+}
+
+// lossSplitter is a channel that tells its lost events from those in
+// flight at the deadline (the memory channel).
+type lossSplitter interface {
+	Loss() (lost, inFlight int)
+}
+
+// loss splits left, what ch held, into lost and in flight.
+func loss(ch flow.Channel, left int) (lost, inFlight int) {
+	if l, ok := ch.(lossSplitter); ok {
+		return l.Loss()
+	}
+	return left, 0
 }
 
 // DroppedError is returned by Stop when channels that do not keep their
@@ -387,7 +437,7 @@ type DroppedError struct {
 	Channels []ChannelLoss
 }
 
-// Events is the total dropped.
+// Events is the total dropped: lost for sure.
 func (e *DroppedError) Events() int {
 	n := 0
 	for _, c := range e.Channels {
@@ -396,12 +446,23 @@ func (e *DroppedError) Events() int {
 	return n
 }
 
+// InFlight is the total of events in flight at the deadline, whose
+// delivery is unknown.
+func (e *DroppedError) InFlight() int {
+	n := 0
+	for _, c := range e.Channels {
+		n += c.InFlight
+	}
+	return n
+}
+
 func (e *DroppedError) Error() string {
 	parts := make([]string, len(e.Channels))
 	for i, c := range e.Channels {
-		parts[i] = fmt.Sprintf("%s: %d", c.Channel, c.Events)
+		parts[i] = fmt.Sprintf("%s: %d lost, %d in flight", c.Channel, c.Events, c.InFlight)
 	}
-	return fmt.Sprintf("%d events dropped from memory channels at stop (%s)", e.Events(), strings.Join(parts, ", "))
+	return fmt.Sprintf("%d events dropped from memory channels at stop, and %d in flight whose delivery is unknown (%s)",
+		e.Events(), e.InFlight(), strings.Join(parts, ", "))
 }
 
 // stopNodes stops the nodes of g that next does not keep (all of them when
@@ -614,7 +675,7 @@ func (a *Agent) stopSink(wg *sync.WaitGroup, name string, n *sinkNode) {
 // and returned).
 func (a *Agent) stopChannel(name string, n *channelNode, f chanFate, why string) *ChannelLoss {
 	a.setLife(&n.life, stopping)
-	var loss *ChannelLoss
+	var cl *ChannelLoss
 	left := held(n.ch)
 	switch {
 	case f == handOver || left == 0:
@@ -629,16 +690,24 @@ func (a *Agent) stopChannel(name string, n *channelNode, f chanFate, why string)
 		}
 		a.log.Info(msg, "component", name, "events", count, "why", why)
 	case left > 0:
-		a.log.Error("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline",
-			"component", name, "events", left, "why", why, "shutdown_timeout", a.opts.ShutdownTimeout)
-		a.reg.Dropped(name, "stopped_with_events").Add(float64(left))
-		loss = &ChannelLoss{Channel: name, Events: left}
+		gone, inFlight := loss(n.ch, left)
+		if gone > 0 {
+			a.log.Error("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline",
+				"component", name, "events", gone, "why", why, "shutdown_timeout", a.opts.ShutdownTimeout)
+			a.reg.Dropped(name, "stopped_with_events").Add(float64(gone))
+		}
+		if inFlight > 0 {
+			a.log.Error("channel dropped events its sinks were delivering when the shutdown deadline cut them off: the downstream may or may not have them (in flight, outcome unknown)",
+				"component", name, "events", inFlight, "why", why, "shutdown_timeout", a.opts.ShutdownTimeout)
+			a.reg.Dropped(name, "stopped_in_flight").Add(float64(inFlight))
+		}
+		cl = &ChannelLoss{Channel: name, Events: gone, InFlight: inFlight}
 	}
 	if err := a.stopBounded("channel", name, n.ch.Stop); err != nil && !errors.Is(err, errLeftRunning) {
 		a.log.Warn("channel did not stop cleanly", "component", name, "err", err)
 	}
 	a.setLife(&n.life, stopped)
-	return loss
+	return cl
 }
 
 // removeMetrics drops the counter sets of g's components that next does
@@ -684,7 +753,7 @@ func (a *Agent) Abort() int {
 		}
 	}
 	a.stmu.Unlock()
-	total := 0
+	total, unknown := 0, 0
 	for _, name := range sortedKeys(chans) {
 		ch := chans[name]
 		left := held(ch)
@@ -697,10 +766,14 @@ func (a *Agent) Abort() int {
 			}
 			a.log.Info("stopping at once: channel keeps its events for the next start", "component", name, "events", count)
 		default:
-			a.log.Error("stopping at once: channel drops the events it holds", "component", name, "events", left)
-			total += left
+			gone, inFlight := loss(ch, left)
+			a.log.Error("stopping at once: channel drops the events it holds", "component", name, "events", gone,
+				"in_flight_unknown", inFlight)
+			total += gone
+			unknown += inFlight
 		}
 	}
-	a.log.Error("agent stopped at once by a second signal, without finishing the drain", "agent", a.opts.Name, "dropped", total)
+	a.log.Error("agent stopped at once by a second signal, without finishing the drain", "agent", a.opts.Name, "dropped", total,
+		"in_flight_unknown", unknown)
 	return total
 }

@@ -3,6 +3,8 @@ package avrorpc
 import (
 	"bufio"
 	"compress/zlib"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -36,6 +38,8 @@ func newStream(conn net.Conn, deflate bool, level int, stall time.Duration) *str
 		in = &lazyInflater{src: in}
 		s.zw, _ = zlib.NewWriterLevel(conn, level) // level is checked by the caller
 		s.w = s.zw
+	} else {
+		in = &plainCheck{src: in}
 	}
 	s.r = bufio.NewReaderSize(in, 32<<10)
 	return s
@@ -108,10 +112,50 @@ type lazyInflater struct {
 func (l *lazyInflater) Read(p []byte) (int, error) {
 	if l.zr == nil {
 		zr, err := zlib.NewReader(l.src)
+		if errors.Is(err, zlib.ErrHeader) {
+			return 0, fmt.Errorf("%w: this end has compression-type = deflate and the other end does not compress (%v); set the same compression-type on both ends",
+				ErrCompressionMismatch, err)
+		}
 		if err != nil {
 			return 0, err
 		}
 		l.zr = zr
 	}
 	return l.zr.Read(p)
+}
+
+// ErrCompressionMismatch is the error of a connection whose two ends
+// disagree on compression-type: one deflates its stream, the other does
+// not. Without it a user sees only "zlib: invalid header" or a frame size
+// made of compressed bytes.
+var ErrCompressionMismatch = errors.New("the two ends' compression differs")
+
+// plainCheck reads an uncompressed stream and fails it when its first two
+// bytes are a zlib header: the other end deflates while this one does not.
+// A plain stream starts with a pack's serial, which counts from 0 on a new
+// connection, so its first byte is 0 where a zlib header's is 0x78.
+type plainCheck struct {
+	src     io.Reader
+	checked bool
+	first   int // 1 + the first byte, once it was read alone; 0 before
+}
+
+func (c *plainCheck) Read(p []byte) (int, error) {
+	n, err := c.src.Read(p)
+	if c.checked || n == 0 {
+		return n, err
+	}
+	b := p[:n]
+	if c.first > 0 { // the first byte came alone; b[0] is the second
+		b = []byte{byte(c.first - 1), b[0]}
+	} else if n == 1 {
+		c.first = int(p[0]) + 1
+		return n, err
+	}
+	c.checked = true
+	if b[0] == 0x78 && (uint16(b[0])<<8|uint16(b[1]))%31 == 0 {
+		return 0, fmt.Errorf("%w: the other end deflates its stream (it starts with a zlib header) and this end has no compression-type; set compression-type = deflate on both ends, or on neither",
+			ErrCompressionMismatch)
+	}
+	return n, err
 }

@@ -313,5 +313,5 @@ func truncate(s string, n int) string {
 // IsPeerError reports whether err (from ServeConn) is about what the peer
 // sent (malformed data, a limit) rather than the network.
 func IsPeerError(err error) bool {
-	return errors.Is(err, ErrMalformed) || errors.Is(err, ErrTooLarge)
+	return errors.Is(err, ErrMalformed) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrCompressionMismatch)
 }

@@ -269,6 +269,16 @@ func TestReloadRetriesBusyPort(t *testing.T) {
 	if code, _ := healthz(t, httpAddr); code != 503 {
 		t.Fatalf("/healthz %d with the port still held", code)
 	}
+	// Enough failed starts that some are held back from the log.
+	waitUntil(t, 30*time.Second, "a fourth failed start", func() bool {
+		_, body := healthz(t, httpAddr)
+		i := strings.Index(body, "(attempt ")
+		n := 0
+		if i >= 0 {
+			fmt.Sscanf(body[i:], "(attempt %d)", &n)
+		}
+		return n >= 4
+	})
 	held.Close()
 	freed := time.Now()
 	waitUntil(t, 40*time.Second, "the source comes up on the freed port", func() bool {
@@ -279,8 +289,8 @@ func TestReloadRetriesBusyPort(t *testing.T) {
 	if code, body := healthz(t, httpAddr); code != 200 {
 		t.Fatalf("/healthz once the source runs: %d %q", code, body)
 	}
-	if len(p.log.records("component started after failing to")) != 1 {
-		t.Errorf("no record of the source starting after its failures")
+	if recs := p.log.records("component started after failing to"); len(recs) != 1 || num(recs[0], "failures") < 4 || recs[0]["recovered_after"] == nil {
+		t.Errorf("records of the source starting after its failures: %v, want one with failures >= 4 and recovered_after", recs)
 	}
 
 	// Held port, then a free one: nothing stale.
@@ -308,6 +318,18 @@ func TestReloadRetriesBusyPort(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	if code := p.exit(30 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+	// The failures of a source that started since are never told after
+	// its start: not at the stop either.
+	started := false
+	for _, rec := range p.log.records("") {
+		msg, _ := rec["msg"].(string)
+		switch {
+		case msg == "component started after failing to":
+			started = true
+		case started && strings.HasPrefix(msg, "component failed to start") && strings.HasSuffix(msg, "(repeated)"):
+			t.Errorf("after the source started: %v", rec)
+		}
 	}
 }
 

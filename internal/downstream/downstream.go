@@ -11,10 +11,12 @@
 // load_balance group hands the batch to its other sinks now) or waits the
 // backoff out (Options.WaitBackoff).
 //
-// Logs: the first failure of a streak is logged at WARN at once, further
-// ones at most once per 30 s with a count of those held back
-// (internal/logthrottle); the first delivery after a streak is logged at
-// INFO with the number of failures.
+// Logs: a failure streak is told by a logthrottle.Streak: the first
+// failure at WARN at once, a summary at most once per 30 s while it lasts,
+// and at the first delivery after it the summary of what was held back,
+// then "delivering again" at INFO with how long it lasted and how many
+// attempts failed. Every error Send returns is marked as told
+// (logthrottle.Reported), so the sink runner does not log it again.
 package downstream
 
 import (
@@ -68,7 +70,7 @@ type Conn[C io.Closer] struct {
 	backoff     time.Duration
 	next        time.Time // no dial before this
 	fails       int       // consecutive failures
-	logs        *logthrottle.Throttle
+	streak      *logthrottle.Streak
 }
 
 // New returns a Conn that dials with dial. dial's error is wrapped as
@@ -78,7 +80,11 @@ func New[C io.Closer](opt Options, dial func(context.Context) (C, error)) *Conn[
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Conn[C]{opt: opt, dial: dial, log: log}
+	return &Conn[C]{opt: opt, dial: dial, log: log, streak: &logthrottle.Streak{
+		Log: log, Level: slog.LevelWarn, Every: logEvery,
+		Failed:    opt.Name + ": delivery failed; the events stay in the channel and will be sent again",
+		Recovered: opt.Name + ": delivering again",
+	}}
 }
 
 // refused marks a batch the downstream answered but did not take.
@@ -126,18 +132,15 @@ func (c *Conn[C]) Send(ctx context.Context, send func(C) error) error {
 	switch {
 	case err == nil:
 		if c.fails > 0 {
-			c.logs.Flush() // the streak's summary comes before its end
-			c.log.Info(c.opt.Name+": delivering again", "addr", c.opt.Addr, "failures", c.fails)
+			c.streak.Ok("addr", c.opt.Addr)
 		}
 		c.fails, c.backoff = 0, 0
 		return nil
 	case errors.As(err, &r):
-		c.failed(r.err)
-		return r.err
+		return c.failed(r.err)
 	default:
 		c.Close()
-		c.failed(err)
-		return err
+		return c.failed(err)
 	}
 }
 
@@ -152,7 +155,8 @@ func closedByPeer(err error) bool {
 func (c *Conn[C]) connect(ctx context.Context) error {
 	if d := time.Until(c.next); d > 0 {
 		if !c.opt.WaitBackoff {
-			return fmt.Errorf("%s: %s: %w (retry in %v)", c.opt.Name, c.opt.Addr, ErrBackingOff, d.Round(time.Millisecond))
+			// Part of the streak the failure before it started, and told there.
+			return logthrottle.AsReported(fmt.Errorf("%s: %s: %w (retry in %v)", c.opt.Name, c.opt.Addr, ErrBackingOff, d.Round(time.Millisecond)))
 		}
 		t := time.NewTimer(d)
 		select {
@@ -169,8 +173,7 @@ func (c *Conn[C]) connect(ctx context.Context) error {
 			return err // stopping: not the downstream's failure
 		}
 		c.opt.Counters.ConnectionFailed.Add(1)
-		c.failed(err)
-		return err
+		return c.failed(err)
 	}
 	c.cur, c.open, c.connectedAt = cur, true, time.Now()
 	c.opt.Counters.ConnectionCreated.Add(1)
@@ -178,17 +181,13 @@ func (c *Conn[C]) connect(ctx context.Context) error {
 	return nil
 }
 
-// failed schedules the next dial and logs err, throttled.
-func (c *Conn[C]) failed(err error) {
+// failed schedules the next dial, tells err in the failure streak and
+// returns it marked as told.
+func (c *Conn[C]) failed(err error) error {
 	c.backoff = min(max(2*c.backoff, minBackoff), maxBackoff)
 	c.next = time.Now().Add(c.backoff)
 	c.fails++
-	if c.fails == 1 {
-		// A new streak is told at once.
-		c.logs = logthrottle.New(logEvery, 1)
-	}
-	c.logs.Log(c.log, slog.LevelWarn, c.opt.Addr, c.opt.Name+": delivery failed; the events stay in the channel and will be sent again",
-		"addr", c.opt.Addr, "err", err, "failures", c.fails, "retry_in", c.backoff)
+	return c.streak.Fail(err, "addr", c.opt.Addr, "retry_in", c.backoff.String())
 }
 
 // Current returns the open connection, if there is one, so a sink can check
@@ -209,12 +208,10 @@ func (c *Conn[C]) Close() error {
 }
 
 // Stop closes the open connection, if any, and writes the failure summary
-// still held back, so that no timer logs for a sink that stopped.
+// still held back, for a sink that stops while its downstream fails.
 func (c *Conn[C]) Stop() error {
 	err := c.Close()
-	if c.logs != nil {
-		c.logs.Flush()
-	}
+	c.streak.Stop()
 	return err
 }
 

@@ -32,7 +32,11 @@ const DefaultSinkHealthGrace = 30 * time.Second
 // goroutine it owns: it calls Process in a loop until stopped. After
 // Backoff it calls again at once (the channel's Take already waited, so
 // Flume's sleep after an empty batch would only add latency); after an error
-// it sleeps with an exponential backoff and logs, throttled.
+// it sleeps with an exponential backoff. It tells the failure streak with a
+// logthrottle.Streak (first failure, summaries, "delivering again"), except
+// errors the sink has told in its own streak (logthrottle.Reported), which
+// it logs at DEBUG only: one line per outage, from the component that
+// knows most about it.
 //
 // The runner does not start or stop the sink itself; the agent does, before
 // Start and after Stop.
@@ -41,12 +45,12 @@ type SinkRunner struct {
 	sink Sink
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	cancel   context.CancelFunc
-	done     chan struct{} // closed when the loop exits
-	drain    chan []Channel
-	drained  chan struct{}
-	throttle *logthrottle.Throttle
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the loop exits
+	drain   chan []Channel
+	drained chan struct{}
+	streak  *logthrottle.Streak
 
 	// HealthGrace is how long Process may keep failing before Health
 	// reports it; set before Start. 0 means DefaultSinkHealthGrace.
@@ -64,7 +68,11 @@ func NewSinkRunner(name string, s Sink, log *slog.Logger) *SinkRunner {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &SinkRunner{name: name, sink: s, log: log, throttle: logthrottle.New(10*time.Second, 1)}
+	return &SinkRunner{name: name, sink: s, log: log, streak: &logthrottle.Streak{
+		Log: log, Level: slog.LevelWarn,
+		Failed:    "sink failed; events stay in the channel and are retried",
+		Recovered: "sink delivering again",
+	}}
 }
 
 // logFlusher is a sink that throttles its own logs (a sink group, whose
@@ -74,7 +82,7 @@ func NewSinkRunner(name string, s Sink, log *slog.Logger) *SinkRunner {
 type logFlusher interface{ flushLogs() }
 
 func (r *SinkRunner) flushLogs() {
-	r.throttle.Flush()
+	r.streak.Stop()
 	if f, ok := r.sink.(logFlusher); ok {
 		f.flushLogs()
 	}
@@ -127,8 +135,12 @@ func (r *SinkRunner) loop(ctx context.Context, done chan struct{}, drain <-chan 
 			failures++
 			r.noteFailure(err, failures)
 			wait := backoff(failures)
-			r.throttle.Log(r.log, slog.LevelWarn, "sink failed; events stay in the channel and are retried", "sink failed; events stay in the channel and are retried",
-				"sink", r.name, "consecutive_failures", failures, "retry_in", wait, "err", err)
+			if logthrottle.Reported(err) {
+				r.log.Debug("sink failed; events stay in the channel and are retried", "sink", r.name,
+					"consecutive_failures", failures, "retry_in", wait.String(), "err", err)
+			} else {
+				r.streak.Fail(err, "sink", r.name, "retry_in", wait.String())
+			}
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -140,6 +152,7 @@ func (r *SinkRunner) loop(ctx context.Context, done chan struct{}, drain <-chan 
 		}
 		if failures > 0 {
 			r.noteFailure(nil, 0)
+			r.streak.Ok("sink", r.name)
 		}
 		failures = 0
 		if isDraining && st == Backoff && empty(draining) {
@@ -206,8 +219,9 @@ func empty(chans []Channel) bool {
 // Drain keeps the loop processing until the sink finds its channels empty
 // (Process returns Backoff and every channel in chans has Len 0), then stops
 // the loop. If ctx ends first, it stops the loop anyway and returns ctx's
-// error; what was not delivered stays in the channels. Call it after the
-// sources stopped.
+// error; what was not delivered stays in the channels, and a channel that
+// has MarkInFlight is told first, so it counts the batch being delivered
+// apart from what no delivery had. Call it after the sources stopped.
 func (r *SinkRunner) Drain(ctx context.Context, chans ...Channel) error {
 	r.mu.Lock()
 	done, drain, drained := r.done, r.drain, r.drained
@@ -225,12 +239,25 @@ func (r *SinkRunner) Drain(ctx context.Context, chans ...Channel) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
+		// The deliveries under way are cut off now: a channel that can
+		// tell them apart from the events no delivery had counts what they
+		// give back as in flight, outcome unknown (the downstream may have
+		// them), not as lost.
+		for _, c := range chans {
+			if m, ok := c.(inFlightMarker); ok {
+				m.MarkInFlight()
+			}
+		}
 		r.mu.Lock()
 		r.cancel() // Stop waits for the loop to exit
 		r.mu.Unlock()
 		return ctx.Err()
 	}
 }
+
+// inFlightMarker is a channel that counts the events of deliveries cut off
+// at the shutdown deadline apart (the memory channel).
+type inFlightMarker interface{ MarkInFlight() }
 
 // Stop stops the loop: it cancels the context of the Process in progress
 // and waits, at most until ctx ends, for it to return.

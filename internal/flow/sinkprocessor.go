@@ -108,6 +108,7 @@ type member struct {
 	priority    int
 	fails       int
 	failedUntil time.Time
+	streak      *logthrottle.Streak // the group's lines about this member
 }
 
 // penalize records a failure of m at now, with the penalty capped at max.
@@ -121,22 +122,40 @@ func (m *member) penalize(now time.Time, max time.Duration) time.Duration {
 	return d
 }
 
-func (m *member) recover() { m.fails, m.failedUntil = 0, time.Time{} }
+func (m *member) recover() {
+	if m.fails > 0 {
+		m.streak.Ok("sink", m.name)
+	}
+	m.fails, m.failedUntil = 0, time.Time{}
+}
 
 // group holds what both processors share. Its methods run on the runner's
 // goroutine only.
 type group struct {
-	members  []member
-	log      *slog.Logger
-	throttle *logthrottle.Throttle
-	now      func() time.Time
+	members []member
+	log     *slog.Logger
+	now     func() time.Time
+}
+
+// newGroup tells each member's failures in a streak of its own: failed
+// is what the group does about a failed member, recovered what it does
+// once the member delivers again.
+func newGroup(members []member, log *slog.Logger, failed, recovered string) group {
+	for i := range members {
+		members[i].streak = &logthrottle.Streak{Log: log, Level: slog.LevelWarn, Failed: failed, Recovered: recovered}
+	}
+	return group{members: members, log: log, now: time.Now}
 }
 
 func (g *group) Start(context.Context) error { return nil }
 func (g *group) Stop(context.Context) error  { return nil }
 
-// flushLogs writes the member failures still held back by the throttle.
-func (g *group) flushLogs() { g.throttle.Flush() }
+// flushLogs writes the member failures still held back.
+func (g *group) flushLogs() {
+	for i := range g.members {
+		g.members[i].streak.Stop()
+	}
+}
 
 // BatchSize is the largest batch size of the members, for the agent's
 // transactionCapacity check.
@@ -157,7 +176,7 @@ type failover struct {
 }
 
 func newFailover(p *config.Props, members []member, log *slog.Logger) *failover {
-	f := &failover{group: group{members: members, log: log, throttle: logthrottle.New(10*time.Second, 1), now: time.Now}}
+	f := &failover{group: newGroup(members, log, "sink failed; failing over to the next sink", "sink delivering again; back in the failover group")}
 	f.maxPenalty = time.Duration(p.Int64("maxpenalty", 30000)) * time.Millisecond
 	if f.maxPenalty < 0 {
 		p.Errorf("maxpenalty", "%d is negative; use milliseconds, such as 30000", f.maxPenalty.Milliseconds())
@@ -205,8 +224,7 @@ func (f *failover) Process(ctx context.Context) (Status, error) {
 			return Ready, err
 		}
 		d := m.penalize(now, f.maxPenalty)
-		f.throttle.Log(f.log, slog.LevelWarn, "sink failed; failing over to the next sink", "sink failed; failing over to the next sink",
-			"sink", m.name, "sits_out", d, "err", err)
+		m.streak.Fail(err, "sink", m.name, "sits_out", d.String())
 		errs = append(errs, fmt.Errorf("sink %s: %w", m.name, err))
 	}
 	if tried == 0 {
@@ -226,7 +244,7 @@ type loadBalance struct {
 }
 
 func newLoadBalance(p *config.Props, members []member, log *slog.Logger) *loadBalance {
-	lb := &loadBalance{group: group{members: members, log: log, throttle: logthrottle.New(10*time.Second, 1), now: time.Now}}
+	lb := &loadBalance{group: newGroup(members, log, "sink failed; trying the next sink of the group", "sink delivering again; back in the load_balance group")}
 	lb.backoff = p.Bool("backoff", false)
 	sel := strings.TrimSpace(p.String("selector", "round_robin"))
 	switch strings.ToLower(sel) {
@@ -282,8 +300,10 @@ func (lb *loadBalance) Process(ctx context.Context) (Status, error) {
 		}
 		if lb.backoff {
 			m.penalize(now, lb.maxTimeout)
+		} else {
+			m.fails++ // counted for the streak's end only: no penalty without backoff
 		}
-		lb.throttle.Log(lb.log, slog.LevelWarn, "sink failed; trying the next sink of the group", "sink failed; trying the next sink of the group", "sink", m.name, "err", err)
+		m.streak.Fail(err, "sink", m.name)
 		errs = append(errs, fmt.Errorf("sink %s: %w", m.name, err))
 	}
 	if tried == 0 {

@@ -3,6 +3,8 @@ package flow_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // scripted is a sink whose Process results are set by the test: the fault
@@ -244,5 +247,41 @@ func TestSinkProcessorConfig(t *testing.T) {
 	}
 	if _, err := flow.NewSinkProcessor(nil, []string{"k1"}, map[string]flow.Sink{}, nil); err == nil {
 		t.Fatal("an undefined member sink was accepted")
+	}
+}
+
+// A failover group tells a member's failures as one streak: the first at
+// once, the rest summarised when the member delivers again, right before
+// the line saying it is back; nothing about it after that.
+func TestFailoverTellsAMemberStreakOnce(t *testing.T) {
+	logs := &testutil.LogBuffer{}
+	calls := &[]string{}
+	k1, k2 := &scripted{name: "k1", log: calls, fail: true}, &scripted{name: "k2", log: calls}
+	p := config.FromMap("a1.sinkgroups.g1.processor.", map[string]string{"type": "failover", "priority.k1": "10", "priority.k2": "5"})
+	proc, err := flow.NewSinkProcessor(p, []string{"k1", "k2"}, map[string]flow.Sink{"k1": k1, "k2": k2},
+		slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	flow.SetClock(proc, func() time.Time { return now })
+	for range 3 {
+		process(t, proc, 1)
+		now = now.Add(time.Minute) // past k1's penalty
+	}
+	k1.fail = false
+	process(t, proc, 1)
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		_, l, _ = strings.Cut(l, " level=")
+		got = append(got, regexp.MustCompile(`(failing_for|recovered_after)=\S+`).ReplaceAllString(l, "$1=D"))
+	}
+	want := []string{
+		`WARN msg="sink failed; failing over to the next sink" sinkgroup=g1 sink=k1 sits_out=2s err="k1 down"`,
+		`WARN msg="sink failed; failing over to the next sink (repeated)" sinkgroup=g1 sink=k1 sits_out=8s err="k1 down" failures=3 failing_for=D`,
+		`INFO msg="sink delivering again; back in the failover group" sinkgroup=g1 sink=k1 recovered_after=D failures=3`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sort"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 )
 
 // DefaultHealthGrace is how long a Kafka component may fail to reach its
@@ -36,11 +38,17 @@ func ReadHealthGrace(p *config.Props) time.Duration {
 // with OK, or, for failures recorded with a staleness bound, when no
 // failure of that key came for that long (the component stopped trying, so
 // the failure can no longer be told).
+//
+// With Tell, Health also logs: a component's runs of failures, whatever
+// their keys, make one failure streak (logthrottle.Streak), which starts
+// when the first key fails and ends, with one "recovered" line, when no key
+// fails any more. That is the component's one line per outage.
 type Health struct {
 	grace time.Duration
 
-	mu    sync.Mutex
-	fails map[string]*failure
+	mu     sync.Mutex
+	fails  map[string]*failure
+	streak *logthrottle.Streak // nil: no logs
 }
 
 type failure struct {
@@ -58,25 +66,63 @@ func NewHealth(grace time.Duration) *Health {
 // Grace is the grace period.
 func (h *Health) Grace() time.Duration { return h.grace }
 
+// Tell makes h log the component's failures through l, as one streak:
+// failed is the message of its failure lines, recovered of its last line.
+// Call it before the first Fail.
+func (h *Health) Tell(l *slog.Logger, failed, recovered string) {
+	h.streak = &logthrottle.Streak{Log: l, Level: slog.LevelWarn, Failed: failed, Recovered: recovered}
+}
+
 // Fail records a failure of key. stale > 0 ends the run when no further
-// failure of key is recorded within stale; 0 keeps it until OK(key).
-func (h *Health) Fail(key string, err error, stale time.Duration) {
+// failure of key is recorded within stale; 0 keeps it until OK(key). It
+// returns err marked as told when h logs (see Tell).
+func (h *Health) Fail(key string, err error, stale time.Duration) error {
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.settleLocked(now)
 	f := h.fails[key]
-	if f == nil || f.expired(now) {
+	if f == nil {
 		f = &failure{since: now}
 		h.fails[key] = f
 	}
 	f.last, f.err, f.stale = now, err, stale
+	if h.streak == nil {
+		return err
+	}
+	return h.streak.Fail(err)
 }
 
 // OK ends the run of failures of key.
 func (h *Health) OK(key string) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, failing := h.fails[key]
 	delete(h.fails, key)
-	h.mu.Unlock()
+	if failing || h.streak != nil && h.streak.Failing() {
+		h.settleLocked(time.Now())
+	}
+}
+
+// settleLocked drops the runs that ended by staleness, and ends the
+// streak when no run is left. Lock mu.
+func (h *Health) settleLocked(now time.Time) {
+	for k, f := range h.fails {
+		if f.expired(now) {
+			delete(h.fails, k)
+		}
+	}
+	if len(h.fails) == 0 && h.streak != nil {
+		h.streak.Ok()
+	}
+}
+
+// Stop writes the summary of a streak still under way, for a component
+// that stops while failing.
+func (h *Health) Stop() {
+	if h.streak != nil {
+		h.streak.Stop()
+	}
 }
 
 // Failing reports whether key is in a run of failures (of any length).
@@ -103,11 +149,8 @@ func (h *Health) Err() error {
 		err   error
 	}
 	var runs []run
-	for k, f := range h.fails {
-		if f.expired(now) {
-			delete(h.fails, k)
-			continue
-		}
+	h.settleLocked(now)
+	for _, f := range h.fails {
 		if now.Sub(f.since) >= h.grace {
 			runs = append(runs, run{f.since, f.err})
 		}

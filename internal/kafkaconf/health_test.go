@@ -2,6 +2,7 @@ package kafkaconf
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/kafkaconf/kafkatest"
 	"github.com/sluicehq/sluice/internal/logthrottle"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func TestHealth(t *testing.T) {
@@ -100,20 +102,66 @@ func TestProbe(t *testing.T) {
 	}
 }
 
-// kgo's warnings go through the throttle: a broker that stays down is told
-// once, not twice a second.
-func TestLoggerThrottles(t *testing.T) {
+// kgo's own lines, warnings and errors included, are the library's view
+// of failures the component tells itself (Health): DEBUG only, and kgo is
+// not asked to log at all unless DEBUG is on.
+func TestLoggerKeepsKgoAtDebug(t *testing.T) {
 	logs := &kafkatest.Logs{}
-	l := Logger(logs.Logger(), logthrottle.New(time.Hour, 1))
-	for range 100 {
-		l.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "127.0.0.1:9")
-		l.Log(kgo.LogLevelError, "group manage loop errored", "err", "dial")
-		l.Log(kgo.LogLevelInfo, "connection opened") // debug: not shown at info
+	l := Logger(logs.Logger())
+	l.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "127.0.0.1:9")
+	l.Log(kgo.LogLevelError, "group manage loop errored", "err", "dial")
+	if n := len(logs.Lines()); n != 0 || l.Level() != kgo.LogLevelNone {
+		t.Fatalf("at INFO: kgo level %v, %d lines:\n%s", l.Level(), n, strings.Join(logs.Lines(), "\n"))
 	}
-	if n := len(logs.Lines()); n != 2 {
-		t.Fatalf("%d lines for 100 repeats of two warnings, want one each:\n%s", n, strings.Join(logs.Lines(), "\n"))
+	debug := &testutil.LogBuffer{}
+	l = Logger(slog.New(slog.NewTextHandler(debug, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	l.Log(kgo.LogLevelError, "group manage loop errored", "err", "dial")
+	if l.Level() != kgo.LogLevelInfo || debug.Lines(`level=DEBUG msg="kafka client: group manage loop errored" err=dial kgo_level=ERROR`) != 1 {
+		t.Fatalf("at DEBUG: kgo level %v, log:\n%s", l.Level(), debug.String())
 	}
-	if l.Level() != kgo.LogLevelWarn {
-		t.Errorf("kgo level %v for an info logger, want warn (kgo's info is sluice's debug)", l.Level())
+}
+
+// A component's runs of failures, whatever their keys, are one streak in
+// its log: one line when the first key fails, none while other keys join
+// or leave, then the summary and one "recovered" line when the last one
+// ends (by OK, or by staleness).
+func TestHealthTellsOneStreak(t *testing.T) {
+	for _, end := range []string{"ok", "stale"} {
+		t.Run(end, func(t *testing.T) {
+			logs := &testutil.LogBuffer{}
+			h := NewHealth(time.Hour)
+			h.Tell(slog.New(slog.NewTextHandler(logs, nil)), "kafka x: cannot reach Kafka; retrying", "kafka x: working again")
+			h.OK("brokers") // nothing failing: nothing to say
+			err := h.Fail("brokers", errors.New("no broker answers"), 0)
+			if !logthrottle.Reported(err) {
+				t.Fatalf("Fail returned %v, not marked as told", err)
+			}
+			stale := time.Duration(0)
+			if end == "stale" {
+				stale = 50 * time.Millisecond
+			}
+			h.Fail("fetch", errors.New("the consumer group fails: unable to dial"), stale)
+			h.Fail("fetch", errors.New("the consumer group fails: unable to dial"), stale)
+			h.OK("brokers") // the fetches still fail
+			if logs.Lines("working again") != 0 {
+				t.Fatalf("recovered while a key still fails:\n%s", logs.String())
+			}
+			if end == "ok" {
+				h.OK("fetch")
+			} else {
+				time.Sleep(100 * time.Millisecond)
+				h.OK("brokers") // the probe's next success finds the fetch run over
+			}
+			got := logs.String()
+			if n := strings.Count(got, "\n"); n != 3 ||
+				logs.Lines(`level=WARN msg="kafka x: cannot reach Kafka; retrying" err="no broker answers"`) != 1 ||
+				logs.Lines(`level=WARN msg="kafka x: cannot reach Kafka; retrying (repeated)" err="the consumer group fails: unable to dial" failures=3`) != 1 ||
+				logs.Lines(`level=INFO msg="kafka x: working again" recovered_after=`) != 1 {
+				t.Fatalf("want the first failure, the summary of the other two, then the recovery:\n%s", got)
+			}
+			if !strings.Contains(strings.Split(strings.TrimSpace(got), "\n")[2], "working again") {
+				t.Fatalf("the recovery is not the last line:\n%s", got)
+			}
+		})
 	}
 }

@@ -12,52 +12,35 @@ import (
 
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/event"
-	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
-// LogEvery is how often a Kafka component repeats a log line that keeps
-// coming (a broker that stays down, a fetch that keeps failing): the first
-// goes out at once, then one line per interval with the count held back.
+// LogEvery is how often a Kafka component repeats a log line about single
+// events that keep coming (a topic re-created again and again, records not
+// in the Flume format): the first goes out at once, then one line per
+// interval with the count held back. Failure streaks are told by Health.
 const LogEvery = 10 * time.Second
 
-// Logger adapts slog to kgo's logger. kgo's info messages (every
-// connection, every rebalance step) go to slog's debug level; its warnings
-// and errors keep their level and go through th, keyed by message, so a
-// broker that stays down for an hour ("unable to open connection to
-// broker", twice a second) is told once and then summarised every
-// interval.
-func Logger(l *slog.Logger, th *logthrottle.Throttle) kgo.Logger { return kgoLogger{l, th} }
+// Logger adapts slog to kgo's logger, at DEBUG only. kgo's warnings and
+// errors during an outage ("unable to open connection to broker" twice a
+// second, "group manage loop errored", "bumping error count on first
+// stored batch") are the library's view of a failure the component tells
+// itself, once per outage, through its Health (whose probe's error carries
+// the dial error); and some read as permanent ("we do not adopt the new
+// ID") where the component recovers in seconds and says how.
+func Logger(l *slog.Logger) kgo.Logger { return kgoLogger{l} }
 
-type kgoLogger struct {
-	l  *slog.Logger
-	th *logthrottle.Throttle
-}
+type kgoLogger struct{ l *slog.Logger }
 
 func (k kgoLogger) Level() kgo.LogLevel {
-	switch {
-	case k.l.Enabled(context.Background(), slog.LevelDebug):
-		return kgo.LogLevelInfo
-	case k.l.Enabled(context.Background(), slog.LevelWarn):
-		return kgo.LogLevelWarn
+	if k.l.Enabled(context.Background(), slog.LevelDebug) {
+		return kgo.LogLevelInfo // kgo's own debug level is a firehose
 	}
-	return kgo.LogLevelError
+	return kgo.LogLevelNone
 }
 
 func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	lv := slog.LevelDebug
-	switch level {
-	case kgo.LogLevelError:
-		lv = slog.LevelError
-	case kgo.LogLevelWarn:
-		lv = slog.LevelWarn
-	}
-	msg = "kafka client: " + msg
-	if lv < slog.LevelWarn || k.th == nil {
-		k.l.Log(context.Background(), lv, msg, keyvals...)
-		return
-	}
-	k.th.Log(k.l, lv, msg, msg, keyvals...)
+	k.l.Log(context.Background(), slog.LevelDebug, "kafka client: "+msg, append(keyvals[:len(keyvals):len(keyvals)], "kgo_level", level.String())...)
 }
 
 // The Flume event format: a Kafka record's value holding one binary

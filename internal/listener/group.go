@@ -14,7 +14,11 @@
 //     large (from the source's BigBuffers, paid for from its Budget) only
 //     while a long message or a busy sender needs it.
 //   - Rejects: every refused input (or connection) logged at WARN with the
-//     peer and reason, throttled, and counted in a metric per reason.
+//     peer and reason, throttled, and counted in a metric per reason; a
+//     source's own failures (accepting, putting) told as failure streaks.
+//   - HandshakeTLS and HTTP: TLS handshakes and net/http servers on a
+//     Group, so that their failed handshakes and slow requests are counted
+//     and told like every other refusal.
 //   - ListenUDP: a UDP socket with a receive buffer as large as the kernel
 //     allows (up to a few MiB) and kernel drop counting.
 package listener
@@ -76,7 +80,8 @@ var (
 		Msg: "closed a connection idle for longer than the idle timeout"}
 	ReasonTooSlow = Reason{Counter: "ConnectionTooSlowCount", Level: slog.LevelWarn,
 		Msg: "closed a connection whose message arrived below the minimum rate"}
-	reasonAccept = Reason{Level: slog.LevelWarn, Msg: "could not accept a connection"}
+	reasonAccept = Reason{Level: slog.LevelWarn, Msg: "could not accept a connection; retrying",
+		Recovered: "accepting connections again"}
 )
 
 // ConnReasons are the reasons a Group counts, for a source to register
@@ -298,7 +303,7 @@ func (g *Group) Serve(l *Listener, handle func(*Conn)) {
 					return
 				}
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				g.opt.Rejects.Add(reasonAccept, l.Addr().String(), "err", err, "retry_in", delay)
+				g.opt.Rejects.Add(reasonAccept, l.Addr().String(), "err", err, "retry_in", delay.String())
 				select {
 				case <-time.After(delay):
 				case <-g.stopChecker:
@@ -307,6 +312,7 @@ func (g *Group) Serve(l *Listener, handle func(*Conn)) {
 				continue
 			}
 			delay = 0
+			g.opt.Rejects.Ok(reasonAccept, "addr", l.Addr().String())
 			c := nc.(*Conn)
 			g.wg.Add(1)
 			go func() {

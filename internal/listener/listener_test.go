@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -391,5 +392,56 @@ func TestListenUDPReceiveBuffer(t *testing.T) {
 	RecvBuffer{Asked: 8 << 20, Got: 212992, KernelMax: 212992}.Note(log, "syslogudp", "r1", true)
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "sysctl -w net.core.rmem_max=8388608") {
 		t.Errorf("the capped note does not say how to fix it:\n%s", logs.String())
+	}
+}
+
+// net/http's connection error lines become rejects: a failed handshake is
+// counted and told (throttled), one that ended before a byte (a TCP health
+// check) counted at DEBUG, one the group closed itself not again.
+func TestHTTPErrorLogCountsHandshakes(t *testing.T) {
+	logs := &testutil.LogBuffer{}
+	set := metrics.NewSet(metrics.KindSource, "r1", "http")
+	other := Reason{Counter: "ProtocolErrorCount", Level: slog.LevelWarn, Msg: "a connection failed"}
+	rej := NewRejects("r1", slog.New(slog.NewTextHandler(logs, nil)), set, append(TLSReasons, other)...)
+	srv := &http.Server{ReadHeaderTimeout: time.Second}
+	HTTP(srv, rej, other)
+	if srv.ReadHeaderTimeout != 0 || srv.ReadTimeout != 0 {
+		t.Fatal("net/http's read timeouts left on: they cut requests without a count or a line")
+	}
+	for range 100 {
+		srv.ErrorLog.Printf("http: TLS handshake error from 10.0.0.1:5000: remote error: tls: bad certificate")
+	}
+	srv.ErrorLog.Printf("http: TLS handshake error from 10.0.0.2:5000: EOF")
+	srv.ErrorLog.Printf("http: TLS handshake error from 10.0.0.3:5000: read tcp 127.0.0.1:1->10.0.0.3:5000: use of closed network connection")
+	srv.ErrorLog.Printf("http: superfluous response.WriteHeader call")
+	if n := testutil.Metric(set, "TLSHandshakeFailCount"); n != "101" {
+		t.Errorf("TLSHandshakeFailCount %s, want 101 (100 failed, 1 ended before its hello)", n)
+	}
+	if n := testutil.Metric(set, "ProtocolErrorCount"); n != "1" {
+		t.Errorf("ProtocolErrorCount %s, want 1", n)
+	}
+	if n := logs.Lines("TLS handshake failed"); n != 1 || logs.Lines("peer=10.0.0.1:5000") != 1 {
+		t.Errorf("%d lines for 100 failed handshakes, want 1 (throttled), naming the peer:\n%s", n, logs.String())
+	}
+	if logs.Lines("10.0.0.2") != 0 || logs.Lines("10.0.0.3") != 0 {
+		t.Errorf("a connection closed before its hello, or by the group, told at INFO or above:\n%s", logs.String())
+	}
+}
+
+// A source's own failure (here: accepting) is a streak: told when it
+// starts, and once it is over ("accepting connections again").
+func TestRejectsStreak(t *testing.T) {
+	logs := &testutil.LogBuffer{}
+	rej := NewRejects("r1", slog.New(slog.NewTextHandler(logs, nil)), nil)
+	for range 50 {
+		rej.Add(reasonAccept, "127.0.0.1:1", "err", "too many open files")
+	}
+	rej.Ok(reasonAccept)
+	if logs.Lines("could not accept a connection; retrying") != 1 || logs.Lines("accepting connections again") != 0 {
+		t.Fatalf("during the hold after the first success:\n%s", logs.String())
+	}
+	rej.Flush() // a stop: the summary of what was held back
+	if logs.Lines("could not accept a connection; retrying (repeated)") != 1 || logs.Lines("failures=50") != 1 {
+		t.Fatalf("at the stop, want the summary of 50 failures:\n%s", logs.String())
 	}
 }

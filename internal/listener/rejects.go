@@ -7,17 +7,27 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/logthrottle"
-	"github.com/sluicehq/sluice/internal/metrics"
 )
 
 // Reason is one kind of refused input or closed connection.
 type Reason struct {
 	// Counter is the source metric counting it, such as "LineTooLongCount"
 	// (Prometheus: sluice_source_line_too_long_total); "" counts nothing.
+	// Reasons may share a counter.
 	Counter string
 	// Msg is the log message, saying what was refused and what was done.
 	Msg   string
 	Level slog.Level
+	// Recovered, when set, makes the reason a failure of the source's own
+	// (accepting connections, putting into its channels) rather than a
+	// client's: its Adds are one failure streak (logthrottle.Streak), which
+	// Rejects.Ok ends with this message, after the summary of the streak.
+	Recovered string
+}
+
+// Counters are where Rejects count: a component's metrics.Set.
+type Counters interface {
+	Counter(name string) *atomic.Int64
 }
 
 // Throttling of reject logs: the first of each reason goes out at once,
@@ -30,26 +40,34 @@ const (
 // Rejects logs and counts what a source refuses: each Add logs at the
 // reason's level with the peer's address, throttled per reason (see
 // internal/logthrottle), and adds to the reason's counter in the source's
-// metrics. It is safe for concurrent use.
+// metrics. A reason with Recovered is a failure streak instead, ended by
+// Ok. It is safe for concurrent use.
 type Rejects struct {
 	source string
 	log    *slog.Logger
-	set    *metrics.Set
+	set    Counters
 	thr    *logthrottle.Throttle
 
 	mu       sync.Mutex
 	counters map[string]*atomic.Int64
+	streaks  map[string]*logthrottle.Streak // by Msg, for reasons with Recovered
 }
+
+// streakHold is how long a source's own failure (such as its channel
+// refusing puts) must have stopped before the streak ends: puts on a
+// channel at its capacity fail and succeed in turn, which is one streak,
+// not two lines per put.
+const streakHold = 5 * time.Second
 
 // NewRejects returns the rejects of source, counting into set (nil: no
 // counters) and registering the counters of reasons there now, so they show
 // as 0 before anything is refused.
-func NewRejects(source string, log *slog.Logger, set *metrics.Set, reasons ...Reason) *Rejects {
+func NewRejects(source string, log *slog.Logger, set Counters, reasons ...Reason) *Rejects {
 	if log == nil {
 		log = slog.Default()
 	}
 	r := &Rejects{source: source, log: log, set: set, thr: logthrottle.New(RejectLogInterval, rejectLogBurst),
-		counters: map[string]*atomic.Int64{}}
+		counters: map[string]*atomic.Int64{}, streaks: map[string]*logthrottle.Streak{}}
 	for _, rs := range reasons {
 		r.counter(rs)
 	}
@@ -70,11 +88,49 @@ func (r *Rejects) counter(rs Reason) *atomic.Int64 {
 	return c
 }
 
-// Flush writes the refusals still held back by the log throttle; the
-// source calls it (through Group.Shutdown) when it stops.
+// streak returns the failure streak of reason rs.
+func (r *Rejects) streak(rs Reason) *logthrottle.Streak {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.streaks[rs.Msg]
+	if s == nil {
+		s = &logthrottle.Streak{Log: r.log, Level: rs.Level, Every: RejectLogInterval, Hold: streakHold,
+			Failed: rs.Msg, Recovered: rs.Recovered}
+		r.streaks[rs.Msg] = s
+	}
+	return s
+}
+
+// Ok ends the failure streak of reason rs (one with Recovered), if one is
+// under way: the source calls it after each success of what rs fails.
+func (r *Rejects) Ok(rs Reason, args ...any) {
+	if r == nil || rs.Recovered == "" {
+		return
+	}
+	r.mu.Lock()
+	s := r.streaks[rs.Msg]
+	r.mu.Unlock()
+	if s != nil {
+		s.Ok(append([]any{"source", r.source}, args...)...)
+	}
+}
+
+// Flush writes the refusals still held back by the log throttle, and the
+// summaries of failure streaks under way; the source calls it (through
+// Group.Shutdown) when it stops.
 func (r *Rejects) Flush() {
-	if r != nil {
-		r.thr.Flush()
+	if r == nil {
+		return
+	}
+	r.thr.Flush()
+	r.mu.Lock()
+	streaks := make([]*logthrottle.Streak, 0, len(r.streaks))
+	for _, s := range r.streaks {
+		streaks = append(streaks, s)
+	}
+	r.mu.Unlock()
+	for _, s := range streaks {
+		s.Stop()
 	}
 }
 
@@ -98,6 +154,10 @@ func (r *Rejects) AddN(rs Reason, n int64, peer string, args ...any) {
 		all = append(all, "count", n)
 	}
 	all = append(all, args...)
+	if rs.Recovered != "" {
+		r.streak(rs).Fail(nil, all...)
+		return
+	}
 	r.thr.Log(r.log, rs.Level, r.source+"\x00"+rs.Msg, rs.Msg, all...)
 }
 

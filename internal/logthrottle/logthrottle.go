@@ -7,6 +7,14 @@
 // out, carrying how many were held back since the last one. When messages
 // stop arriving, the count of those still held back is written once the
 // interval ends, so no suppression goes unreported.
+//
+// A run of failures of one thing (a downstream that is down, a full disk, a
+// broker outage) is told through a Streak instead, which every component
+// shares: one line when the failure starts, at most a periodic summary
+// while it lasts, and when it ends the summary first, then one line saying
+// it recovered, after how long and how many failed attempts. A Throttle's
+// summary comes on a timer and could follow the recovery; a Streak's never
+// does.
 package logthrottle
 
 import (

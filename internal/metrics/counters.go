@@ -18,6 +18,8 @@ const (
 	KindSource  Kind = "SOURCE"
 	KindChannel Kind = "CHANNEL"
 	KindSink    Kind = "SINK"
+	// KindMonitoring is the agent's monitoring port (Prometheus only).
+	KindMonitoring Kind = "MONITORING"
 )
 
 // Set is the named counters and gauges of one component, in the order they

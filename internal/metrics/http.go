@@ -197,6 +197,8 @@ type Server struct {
 	addr string
 	log  *slog.Logger
 	done chan struct{} // closed when Serve's goroutine returns
+	// stopped is ServeOptions.Stopped.
+	stopped func(ctx context.Context) error
 
 	stopOnce sync.Once
 	stopErr  error
@@ -227,35 +229,70 @@ func BasicAuth(h http.Handler, user, password string) http.Handler {
 // must call Stop. A handler that streams (a tap) extends its own write
 // deadline with http.ResponseController.
 func Serve(ctx context.Context, addr string, h http.Handler, tlsConf *tls.Config, log *slog.Logger) (*Server, error) {
+	return ServeWith(ctx, addr, h, ServeOptions{TLS: tlsConf, Log: log})
+}
+
+// ServeOptions are how ServeWith listens and serves.
+type ServeOptions struct {
+	TLS *tls.Config  // nil: plain HTTP
+	Log *slog.Logger // nil: slog.Default()
+	// Listen, when set, makes the TCP listener (the agent's: a
+	// listener.Group, whose limits, counters and throttled logs every
+	// listener of the agent goes through); nil: net.Listen.
+	Listen func(ctx context.Context, addr string) (net.Listener, error)
+	// Prepare, when set, adjusts the server before it serves (the agent
+	// hands it to listener.HTTP, which replaces the read timeouts by the
+	// group's rules and turns failed handshakes into counted, throttled
+	// refusals); nil: read timeouts, and connection errors at WARN.
+	Prepare func(*http.Server)
+	// Stopped, when set, is called once the server stopped (to shut the
+	// group down).
+	Stopped func(ctx context.Context) error
+}
+
+// ServeWith is Serve with its listener and server made as opt says.
+func ServeWith(ctx context.Context, addr string, h http.Handler, opt ServeOptions) (*Server, error) {
+	log := opt.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
+	listen := opt.Listen
+	if listen == nil {
+		listen = func(ctx context.Context, addr string) (net.Listener, error) {
+			var lc net.ListenConfig
+			return lc.Listen(ctx, "tcp", addr)
+		}
+	}
+	ln, err := listen(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics http: listen %s: %w", addr, err)
 	}
-	if tlsConf != nil {
-		ln = tls.NewListener(ln, tlsConf)
+	if opt.TLS != nil {
+		ln = tls.NewListener(ln, opt.TLS)
+	}
+	srv := &http.Server{
+		// net/http would recover a handler's panic and serve on; the
+		// agent's rule is to exit (package panics).
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer panics.Guard("metrics http request")
+			h.ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if opt.Prepare != nil {
+		opt.Prepare(srv)
 	}
 	s := &Server{
-		srv: &http.Server{
-			// net/http would recover a handler's panic and serve on; the
-			// agent's rule is to exit (package panics).
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				defer panics.Guard("metrics http request")
-				h.ServeHTTP(w, r)
-			}),
-			ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout:       10 * time.Second,
-			WriteTimeout:      30 * time.Second,
-			IdleTimeout:       60 * time.Second,
-			MaxHeaderBytes:    64 << 10,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		},
-		addr: ln.Addr().String(),
-		log:  log,
-		done: make(chan struct{}),
+		srv:     srv,
+		addr:    ln.Addr().String(),
+		log:     log,
+		done:    make(chan struct{}),
+		stopped: opt.Stopped,
 	}
 	panics.Go("metrics http server", func() {
 		defer close(s.done)
@@ -264,7 +301,7 @@ func Serve(ctx context.Context, addr string, h http.Handler, tlsConf *tls.Config
 		}
 	})
 	scheme := "http"
-	if tlsConf != nil {
+	if opt.TLS != nil {
 		scheme = "https"
 	}
 	log.Info("serving metrics", "addr", s.addr, "scheme", scheme)
@@ -285,6 +322,11 @@ func (s *Server) Stop(ctx context.Context) error {
 			err = fmt.Errorf("metrics http %s: shutdown: %w", s.addr, err)
 		}
 		<-s.done
+		if s.stopped != nil {
+			if serr := s.stopped(ctx); serr != nil && err == nil {
+				err = fmt.Errorf("metrics http %s: shutdown: %w", s.addr, serr)
+			}
+		}
 		s.stopErr = err
 	})
 	return s.stopErr

@@ -135,7 +135,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return d
 	}
-	for _, s := range r.Sets() {
+	for _, s := range append(r.Sets(), r.ownSets()...) {
 		seen := map[string]bool{} // one sample per name and set
 		emit := func(name, help string, vt prometheus.ValueType, v float64) {
 			if seen[name] {

@@ -31,6 +31,7 @@ type Registry struct {
 
 	mu    sync.Mutex
 	sets  map[string]*Set  // by Kind + "." + Name
+	own   map[string]*Set  // the agent's own sets (AddOwn), by Kind + "." + Name
 	hists map[string]*hist // by stage + "\x00" + component
 	order []*hist          // in creation order, for exposition
 
@@ -47,6 +48,7 @@ func NewRegistry(agent string) *Registry {
 	return &Registry{
 		Agent: agent,
 		sets:  map[string]*Set{},
+		own:   map[string]*Set{},
 		hists: map[string]*hist{},
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "sluice_events_dropped_total",
@@ -71,6 +73,25 @@ func (r *Registry) Add(s *Set) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sets[string(s.Kind)+"."+s.Name] = s
+}
+
+// AddOwn registers s, a set of the agent's own (the monitoring port's
+// listener), shown in Prometheus only: Flume's JSON has components alone.
+func (r *Registry) AddOwn(s *Set) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.own[string(s.Kind)+"."+s.Name] = s
+}
+
+// ownSets returns the sets AddOwn registered.
+func (r *Registry) ownSets() []*Set {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Set, 0, len(r.own))
+	for _, s := range r.own {
+		out = append(out, s)
+	}
+	return out
 }
 
 // Remove drops the set of that kind and name.

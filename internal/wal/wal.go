@@ -182,7 +182,7 @@ type Log struct {
 	curSeg uint64
 	curOff int64 // writer only: bytes written to cur
 
-	throttle *logthrottle.Throttle // failure reports, which a flapping disk repeats
+	streak *logthrottle.Streak // tells a run of failures (a flapping disk repeats them) and its end
 
 	// errNow is err, readable without mu: Err is called on every put
 	// commit (is this dir usable?) and must not contend with appends.
@@ -235,8 +235,10 @@ func Open(dir string, opts Options) (*Log, error) {
 		done:       make(chan struct{}),
 		readers:    make(map[uint64]*os.File),
 		recoverReq: make(chan chan error),
-		throttle:   logthrottle.New(time.Minute, 1),
 	}
+	l.streak = &logthrottle.Streak{Log: opts.Logger, Level: slog.LevelError, Every: time.Minute,
+		Failed:    "wal: write failed; appends are refused until the log recovers",
+		Recovered: "wal: recovered; appends accepted again"}
 	l.cond.L = &l.mu
 	l.lazyTimer = time.AfterFunc(time.Hour, func() {
 		defer panics.Guard("wal " + dir + ": lazy sync timer")
@@ -794,8 +796,7 @@ func (l *Log) failLocked(err error) {
 		l.errNow.Store(&err)
 		l.failedAt = time.Now()
 		l.st.failures.Add(1)
-		l.throttle.Log(l.log, slog.LevelError, "wal failed "+l.dir,
-			"wal: write failed; appends are refused until the log recovers", "dir", l.dir, "err", err)
+		l.streak.Fail(err, "dir", l.dir)
 	}
 	l.cond.Broadcast()
 }
@@ -899,7 +900,9 @@ func (l *Log) repair() error {
 	err := l.cutBack(d)
 	l.fileMu.Unlock()
 	if err != nil {
-		return fmt.Errorf("%w (failing since %s: %v)", err, since.Format(time.RFC3339), failure)
+		err = fmt.Errorf("%w (failing since %s: %v)", err, since.Format(time.RFC3339), failure)
+		l.streak.Fail(err, "dir", l.dir) // a failed probe is one more attempt of the streak
+		return err
 	}
 	l.mu.Lock()
 	if l.nextSeq > l.durableSeq {
@@ -915,8 +918,7 @@ func (l *Log) repair() error {
 	l.st.recoveries.Add(1)
 	l.cond.Broadcast()
 	l.mu.Unlock()
-	l.log.Info("wal: recovered; appends accepted again", "dir", l.dir, "segment", segmentName(d.Segment+1),
-		"failed_for", time.Since(since).Round(time.Millisecond).String())
+	l.streak.Ok("dir", l.dir, "segment", segmentName(d.Segment+1))
 	return nil
 }
 
@@ -1092,7 +1094,7 @@ func (l *Log) Close() error {
 	}
 	<-l.done
 	l.lazyTimer.Stop()
-	l.throttle.Flush()
+	l.streak.Stop()
 	var errs []error
 	l.seal()
 	if l.cur != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/wal"
 )
 
@@ -179,48 +180,68 @@ func (c *Channel) pickDir(txid uint64) (int, error) {
 // the dir crosses minimumRequiredSpace. Lock must be held.
 func (c *Channel) lookAtSpace(i int, free int64, err error) {
 	dir := c.dataDirs[i]
-	switch {
-	case err != nil:
+	if err != nil {
 		c.lowSpace[i] = false // cannot tell: do not block puts on it
-		c.throttle.Log(c.log, slog.LevelWarn, "statfs "+dir, "file channel: cannot read free disk space",
-			"channel", c.name, "dir", dir, "err", err)
-	case c.minFree > 0 && free < c.minFree:
-		c.free[i] = free
-		if !c.lowSpace[i] {
-			c.throttle.Log(c.log, slog.LevelWarn, "low "+dir, "file channel: disk almost full, refusing puts to this data dir",
-				"channel", c.name, "dir", dir, "free", bytesText(free), "minimumRequiredSpace", bytesText(c.minFree))
-		}
+		c.statfsStreak[i].Fail(err, "channel", c.name, "dir", dir)
+		return
+	}
+	c.statfsStreak[i].Ok("channel", c.name, "dir", dir)
+	c.free[i] = free
+	if c.minFree > 0 && free < c.minFree {
 		c.lowSpace[i] = true
-	default:
-		c.free[i] = free
-		if c.lowSpace[i] {
-			c.throttle.Log(c.log, slog.LevelInfo, "space "+dir, "file channel: disk space back, accepting puts to this data dir",
-				"channel", c.name, "dir", dir, "free", bytesText(free))
-		}
-		c.lowSpace[i] = false
+		c.lowStreak[i].Fail(nil, "channel", c.name, "dir", dir, "free", bytesText(free), "minimumRequiredSpace", bytesText(c.minFree))
+		return
+	}
+	c.lowSpace[i] = false
+	c.lowStreak[i].Ok("channel", c.name, "dir", dir, "free", bytesText(free))
+}
+
+// lowSpaceHold is how long a data dir must stay above minimumRequiredSpace
+// before the log says its space is back (puts go to it at once): a disk
+// that hovers at the limit, filled by puts and freed by checkpoints, is one
+// streak in the log rather than two lines every few seconds.
+const lowSpaceHold = 10 * time.Second
+
+// newStreaks makes the streaks that tell the channel's failures, for n
+// data dirs. Lock must be held.
+func (c *Channel) newStreaks(n int) {
+	streak := func(failed, recovered string, hold time.Duration) *logthrottle.Streak {
+		return &logthrottle.Streak{Log: c.log, Level: slog.LevelWarn, Every: time.Minute, Hold: hold, Failed: failed, Recovered: recovered}
+	}
+	c.ckStreak = streak("file channel: checkpoint failed; the next one retries", "file channel: checkpoints succeed again", 0)
+	c.bkStreak = streak("file channel: backup checkpoint failed", "file channel: backup checkpoints succeed again", 0)
+	c.lowStreak = make([]*logthrottle.Streak, n)
+	c.statfsStreak = make([]*logthrottle.Streak, n)
+	for i := range n {
+		c.lowStreak[i] = streak("file channel: the data dir's disk has less free space than minimumRequiredSpace; "+
+			"puts to it are refused until space is freed there, or minimumRequiredSpace is lowered (0 turns the check off)",
+			"file channel: disk space back, accepting puts to this data dir", lowSpaceHold)
+		c.statfsStreak[i] = streak("file channel: cannot read free disk space", "file channel: free disk space readable again", 0)
 	}
 }
 
-// warnLowSpace reads every data dir's free space at Start and says, once
-// per dir, when it is already below minimumRequiredSpace: with Flume's
-// default (500 MB) on a small disk every put would otherwise be refused
-// from the first one with no word. Lock must be held.
+// stopStreaks writes the summaries the streaks still hold back.
+func (c *Channel) stopStreaks() {
+	c.mu.Lock()
+	all := append([]*logthrottle.Streak{c.ckStreak, c.bkStreak}, c.lowStreak...)
+	all = append(all, c.statfsStreak...)
+	c.mu.Unlock()
+	for _, s := range all {
+		if s != nil {
+			s.Stop()
+		}
+	}
+}
+
+// warnLowSpace reads every data dir's free space at Start, so a dir
+// already below minimumRequiredSpace is said at once: with Flume's default
+// (500 MB) on a small disk every put would otherwise be refused from the
+// first one with no word. Lock must be held.
 func (c *Channel) warnLowSpace() {
 	c.lastSpace, c.spaceAt = time.Now(), time.Now()
 	for i, d := range c.dataDirs {
 		free, err := c.freeSpace(d)
-		if err != nil {
-			c.lookAtSpace(i, free, err)
-			continue
-		}
-		c.free[i] = free
-		if c.minFree > 0 && free < c.minFree {
-			c.lowSpace[i] = true
-			c.log.Warn("file channel: the data dir's disk has less free space than minimumRequiredSpace; "+
-				"puts to it are refused until space is freed there, or minimumRequiredSpace is lowered "+
-				"(0 turns the check off)", "channel", c.name, "dir", d, "free", bytesText(free),
-				"minimumRequiredSpace", bytesText(c.minFree))
-		}
+		c.lookAtSpace(i, free, err)
 	}
 }
 

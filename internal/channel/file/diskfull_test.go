@@ -449,6 +449,31 @@ func TestDiskFullThroughTheAgent(t *testing.T) {
 		t.Fatalf("%d distinct events delivered, %d acknowledged", len(got), len(acked))
 	}
 	t.Logf("%d events acknowledged and delivered once each; %d refused while the disk was full", len(acked), len(refused))
+	// The outage in the log, as every failure streak is told: the first
+	// failure, a summary of the rest right before the recovery, and
+	// nothing about it after the recovery.
+	var seq []string
+	sc := bufio.NewScanner(strings.NewReader(a.stderr.String()))
+	for sc.Scan() {
+		var rec map[string]any
+		if json.Unmarshal(sc.Bytes(), &rec) != nil {
+			continue
+		}
+		switch msg, _ := rec["msg"].(string); msg {
+		case "wal: write failed; appends are refused until the log recovers":
+			seq = append(seq, "ERROR failed")
+		case "wal: write failed; appends are refused until the log recovers (repeated)":
+			seq = append(seq, "ERROR summary")
+		case "wal: recovered; appends accepted again":
+			seq = append(seq, fmt.Sprintf("%v recovered", rec["level"]))
+			if rec["recovered_after"] == nil || rec["failures"] == nil {
+				t.Errorf("recovery line without recovered_after and failures: %v", rec)
+			}
+		}
+	}
+	if strings.Join(seq, ", ") != "ERROR failed, ERROR summary, INFO recovered" && strings.Join(seq, ", ") != "ERROR failed, INFO recovered" {
+		t.Errorf("the WAL's lines about the outage: %v, want its first failure, a summary, then its recovery", seq)
+	}
 	t.Logf("LOG:\n%s", a.stderr.String())
 }
 
@@ -472,7 +497,8 @@ func TestMinimumRequiredSpaceAboveFreeSpace(t *testing.T) {
 	a.stop(t)
 	var warns int
 	for _, line := range strings.Split(a.stderr.String(), "\n") {
-		if strings.Contains(line, `"level":"WARN"`) && strings.Contains(line, "less free space than minimumRequiredSpace") {
+		if strings.Contains(line, `"level":"WARN"`) && strings.Contains(line, "less free space than minimumRequiredSpace") &&
+			!strings.Contains(line, "(repeated)") { // the streak's summary at the stop
 			warns++
 			if !strings.Contains(line, `"minimumRequiredSpace":"524288000 bytes (500.0 MiB)"`) ||
 				!strings.Contains(line, `"free":"`) || !strings.Contains(line, "lowered") {

@@ -138,9 +138,14 @@ type Channel struct {
 	unsure   [][]takeRec
 	owed     [][][]byte
 
-	// throttle keeps repeated reports (space crossing the limit, events
-	// lost to damage when taken) from flooding the log.
-	throttle *logthrottle.Throttle
+	// throttle keeps repeated reports of events lost to damage when taken
+	// from flooding the log; failure streaks (a dir short of space, statfs
+	// failing, checkpoints failing) are told by streaks, each ending with
+	// its recovery.
+	throttle           *logthrottle.Throttle
+	ckStreak, bkStreak *logthrottle.Streak   // checkpoints, backup checkpoints
+	lowStreak          []*logthrottle.Streak // per dir: below minimumRequiredSpace
+	statfsStreak       []*logthrottle.Streak // per dir: free space unreadable
 
 	mu sync.Mutex
 	// Lock mu for everything below.
@@ -400,6 +405,7 @@ func (c *Channel) Start(ctx context.Context) error {
 	c.logs = logs
 	c.lowSpace = make([]bool, len(logs))
 	c.free = make([]int64, len(logs))
+	c.newStreaks(len(logs))
 	c.warnLowSpace()
 	c.queue = st.queue
 	c.reserved = st.queue.len()
@@ -467,6 +473,7 @@ func (c *Channel) Stop(ctx context.Context) error {
 		errs = append(errs, w.Close())
 	}
 	c.throttle.Flush()
+	c.stopStreaks()
 	c.counters.Stopped()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("file channel %s: stop: %w", c.name, err)
@@ -528,8 +535,9 @@ func (c *Channel) checkpointLoop() {
 		}
 		c.mu.Unlock()
 		if err != nil {
-			c.throttle.Log(c.log, slog.LevelWarn, "checkpoint "+c.name, "file channel: checkpoint failed; the next one retries",
-				"channel", c.name, "err", err)
+			c.ckStreak.Fail(err, "channel", c.name)
+		} else {
+			c.ckStreak.Ok("channel", c.name)
 		}
 	}
 }
@@ -594,8 +602,9 @@ func (c *Channel) checkpoint() error {
 	if c.backupDir != "" {
 		if err := wal.WriteCheckpoint(c.backupDir, ck); err != nil {
 			c.ckBackupErrs.Add(1)
-			c.throttle.Log(c.log, slog.LevelWarn, "backup checkpoint "+c.name, "file channel: backup checkpoint failed",
-				"channel", c.name, "err", err)
+			c.bkStreak.Fail(err, "channel", c.name)
+		} else {
+			c.bkStreak.Ok("channel", c.name)
 		}
 	}
 	var errs []error

@@ -95,8 +95,9 @@ type Channel struct {
 	producer    *kafkaconf.Producer
 	consumer    *kafkaconf.Consumer
 	log         *slog.Logger
-	throttle    *logthrottle.Throttle
-	health      *kafkaconf.Health
+	throttle    *logthrottle.Throttle // single events that repeat (re-created topics, records not in the Flume format)
+	commits     *logthrottle.Streak   // failing offset commits
+	health      *kafkaconf.Health     // tells the channel's outages, one streak each
 	recreated   kafkaconf.Recreated
 	// prodGen counts the purges of the topic from the producer, so that
 	// several puts failing at once purge it once; forgetMu serialises them.
@@ -190,6 +191,11 @@ func New(env flow.Env, p *config.Props) (flow.Channel, error) {
 	}
 	c.consumer = kafkaconf.ReadConsumer(p, "kafka.consumer.", kafkaconf.ConsumerDefaults{Group: p.String("groupId", DefaultGroup), Reset: reset, Env: kafkaconf.Env{Sys: env.Sys, Log: env.Log()}})
 	c.health = kafkaconf.NewHealth(kafkaconf.ReadHealthGrace(p))
+	c.health.Tell(c.log, "kafka channel: Kafka fails; retrying (puts are refused or wait meanwhile, takes find nothing new)",
+		"kafka channel: Kafka works again")
+	c.commits = &logthrottle.Streak{Log: c.log, Level: slog.LevelWarn,
+		Failed:    "kafka channel: offset commit failed; it is retried with the next commit, and a restart before then delivers those events again",
+		Recovered: "kafka channel: offset commits succeed again"}
 
 	c.counters = metrics.NewChannelCounters(env.Name, env.Type)
 	c.sendTimer = c.counters.Counter("KafkaEventSendTimer")
@@ -241,7 +247,7 @@ func (c *Channel) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kafka channel %s: %w", c.env.Name, err)
 	}
-	popts = append(popts, kgo.DefaultProduceTopic(c.topic), kgo.WithLogger(kafkaconf.Logger(c.log, c.throttle)),
+	popts = append(popts, kgo.DefaultProduceTopic(c.topic), kgo.WithLogger(kafkaconf.Logger(c.log)),
 		kgo.RecordPartitioner(kafkaconf.Partitioner{}))
 	prod, err := kgo.NewClient(popts...)
 	if err != nil {
@@ -255,7 +261,7 @@ func (c *Channel) Start(context.Context) error {
 	}
 	copts = append(copts,
 		kgo.ConsumeTopics(c.topic),
-		kgo.WithLogger(kafkaconf.Logger(c.log, c.throttle)),
+		kgo.WithLogger(kafkaconf.Logger(c.log)),
 		kgo.AdjustFetchOffsetsFn(c.recreated.AdjustOffsets),
 		kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
 			defer panics.Guard("kafka channel " + c.env.Name + ": partitions assigned")
@@ -322,6 +328,8 @@ func (c *Channel) Stop(context.Context) error {
 	c.cons.Close()
 	c.prod.Close()
 	c.throttle.Flush()
+	c.commits.Stop()
+	c.health.Stop()
 	c.lag.Unregister()
 	c.counters.Stopped()
 	return nil
@@ -379,13 +387,13 @@ func (c *Channel) poll(ctx context.Context) {
 				return
 			}
 			failed = true
-			c.health.Fail("fetch", kafkaconf.FetchError(t, p, err), stale)
 			if kafkaconf.TopicGone(err) && t == c.topic {
+				// Not a failure to tell: forgetConsumed, below, subscribes
+				// again at once and says so.
 				gone = true
 				return
 			}
-			c.throttle.Log(c.log, slog.LevelWarn, "fetch failed", "kafka channel: fetch failed; retrying",
-				"topic", t, "partition", p, "err", err)
+			c.health.Fail("fetch", kafkaconf.FetchError(t, p, err), stale)
 		})
 		c.lag.Observe(fs)
 		c.mu.Lock()
@@ -601,11 +609,10 @@ func (c *Channel) commitOffsets(offsets map[string]map[int32]kgo.EpochOffset) {
 	})
 	c.commitTimer.Add(time.Since(t0).Milliseconds())
 	if cerr != nil {
-		c.throttle.Log(c.log, slog.LevelWarn, "commit failed",
-			"kafka channel: offset commit failed; it is retried with the next commit, and a restart before then delivers those events again",
-			"err", cerr)
+		c.commits.Fail(cerr)
 		return
 	}
+	c.commits.Ok()
 	c.mu.Lock()
 	for _, s := range states {
 		if o := offsets[s.tp.topic][s.tp.partition].Offset; o == s.done {

@@ -79,6 +79,12 @@ type Channel struct {
 	// heir is the channel that adopted this one's events (a reload); a take
 	// rolled back afterwards goes to it, so no event stays behind.
 	heir *Channel
+	// cutOff is set by MarkInFlight (the shutdown deadline cuts the sinks
+	// off); from then on a take rolled back was a delivery interrupted, and
+	// unsure counts such events, which sit at the head of the ring: the
+	// downstream may have them. Loss reports them apart from the lost ones.
+	cutOff bool
+	unsure int
 }
 
 var (
@@ -158,7 +164,7 @@ func (c *Channel) KeepAlive() time.Duration { return c.keepAlive }
 // Start opens the channel (again, after a Stop) and resets its counters.
 func (c *Channel) Start(context.Context) error {
 	c.mu.Lock()
-	c.closed = false
+	c.closed, c.cutOff, c.unsure = false, false, 0
 	c.mu.Unlock()
 	c.counters.Started()
 	return nil
@@ -186,11 +192,31 @@ func (c *Channel) Len() int {
 }
 
 // Held reports the events the channel holds, counting those taken by
-// transactions still open: what a stop would lose.
+// transactions still open: what a stop would lose, or may lose (Loss).
 func (c *Channel) Held() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.reserved
+}
+
+// MarkInFlight says the sinks are being cut off (the shutdown deadline):
+// from now on, a take that is rolled back was a delivery interrupted, whose
+// events may have reached the downstream. Loss counts them apart.
+func (c *Channel) MarkInFlight() {
+	c.mu.Lock()
+	c.cutOff = true
+	c.mu.Unlock()
+}
+
+// Loss splits what a stop now would drop (Held) in two: lost, the events no
+// delivery had, which the downstream does not have; and inFlight, those of
+// deliveries the shutdown deadline interrupted (rolled back after
+// MarkInFlight) or that are still open, which the downstream may or may not
+// have: outcome unknown. lost + inFlight = Held.
+func (c *Channel) Loss() (lost, inFlight int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n - c.unsure, c.unsure + c.reserved - c.n
 }
 
 // Adopt moves every event old holds, in order, ahead of anything in c:
@@ -398,6 +424,7 @@ func (t *tx) Take(ctx context.Context, dst []event.Event, max int) ([]event.Even
 	c.clearRange(c.head, k)
 	c.head = c.wrap(c.head + k)
 	c.n -= k
+	c.unsure -= min(c.unsure, k) // taken again: in this take's hands now
 	c.mu.Unlock()
 
 	taken := dst[start:]
@@ -554,6 +581,9 @@ func (t *tx) Rollback() error {
 		heir := c.heir
 		if heir == nil {
 			c.pushFront(takes)
+			if c.cutOff {
+				c.unsure += len(takes) // at the head, ahead of the events no delivery had
+			}
 			c.mu.Unlock()
 		} else {
 			// The channel's events were adopted since this take: the

@@ -438,3 +438,57 @@ func TestAdopt(t *testing.T) {
 }
 
 type fakeChannel struct{ flow.Channel }
+
+// What a stop drops is split exactly: events no delivery had (lost), and
+// those of deliveries cut off at the deadline or still open (in flight:
+// the downstream may have them). Before the deadline a rollback is a
+// delivery that failed, so its events count as lost.
+func TestLossSplitsInFlight(t *testing.T) {
+	ch, _ := newChannel(t, map[string]string{"capacity": "1000", "transactionCapacity": "100"})
+	for i := range 5 {
+		if err := testutil.PutCommit(ch, testutil.Events("e"+strconv.Itoa(i), 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take := func(n int) flow.Transaction {
+		tx := ch.Begin()
+		got, err := tx.Take(context.Background(), nil, n)
+		if err != nil || len(got) != n {
+			t.Fatalf("take %d: got %d, %v", n, len(got), err)
+		}
+		return tx
+	}
+	check := func(when string, lost, inFlight int) {
+		t.Helper()
+		l, f := ch.Loss()
+		if l != lost || f != inFlight || l+f != ch.Held() {
+			t.Fatalf("%s: Loss() = %d lost, %d in flight (Held %d), want %d and %d", when, l, f, ch.Held(), lost, inFlight)
+		}
+	}
+	check("at rest", 500, 0)
+	take(100).Rollback() // a delivery that failed before the deadline
+	check("after a failed delivery", 500, 0)
+	delivered := take(100)
+	if err := delivered.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	check("after a delivery", 400, 0)
+	cut, open := take(100), take(50)
+	check("with two deliveries under way", 250, 150)
+	ch.MarkInFlight()
+	cut.Rollback() // the deadline cut it off
+	check("after the deadline cut one off", 250, 150)
+	again := take(30) // another sink takes 30 of those back...
+	check("after a take of 30 of them", 250, 150)
+	if err := again.Commit(); err != nil { // ...and delivers them
+		t.Fatal(err)
+	}
+	check("after they were delivered", 250, 120)
+	open.Rollback()
+	check("after the other was cut off", 250, 120)
+	if err := ch.Start(context.Background()); err != nil { // a new run forgets the last one's deadline
+		t.Fatal(err)
+	}
+	take(100).Rollback()
+	check("a rollback after a restart", 370, 0)
+}

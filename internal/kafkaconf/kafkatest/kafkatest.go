@@ -461,6 +461,45 @@ func Outage() time.Duration {
 	return 3 * time.Second
 }
 
+// CheckOutageLog checks what a component logged over one broker outage:
+// its one failure streak, as every component tells one
+// (logthrottle.Streak): the first line at WARN, with failed as its message
+// and the refused connection in its error, at most one summary per 30 s of
+// the outage plus one at its end, then one INFO line recovered, and
+// nothing else: no ERROR, none of kgo's own lines.
+//
+// A run of failures that ends by staleness (a consumer group error that
+// stops coming) ends at the component's next look at its health, so the
+// recovery is awaited for a while.
+func CheckOutageLog(tb testing.TB, l *Logs, failed, recovered string) {
+	tb.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for l.Count(`msg="`+recovered+`"`) == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	lines := l.Lines()
+	tb.Logf("%d log lines over the outage:\n%s", len(lines), strings.Join(lines, "\n"))
+	if len(lines) < 2 {
+		tb.Fatalf("%d lines, want the outage's first line and its recovery", len(lines))
+	}
+	first, last := lines[0], lines[len(lines)-1]
+	if !strings.Contains(first, `level=WARN msg="`+failed+`"`) || !strings.Contains(first, "connection refused") {
+		tb.Errorf("first line %q: want WARN %q naming the refused connection", first, failed)
+	}
+	if !strings.Contains(last, `level=INFO msg="`+recovered+`"`) || !strings.Contains(last, "recovered_after=") {
+		tb.Errorf("last line %q: want INFO %q with recovered_after", last, recovered)
+	}
+	maxSummaries := 1 + int(Outage()/(30*time.Second))
+	for _, line := range lines[1 : len(lines)-1] {
+		if !strings.Contains(line, `level=WARN msg="`+failed+` (repeated)"`) {
+			tb.Errorf("line %q inside the outage: want only its summaries", line)
+		}
+	}
+	if n := len(lines) - 2; n > maxSummaries {
+		tb.Errorf("%d summaries over a %v outage, want at most %d", n, Outage(), maxSummaries)
+	}
+}
+
 // MaxOutageLogLines bounds what a component may log over an Outage: a few
 // lines at its start, then, for each kind of message that keeps coming, one
 // summary per 10 s (logthrottle), where it used to log thousands a second.

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/tlsconf"
@@ -123,9 +124,7 @@ type Writer struct {
 	seed    maphash.Seed
 	dlq     *os.File
 
-	fails      int
-	lastLog    time.Time
-	suppressed int
+	streak *logthrottle.Streak // failed rounds
 }
 
 // slot holds the buffers of one in-flight request.
@@ -161,6 +160,9 @@ func NewWriter(opt Options, c *metrics.SinkCounters, reg *metrics.Registry, log 
 		log:     log,
 		seed:    maphash.MakeSeed(),
 		slots:   make(chan *slot, opt.MaxInFlight),
+		streak: &logthrottle.Streak{Log: log, Level: slog.LevelWarn,
+			Failed:    "elasticsearch sink: bulk indexing failed; retrying with backoff, events stay in the channel until indexed",
+			Recovered: "elasticsearch sink: indexing again"},
 	}
 	for range opt.MaxInFlight {
 		w.slots <- &slot{}
@@ -215,6 +217,7 @@ func (w *Writer) Stop(context.Context) error {
 	if w.client != nil {
 		w.client.CloseIdleConnections()
 	}
+	w.streak.Stop()
 	if w.dlq != nil {
 		err := w.dlq.Close()
 		w.dlq = nil
@@ -271,10 +274,7 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 		}
 		if len(retry) == 0 {
 			w.pending = nil
-			if w.fails > 0 {
-				w.log.Info("elasticsearch sink: indexing again", "sink", w.opt.Name, "failures", w.fails)
-				w.fails, w.suppressed = 0, 0
-			}
+			w.streak.Ok("sink", w.opt.Name)
 			return nil
 		}
 		todo = retry
@@ -288,7 +288,8 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 		w.failed(lastErr, len(todo), n)
 		if attempt >= w.opt.MaxAttempts {
 			w.keep(events)
-			return fmt.Errorf("elasticsearch sink %s: %d of %d events not indexed after %d attempts: %w", w.opt.Name, len(todo), n, attempt, lastErr)
+			// Told by the streak, round by round.
+			return logthrottle.AsReported(fmt.Errorf("elasticsearch sink %s: %d of %d events not indexed after %d attempts: %w", w.opt.Name, len(todo), n, attempt, lastErr))
 		}
 		if err := sleep(ctx, max(w.backoff(attempt), hint)); err != nil {
 			w.keep(events)
@@ -320,18 +321,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// failed logs a failed round, throttled: the first of a streak, then at
-// most every 30 s.
+// failed tells a failed round in the sink's failure streak.
 func (w *Writer) failed(err error, left, n int) {
-	w.fails++
-	now := time.Now()
-	if w.fails == 1 || now.Sub(w.lastLog) >= 30*time.Second {
-		w.log.Warn("elasticsearch sink: bulk indexing failed; retrying with backoff, events stay in the channel until indexed",
-			"sink", w.opt.Name, "err", err, "not_indexed", left, "batch", n, "failures", w.fails, "suppressed", w.suppressed)
-		w.lastLog, w.suppressed = now, 0
-		return
-	}
-	w.suppressed++
+	w.streak.Fail(err, "sink", w.opt.Name, "not_indexed", left, "batch", n)
 }
 
 // encode fills enc and off with the bulk lines of events and resets state.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/panics"
 )
 
@@ -26,6 +27,7 @@ type finisher struct {
 	stopped bool
 	failing time.Time // since when every finish has failed; zero when one worked
 	lastErr error
+	streak  *logthrottle.Streak // tells a run of failed finishes, and its end
 
 	wg     sync.WaitGroup
 	ctx    context.Context
@@ -43,7 +45,8 @@ type finishItem struct {
 var healthGrace = 30 * time.Second
 
 func newFinisher(w *Writer) *finisher {
-	f := &finisher{w: w, workers: max(1, w.opt.Threads)}
+	f := &finisher{w: w, workers: max(1, w.opt.Threads), streak: &logthrottle.Streak{Log: w.log, Level: slog.LevelWarn,
+		Failed: "hdfs: finishing a file failed; retrying", Recovered: "hdfs: finishing files again"}}
 	f.cond = sync.NewCond(&f.mu)
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	return f
@@ -121,6 +124,7 @@ func (f *finisher) run() {
 			f.w.c.ConnectionClosed.Add(1)
 			f.w.c.closed.Add(1)
 			f.w.log.Debug("hdfs: finished file", "file", it.rec.Target, "took", time.Since(start))
+			f.streak.Ok("store", f.w.store.String())
 			f.cond.Broadcast()
 			continue
 		}
@@ -148,7 +152,7 @@ func (f *finisher) run() {
 			f.w.log.Error("hdfs: gave up finishing a file after hdfs.closeTries tries; it stays in the staging journal and is finished at the next start",
 				"file", it.rec.Target, "tries", it.tries, "err", err)
 		} else {
-			f.w.warn.Log(f.w.log, slog.LevelWarn, "finish", "hdfs: finishing a file failed; retrying", "file", it.rec.Target, "store", f.w.store.String(), "err", err)
+			f.streak.Fail(err, "file", it.rec.Target, "store", f.w.store.String())
 		}
 		f.cond.Broadcast()
 	}
@@ -200,5 +204,6 @@ func (f *finisher) drain(ctx context.Context) int {
 	f.cond.Broadcast()
 	f.wg.Wait()
 	<-done
+	f.streak.Stop()
 	return left
 }

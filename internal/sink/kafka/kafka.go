@@ -89,10 +89,8 @@ type Writer struct {
 	recsBad   bool // a record of recs may still be in the client
 	values    []byte
 
-	health   *kafkaconf.Health
-	throttle *logthrottle.Throttle
-
-	failures int
+	health   *kafkaconf.Health     // tells the sink's outages, one streak each
+	throttle *logthrottle.Throttle // re-created topics, which may repeat
 }
 
 // Sink is the Kafka sink: the shared batch loop over a Writer, which also
@@ -162,12 +160,14 @@ func newWriter(opt Options, producer *kafkaconf.Producer, tt topicTemplate, log 
 	if opt.HealthGrace <= 0 {
 		opt.HealthGrace = kafkaconf.DefaultHealthGrace
 	}
-	return &Writer{
+	w := &Writer{
 		opt: opt, producer: producer, topic: tt, log: log,
 		send: new(atomic.Int64), rollback: new(atomic.Int64),
 		health:   kafkaconf.NewHealth(opt.HealthGrace),
 		throttle: logthrottle.New(kafkaconf.LogEvery, 1),
 	}
+	w.health.Tell(log, "kafka sink: cannot deliver to Kafka; the events stay in the channel and are sent again", "kafka sink: delivering again")
+	return w
 }
 
 // NewWriter returns a Writer, for tests and benchmarks that drive it
@@ -194,7 +194,7 @@ func (w *Writer) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kafka sink: %w", err)
 	}
-	opts = append(opts, kgo.WithLogger(kafkaconf.Logger(w.log, w.throttle)), kgo.RecordPartitioner(kafkaconf.Partitioner{Wrap: true}))
+	opts = append(opts, kgo.WithLogger(kafkaconf.Logger(w.log)), kgo.RecordPartitioner(kafkaconf.Partitioner{Wrap: true}))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka sink: %w", err)
@@ -219,6 +219,7 @@ func (w *Writer) Stop(context.Context) error {
 		w.cl = nil
 	}
 	w.throttle.Flush()
+	w.health.Stop()
 	return nil
 }
 
@@ -290,12 +291,12 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 			// flight may still be written (a retry then duplicates them).
 			w.recsBad = true // promises may still write to recs
 			w.rollback.Add(1)
-			w.failures++
 			if ctx.Err() != nil {
 				return fmt.Errorf("kafka sink: stopped while waiting for acknowledgements: %w", ctx.Err())
 			}
 			w.health.Fail("delivery", fmt.Errorf("Kafka does not acknowledge batches within delivery.timeout.ms (%v)", w.producer.DeliveryTimeout), 0)
-			return fmt.Errorf("kafka sink: batch of %d not acknowledged within delivery.timeout.ms (%v)", n, w.producer.DeliveryTimeout)
+			// Told by the health streak: the runner does not log it again.
+			return logthrottle.AsReported(fmt.Errorf("kafka sink: batch of %d not acknowledged within delivery.timeout.ms (%v)", n, w.producer.DeliveryTimeout))
 		}
 		if res.err == nil {
 			break
@@ -311,16 +312,11 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 			}
 		}
 		w.rollback.Add(1)
-		w.failures++
 		w.health.Fail("delivery", fmt.Errorf("Kafka refuses batches: %w", res.err), 0)
-		return fmt.Errorf("kafka sink: batch of %d not acknowledged: %w", n, res.err)
+		return logthrottle.AsReported(fmt.Errorf("kafka sink: batch of %d not acknowledged: %w", n, res.err))
 	}
 	w.send.Add(time.Since(start).Milliseconds())
 	w.health.OK("delivery")
-	if w.failures > 0 {
-		w.log.Info("kafka sink: delivering again", "failures", w.failures)
-		w.failures = 0
-	}
 	return nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -59,12 +60,11 @@ var (
 		Msg: "avro source: closing a connection: no memory left for its request (max-bytes-in-flight reached); the sender will retry"}
 	reasonDenied = listener.Reason{Counter: "DeniedConnectionCount", Level: slog.LevelWarn,
 		Msg: "avro source: connection denied by ipFilterRules"}
-	reasonTLS = listener.Reason{Counter: "TLSHandshakeFailCount", Level: slog.LevelWarn,
-		Msg: "avro source: TLS handshake failed"}
 	reasonConnFailed = listener.Reason{Level: slog.LevelWarn,
 		Msg: "avro source: connection failed"}
 	reasonPutFailed = listener.Reason{Level: slog.LevelWarn,
-		Msg: "avro source: could not put events; replying FAILED so the sender retries"}
+		Msg:       "avro source: could not put events; replying FAILED so the sender retries",
+		Recovered: "avro source: puts events again"}
 	reasonStopping = listener.Reason{Level: slog.LevelInfo,
 		Msg: "avro source: the agent is stopping; replying FAILED so the sender retries elsewhere or later"}
 )
@@ -157,7 +157,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,
-		append([]listener.Reason{reasonBadData, reasonOverBudget, reasonDenied, reasonTLS}, listener.ConnReasons...)...)
+		slices.Concat([]listener.Reason{reasonBadData, reasonOverBudget, reasonDenied}, listener.ConnReasons, listener.TLSReasons)...)
 	s.counters.Gauge("BytesInFlight", func() string { return strconv.FormatInt(s.inFlight(), 10) })
 	env.Registry().Add(s.counters.Set)
 	return s, nil
@@ -206,13 +206,7 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	s.cancel = cancel
 	s.hardCtx, s.hardStop = context.WithCancel(context.Background())
 	s.counters.Started()
-	g.Serve(ln, func(c *listener.Conn) {
-		var nc net.Conn = c
-		if tcfg != nil {
-			nc = tls.Server(c, tcfg)
-		}
-		s.serve(ctx, nc, c)
-	})
+	g.Serve(ln, func(c *listener.Conn) { s.serve(ctx, c, tcfg) })
 	s.env.Log().Info("avro source listening", "source", s.env.Name, "addr", ln.Addr().String(),
 		"compression", map[bool]string{true: "deflate", false: "none"}[s.srv.Deflate], "ssl", tcfg != nil)
 	return nil
@@ -241,7 +235,7 @@ func (s *Source) Stop(ctx context.Context) error {
 	return nil
 }
 
-func (s *Source) serve(ctx context.Context, c net.Conn, lc *listener.Conn) {
+func (s *Source) serve(ctx context.Context, lc *listener.Conn, tcfg *tls.Config) {
 	log := s.env.Log()
 	peer := lc.Peer()
 	if len(s.rules) > 0 {
@@ -250,15 +244,13 @@ func (s *Source) serve(ctx context.Context, c net.Conn, lc *listener.Conn) {
 			return
 		}
 	}
-	if tc, ok := c.(*tls.Conn); ok {
-		hctx, cancel := context.WithTimeout(ctx, tlsHandshakeTimeout)
-		err := tc.HandshakeContext(hctx)
-		cancel()
+	var c net.Conn = lc
+	if tcfg != nil {
+		tc, err := listener.HandshakeTLSTimeout(ctx, lc, tcfg, s.rejects, tlsHandshakeTimeout) // counted and told there
 		if err != nil {
-			s.rejects.Add(reasonTLS, peer, "err", err)
 			return
 		}
-		lc.Idle() // the handshake's bytes are not a request
+		c = tc
 	}
 	log.Debug("avro source: connection opened", "source", s.env.Name, "peer", peer)
 	err := s.srv.ServeConn(ctx, c)
@@ -314,6 +306,7 @@ func (h handler) AppendBatch(_ context.Context, events []event.Event) avrorpc.St
 func (h handler) process(events []event.Event) bool {
 	err := h.s.proc.Process(h.s.hardCtx, events)
 	if err == nil {
+		h.s.rejects.Ok(reasonPutFailed)
 		return true
 	}
 	h.s.counters.ChannelWriteFail.Add(1)

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -49,6 +50,7 @@ type Source struct {
 	batchSize       int
 	batchTimeout    time.Duration
 	counters        *metrics.SourceCounters
+	puts            *logthrottle.Streak // refused puts
 
 	worker flow.Worker // the reading goroutine
 }
@@ -58,6 +60,8 @@ type Source struct {
 // batchTimeout (3000 ms) and charset (UTF-8).
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env}
+	s.puts = flow.PutStreak(env.Log(), "exec source could not put a batch; holding the command's output and retrying",
+		"exec source puts batches again")
 	s.command = p.Required("command")
 	if shell := strings.Fields(p.String("shell", "")); len(shell) > 0 {
 		s.args = append(shell, s.command)
@@ -116,6 +120,7 @@ func (s *Source) Stop(ctx context.Context) error {
 		return nil
 	}
 	defer s.counters.Stopped()
+	defer s.puts.Stop()
 	if err := s.worker.Stop(ctx); err != nil {
 		return fmt.Errorf("exec %s: stop: %w", s.env.Name, err)
 	}
@@ -323,10 +328,7 @@ func (b *batcher) put(ctx context.Context, slab []byte, bounds []int) error {
 			c.GenericProcessingFail.Add(1)
 		}
 		backoff = min(max(2*backoff, minFullBackoff), maxFullBackoff)
-		if backoff == maxFullBackoff || !errors.Is(err, flow.ErrChannelFull) {
-			b.s.env.Log().Warn("exec source could not put a batch; holding the command's output and retrying",
-				"source", b.s.env.Name, "events", n, "retry_in", backoff, "err", err)
-		}
+		b.s.puts.Fail(err, "source", b.s.env.Name, "events", n, "retry_in", backoff.String())
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
@@ -335,6 +337,7 @@ func (b *batcher) put(ctx context.Context, slab []byte, bounds []int) error {
 			return ctx.Err()
 		}
 	}
+	b.s.puts.Ok("source", b.s.env.Name)
 	c.EventAccepted.Add(int64(n))
 	c.AppendBatchAccepted.Add(1)
 	return nil

@@ -11,12 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"math"
 	"mime"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,11 +61,13 @@ var (
 	reasonProtocol = listener.Reason{Counter: "ProtocolErrorCount", Level: slog.LevelWarn,
 		Msg: "http source: a connection failed at the HTTP or TLS level"}
 	reasonChannelFull = listener.Reason{Level: slog.LevelWarn,
-		Msg: "http source could not put a request's events; answered 503. Consider a bigger channel or faster sinks"}
+		Msg:       "http source could not put a request's events; answered 503. Consider a bigger channel or faster sinks",
+		Recovered: "http source puts requests' events again"}
 	reasonStopping = listener.Reason{Level: slog.LevelInfo,
 		Msg: "http source refused a request: the agent is stopping; answered 503"}
 	reasonPutFailed = listener.Reason{Level: slog.LevelWarn,
-		Msg: "http source failed to put a request's events; answered 500"}
+		Msg:       "http source failed to put a request's events; answered 500",
+		Recovered: "http source puts requests' events again"}
 )
 
 // Source is the HTTP source. Build it with New.
@@ -159,7 +161,8 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	})
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,
-		append([]listener.Reason{reasonTooLarge, reasonOverBudget, reasonBadRequest, reasonCharset, reasonMethod, reasonProtocol}, listener.ConnReasons...)...)
+		slices.Concat([]listener.Reason{reasonTooLarge, reasonOverBudget, reasonBadRequest, reasonCharset, reasonMethod, reasonProtocol},
+			listener.ConnReasons, listener.TLSReasons)...)
 	s.counters.Gauge("BytesInFlight", func() string { return strconv.FormatInt(s.inFlight(), 10) })
 	env.Registry().Add(s.counters.Set)
 	return s, nil
@@ -185,14 +188,6 @@ func (s *Source) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
-// connKey finds the request's connection in its context.
-type connKey struct{}
-
-// writerFunc turns net/http's error log into rejects.
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
-
 // Start loads the TLS key material (when ssl is set), listens and serves.
 func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	if s.Addr() != nil {
@@ -214,29 +209,18 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 		ln = tls.NewListener(gl, tlsConf)
 	}
 	srv := &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: 10 * time.Second,
-		// A request body is bounded by the progress rule (a body that stops
-		// moving is cut), not by a total time a slow link cannot meet.
-		// A put may wait for channel space (keep-alive) before the answer.
+		Handler: s,
+		// A request's headers and body are bounded by the group's progress
+		// rule (a request that stops moving is cut, counted and told), not
+		// by a total time a slow link cannot meet: see listener.HTTP. A put
+		// may wait for channel space (keep-alive) before the answer.
 		WriteTimeout:   90 * time.Second,
 		IdleTimeout:    s.hygiene.IdleTimeout,
 		MaxHeaderBytes: 64 << 10,
-		ConnState: func(c net.Conn, st http.ConnState) {
-			if lc := listener.Of(c); lc != nil && st == http.StateIdle {
-				lc.Idle()
-			}
-		},
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, connKey{}, listener.Of(c))
-		},
-		// Connection-level errors (bad TLS handshakes, broken requests)
-		// are the clients' doing: told and counted, throttled.
-		ErrorLog: log.New(writerFunc(func(b []byte) (int, error) {
-			s.rejects.Add(reasonProtocol, "", "err", strings.TrimSpace(string(b)))
-			return len(b), nil
-		}), "", 0),
 	}
+	// Connection-level errors (failed TLS handshakes, broken requests) are
+	// the clients' doing: told and counted, throttled.
+	listener.HTTP(srv, s.rejects, reasonProtocol)
 	done := make(chan struct{})
 	s.mu.Lock()
 	s.srv, s.group, s.ln, s.done, s.proc = srv, g, gl, done, p
@@ -342,7 +326,7 @@ func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("request body exceeds %d bytes (maxRequestBytes); send smaller batches", s.maxBody), http.StatusRequestEntityTooLarge)
 		return
 	}
-	lc, _ := r.Context().Value(connKey{}).(*listener.Conn)
+	lc := listener.ConnOf(r.Context())
 	body, err := readBody(w, r, s.maxBody, reserve, &hold)
 	if err != nil {
 		if refuse(err) {
@@ -433,6 +417,8 @@ func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	s.rejects.Ok(reasonChannelFull)
+	s.rejects.Ok(reasonPutFailed)
 	w.WriteHeader(http.StatusOK)
 	c.AppendBatchAccepted.Add(1)
 	c.EventAccepted.Add(int64(len(events)))

@@ -80,8 +80,9 @@ type Source struct {
 	emptyCount            *atomic.Int64
 	lag                   *kafkaconf.Lag
 	log                   *slog.Logger
-	throttle              *logthrottle.Throttle
-	health                *kafkaconf.Health
+	throttle              *logthrottle.Throttle // single events that repeat (re-created topics, records not in the Flume format)
+	commits, puts         *logthrottle.Streak   // failing offset commits; a channel refusing batches
+	health                *kafkaconf.Health     // tells the source's outages, one streak each
 	recreated             kafkaconf.Recreated
 
 	mu        sync.Mutex
@@ -148,6 +149,13 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 		p.Ignored(k, "the poll waits up to batchDurationMillis for records, and a full channel is retried after 50 ms doubling to 1 s")
 	}
 	s.health = kafkaconf.NewHealth(kafkaconf.ReadHealthGrace(p))
+	s.health.Tell(s.log, "kafka source: cannot consume from Kafka; retrying (the records wait in Kafka)", "kafka source: consuming again")
+	s.commits = &logthrottle.Streak{Log: s.log, Level: slog.LevelWarn,
+		Failed:    "kafka source: offset commit failed; the batch will be delivered again after a restart or rebalance (unless its topic was deleted)",
+		Recovered: "kafka source: offset commits succeed again"}
+	s.puts = &logthrottle.Streak{Log: s.log, Level: slog.LevelWarn,
+		Failed:    "kafka source: channel refused a batch; holding it and retrying",
+		Recovered: "kafka source: the channel takes batches again"}
 
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.getTimer = s.counters.Counter("KafkaEventGetTimer")
@@ -181,7 +189,7 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	opts = append(opts,
 		kgo.ConsumeTopics(s.topics...),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.WithLogger(kafkaconf.Logger(s.log, s.throttle)),
+		kgo.WithLogger(kafkaconf.Logger(s.log)),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			defer panics.Guard("kafka source " + s.env.Name + ": partitions revoked")
 			s.lag.Forget(m)
@@ -238,6 +246,9 @@ func (s *Source) Stop(ctx context.Context) error {
 		<-done
 	}
 	s.throttle.Flush()
+	s.commits.Stop()
+	s.puts.Stop()
+	s.health.Stop()
 	s.lag.Unregister()
 	s.counters.Stopped()
 	return err
@@ -269,19 +280,22 @@ func (s *Source) run(ctx context.Context, cl *kgo.Client, p flow.Processor, done
 				return
 			}
 			failed = true
-			s.health.Fail("fetch "+t, kafkaconf.FetchError(t, part, err), stale)
 			if kafkaconf.TopicGone(err) {
+				// Not a failure to tell: forget, below, subscribes again at
+				// once and says so.
 				if !slices.Contains(gone, t) {
 					gone = append(gone, t)
 				}
 				return
 			}
-			s.throttle.Log(s.log, slog.LevelWarn, "fetch failed", "kafka source: fetch failed; retrying",
-				"topic", t, "partition", part, "err", err)
+			s.health.Fail("fetch "+t, kafkaconf.FetchError(t, part, err), stale)
 		})
 		s.lag.Observe(fs)
 		recs := fs.Records()
 		for i, r := range recs {
+			if i == 0 {
+				s.health.OK("fetch ") // records arrive: the consumer group works
+			}
 			if i == 0 || r.Topic != recs[i-1].Topic {
 				s.health.OK("fetch " + r.Topic)
 			}
@@ -324,9 +338,9 @@ func (s *Source) deliver(ctx context.Context, cl *kgo.Client, p flow.Processor, 
 	err := cl.CommitRecords(cctx, recs...)
 	ccancel()
 	if err != nil {
-		s.throttle.Log(s.log, slog.LevelWarn, "commit failed",
-			"kafka source: offset commit failed; the batch will be delivered again after a restart or rebalance (unless its topic was deleted)",
-			"events", n, "err", err)
+		s.commits.Fail(err, "events", n)
+	} else {
+		s.commits.Ok()
 	}
 	s.commitTimer.Add(time.Since(t1).Milliseconds())
 	return true
@@ -356,14 +370,14 @@ func (s *Source) put(ctx context.Context, p flow.Processor, recs []*kgo.Record, 
 		err := p.Process(ctx, events)
 		clear(events)
 		if err == nil {
+			s.puts.Ok()
 			return true
 		}
 		if ctx.Err() != nil {
 			return false
 		}
 		s.counters.ChannelWriteFail.Add(1)
-		s.throttle.Log(s.log, slog.LevelWarn, "channel refused", "kafka source: channel refused a batch; holding it and retrying",
-			"events", len(recs), "err", err, "retry_in", wait)
+		s.puts.Fail(err, "events", len(recs), "retry_in", wait.String())
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -60,6 +60,8 @@ func (g *generator) readGenerator(env flow.Env, p *config.Props) {
 // The next start begins again from 0, as Flume's does.
 func (s *Source) generate(ctx context.Context, p flow.Processor) {
 	log := s.env.Log()
+	puts := flow.PutStreak(log, "seq source could not put a batch; retrying the same events", "seq source puts batches again")
+	defer puts.Stop()
 	batch := make([]event.Event, 0, s.batchSize)
 	backoff := time.Duration(0)
 	next := int64(0)
@@ -71,16 +73,14 @@ func (s *Source) generate(ctx context.Context, p flow.Processor) {
 			backoff = 0
 			next += int64(n)
 			s.accepted(int64(n))
+			puts.Ok("source", s.env.Name)
 			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
 		backoff = s.refused(err, backoff)
-		if backoff == s.backoffStep || backoff == s.backoffMax {
-			log.Warn("seq source could not put a batch; retrying the same events",
-				"source", s.env.Name, "first", next, "events", n, "retry_in", backoff, "err", err)
-		}
+		puts.Fail(err, "source", s.env.Name, "first", next, "events", n, "retry_in", backoff.String())
 		if !sleep(ctx, backoff) {
 			return
 		}

@@ -55,9 +55,12 @@ type reader struct {
 	p        flow.Processor
 	log      *slog.Logger
 	throttle *logthrottle.Throttle
-	failed   map[string]fileKey // files left alone until a restart (or until they leave the directory)
-	prog     *progress
-	events   []event.Event
+	// streaks of refused puts, failed saves of the progress file, and
+	// failed listings of the directory
+	puts, saves, lists *logthrottle.Streak
+	failed             map[string]fileKey // files left alone until a restart (or until they leave the directory)
+	prog               *progress
+	events             []event.Event
 }
 
 func newReader(s *Source, p flow.Processor) (*reader, error) {
@@ -73,6 +76,11 @@ func newReader(s *Source, p flow.Processor) (*reader, error) {
 	}
 	r := &reader{s: s, p: p, log: s.env.Log().With("source", s.env.Name), failed: map[string]fileKey{},
 		throttle: logthrottle.New(30*time.Second, 1)}
+	r.puts = flow.PutStreak(r.log, "spooldir source could not put a batch; retrying", "spooldir source puts batches again")
+	r.saves = &logthrottle.Streak{Log: r.log, Level: slog.LevelError,
+		Failed: "spooldir source cannot save its progress; reading waits until it can", Recovered: "spooldir source saves its progress again"}
+	r.lists = &logthrottle.Streak{Log: r.log, Level: slog.LevelWarn,
+		Failed: "spooldir source cannot list its directory", Recovered: "spooldir source lists its directory again"}
 	path := filepath.Join(s.trackerDir, progressName)
 	r.prog, err = loadProgress(path)
 	if err != nil {
@@ -152,9 +160,10 @@ func (r *reader) fail(path string) {
 func (r *reader) next(ctx context.Context) (string, bool) {
 	ents, err := os.ReadDir(r.s.dir)
 	if err != nil {
-		r.throttle.Log(r.log, slog.LevelWarn, "list", "spooldir source cannot list its directory", "dir", r.s.dir, "err", err)
+		r.lists.Fail(err, "dir", r.s.dir)
 		return "", false
 	}
+	r.lists.Ok("dir", r.s.dir)
 	r.forgetGone(ctx, ents)
 	type cand struct {
 		path  string
@@ -345,14 +354,12 @@ func (r *reader) saveProgress(ctx context.Context) bool {
 	for {
 		err := r.prog.save()
 		if err == nil {
-			if r.s.progressErr.Swap(nil) != nil {
-				r.log.Info("spooldir source saves its progress again", "file", r.prog.path)
-			}
+			r.s.progressErr.Store(nil)
+			r.saves.Ok("file", r.prog.path)
 			return true
 		}
 		r.s.progressErr.Store(&err)
-		r.throttle.Log(r.log, slog.LevelError, "save", "spooldir source cannot save its progress; reading waits until it can",
-			"file", r.prog.path, "retry_in", backoff, "err", err)
+		r.saves.Fail(err, "file", r.prog.path, "retry_in", backoff.String())
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
@@ -421,6 +428,7 @@ func (r *reader) put(ctx context.Context, path string, bodies [][]byte) bool {
 		err := r.p.Process(ctx, r.events)
 		clear(r.events)
 		if err == nil {
+			r.puts.Ok()
 			break
 		}
 		if ctx.Err() != nil {
@@ -437,7 +445,7 @@ func (r *reader) put(ctx context.Context, path string, bodies [][]byte) bool {
 		} else {
 			c.GenericProcessingFail.Add(1)
 		}
-		r.log.Warn("spooldir source could not put a batch; retrying", "file", path, "events", n, "retry_in", backoff, "err", err)
+		r.puts.Fail(err, "file", path, "events", n, "retry_in", backoff.String())
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:

@@ -175,6 +175,9 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	s.worker.Go("spooldir source "+s.env.Name, func(ctx context.Context) {
 		r.run(ctx)
 		r.throttle.Flush()
+		r.puts.Stop()
+		r.saves.Stop()
+		r.lists.Stop()
 	})
 	return nil
 }

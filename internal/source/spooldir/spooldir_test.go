@@ -559,6 +559,18 @@ func TestProgressNotWritable(t *testing.T) {
 	if err := fx.src.Health(); err != nil {
 		t.Fatalf("Health() = %v once the progress is saved again", err)
 	}
+	// The streak ends with one line saying so, after the summary of the
+	// failures held back, and nothing of it after that.
+	var about []string
+	for _, l := range strings.Split(fx.logs.String(), "\n") {
+		if strings.Contains(l, "its progress") {
+			about = append(about, l)
+		}
+	}
+	if n := len(about); n < 2 || !strings.Contains(about[n-1], "spooldir source saves its progress again") ||
+		!strings.Contains(about[n-1], "recovered_after=") || strings.Count(fx.logs.String(), "saves its progress again") != 1 {
+		t.Errorf("the lines about saving the progress: want the failure, its summary, then one recovery:\n%s", strings.Join(about, "\n"))
+	}
 }
 
 // TestLastLineWithoutNewlineGrew: a last line with no newline is held back

@@ -2,12 +2,12 @@ package syslog
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -101,7 +101,8 @@ func (s *tcpServer) readLimits(p *config.Props) {
 	}
 	s.counters = metrics.NewSourceCounters(s.env.Name, s.env.Type)
 	s.rejects = listener.NewRejects(s.env.Name, s.env.Log(), s.counters.Set,
-		append([]listener.Reason{reasonOversize, reasonInvalid, reasonUnreadable, reasonTruncated, reasonOverBudget}, listener.ConnReasons...)...)
+		slices.Concat([]listener.Reason{reasonOversize, reasonInvalid, reasonUnreadable, reasonTruncated, reasonOverBudget},
+			listener.ConnReasons, listener.TLSReasons)...)
 	s.counters.Gauge("BytesInFlight", func() string { return strconv.FormatInt(s.inFlight(), 10) })
 }
 
@@ -164,7 +165,13 @@ func (s *tcpServer) Start(_ context.Context, p flow.Processor) error {
 		g.Serve(ln, func(c *listener.Conn) {
 			var nc net.Conn = c
 			if tcfg != nil {
-				nc = tls.Server(c, tcfg)
+				// A failed handshake is counted (TLSHandshakeFailCount) and
+				// told there, throttled, like every other refusal.
+				tc, err := listener.HandshakeTLS(readCtx, c, tcfg, s.rejects)
+				if err != nil {
+					return
+				}
+				nc = tc
 			}
 			h := s.newConn(nc, c, port, p, budget)
 			defer h.Release()

@@ -77,6 +77,7 @@ type tailer struct {
 	p        flow.Processor
 	log      *slog.Logger
 	throttle *logthrottle.Throttle
+	puts     *logthrottle.Streak // refused puts
 	note     *notifier
 
 	files   map[fileKey]*tailFile
@@ -103,6 +104,7 @@ func newTailer(s *Source, p flow.Processor, saved []position) *tailer {
 		saved: saved, fps: loadFingerprints(s.positionFile), dirty: map[*tailFile]bool{}, rescan: map[string]bool{},
 		avgLine: 128,
 	}
+	t.puts = flow.PutStreak(t.log, "taildir source could not put a batch; retrying", "taildir source puts batches again")
 	for _, g := range s.groups {
 		if !slices.Contains(t.dirs, g.dir) {
 			t.dirs = append(t.dirs, g.dir)
@@ -800,6 +802,7 @@ func (t *tailer) put(ctx context.Context, tf *tailFile, slab []byte, chunks []ch
 		err := t.p.Process(ctx, batch)
 		clear(batch)
 		if err == nil {
+			t.puts.Ok()
 			break
 		}
 		if ctx.Err() != nil {
@@ -818,7 +821,7 @@ func (t *tailer) put(ctx context.Context, tf *tailFile, slab []byte, chunks []ch
 			c.GenericProcessingFail.Add(1)
 		}
 		wait := min(time.Duration(attempt)*t.s.backoffIncrement, t.s.maxBackoff)
-		t.log.Warn("taildir source could not put a batch; retrying", "file", tf.path, "events", n, "retry_in", wait, "err", err)
+		t.puts.Fail(err, "file", tf.path, "events", n, "retry_in", wait.String())
 		tm := time.NewTimer(wait)
 		select {
 		case <-tm.C:

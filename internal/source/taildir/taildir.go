@@ -250,6 +250,7 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	s.worker.Go("taildir source "+s.env.Name, func(ctx context.Context) {
 		t.run(ctx)
 		t.throttle.Flush()
+		t.puts.Stop()
 	})
 	return nil
 }

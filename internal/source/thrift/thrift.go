@@ -30,6 +30,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/panics"
@@ -53,6 +54,9 @@ type Source struct {
 	maxConns int
 	counters *metrics.SourceCounters
 	logs     *logthrottle.Throttle
+	rejects  *listener.Rejects   // failed TLS handshakes
+	puts     *logthrottle.Streak // refused puts
+	tcfg     *tls.Config         // nil: plain
 
 	proc     flow.Processor
 	hardCtx  context.Context // ends in-flight Process calls (Stop timed out)
@@ -100,6 +104,8 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.srv.Handler = handler{s}
 
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
+	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set, listener.TLSReasons...)
+	s.puts = flow.PutStreak(env.Log(), "thrift source: could not put events; the sender keeps them and retries", "thrift source: puts events again")
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }
@@ -142,10 +148,7 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	if err != nil {
 		return fmt.Errorf("thrift source %s: listen %s: %w", s.env.Name, s.addr, err)
 	}
-	if tcfg != nil {
-		ln = tls.NewListener(ln, tcfg)
-	}
-	s.ln, s.proc = ln, p
+	s.ln, s.proc, s.tcfg = ln, p, tcfg
 	s.conns = map[net.Conn]struct{}{}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -171,6 +174,8 @@ func (s *Source) Stop(ctx context.Context) error {
 		return nil
 	}
 	defer s.counters.Stopped()
+	defer s.rejects.Flush()
+	defer s.puts.Stop()
 	defer s.logs.Flush() // after the connections are closed, before "stopped"
 	cancel()
 	_ = ln.Close()
@@ -239,17 +244,19 @@ func (s *Source) serve(ctx context.Context, c net.Conn) {
 	}()
 	log := s.env.Log()
 	peer := c.RemoteAddr().String()
-	if tc, ok := c.(*tls.Conn); ok {
-		hctx, cancel := context.WithTimeout(ctx, tlsHandshakeTimeout)
-		err := tc.HandshakeContext(hctx)
-		cancel()
+	var nc net.Conn = c // c stays the key of s.conns, closed by the defer
+	if s.tcfg != nil {
+		// A failed handshake is counted (TLSHandshakeFailCount) and told
+		// there, throttled, as the listener sources do.
+		tc, err := listener.HandshakeTLSTimeout(ctx, c, s.tcfg, s.rejects, tlsHandshakeTimeout)
 		if err != nil {
-			s.warn("thrift source: TLS handshake failed", "peer", peer, "err", err)
 			return
 		}
+		defer tc.Close() // before c: it says close_notify
+		nc = tc
 	}
 	log.Debug("thrift source: connection opened", "source", s.env.Name, "peer", peer)
-	err := s.srv.ServeConn(ctx, c)
+	err := s.srv.ServeConn(ctx, nc)
 	switch {
 	case err == nil || ctx.Err() != nil:
 		log.Debug("thrift source: connection closed", "source", s.env.Name, "peer", peer)
@@ -305,6 +312,7 @@ func (h handler) process(events []event.Event) thriftrpc.Status {
 	}
 	err := h.s.proc.Process(h.s.hardCtx, events)
 	if err == nil {
+		h.s.puts.Ok("source", h.s.env.Name)
 		return thriftrpc.OK
 	}
 	h.s.counters.ChannelWriteFail.Add(1)
@@ -312,6 +320,6 @@ func (h handler) process(events []event.Event) thriftrpc.Status {
 	if errors.Is(err, flow.ErrChannelFull) {
 		st = thriftrpc.Failed
 	}
-	h.s.warn("thrift source: could not put events; the sender keeps them and retries", "events", len(events), "reply", st.String(), "err", err)
+	h.s.puts.Fail(err, "source", h.s.env.Name, "events", len(events), "reply", st.String())
 	return st
 }
