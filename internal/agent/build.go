@@ -402,7 +402,7 @@ func (b *builder) buildSources(g *graph) {
 		if msg == "" && strings.Contains(styp, ".") && !strings.HasPrefix(strings.ToLower(styp), "org.apache.flume.channel.") {
 			// A selector class of the user's own, in the words every
 			// other plugin class gets.
-			msg = typeMessage("selector", styp, styp, []string{flow.SelectorLoadBalancing, flow.SelectorMultiplexing, flow.SelectorReplicating})
+			msg = typeMessage("selector", styp, styp, []string{flow.SelectorExpression, flow.SelectorLoadBalancing, flow.SelectorMultiplexing, flow.SelectorReplicating})
 		}
 		if msg != "" {
 			c.Selector.Errorf("type", "%s", msg)
@@ -410,7 +410,7 @@ func (b *builder) buildSources(g *graph) {
 				c.Selector.MarkUsed(k)
 			}
 		} else if len(chans) == len(c.Channels) {
-			sel, err = flow.NewSelector(c.Selector, chans, c.Channels)
+			sel, err = flow.NewSelectorEnv(b.env(c.Name+".selector", "selector"), c.Selector, chans, c.Channels)
 			if err != nil {
 				c.Selector.Errorf("type", "cannot build selector: %v", err)
 			}

@@ -284,4 +284,3 @@ func fetchRest(x any, keys []any) (v any, err error) {
 	}
 	return x, nil
 }
-

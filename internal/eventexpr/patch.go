@@ -41,7 +41,19 @@ func (s shadowScan) Visit(node *ast.Node) {
 }
 
 func (p *patcher) errorf(n ast.Node, format string, args ...any) {
-	p.errs = append(p.errs, &Error{Column: n.Location().From + 1, Msg: fmt.Sprintf(format, args...)})
+	p.errs = append(p.errs, &Error{Column: startOf(n) + 1, Msg: fmt.Sprintf(format, args...)})
+}
+
+// startOf returns where the text of n begins: a node's own location is its
+// operator's (the dot of a.b), so take the leftmost in its subtree.
+func startOf(n ast.Node) int {
+	from := n.Location().From
+	walkNodes(n, func(c ast.Node) {
+		if f := c.Location().From; f < from {
+			from = f
+		}
+	})
+	return from
 }
 
 func ident(name string) *ast.IdentifierNode { return &ast.IdentifierNode{Value: name} }
@@ -75,6 +87,12 @@ func (p *patcher) call(node *ast.Node, n *ast.CallNode) {
 		c.SetLocation(loc)
 		c.SetType(reflect.TypeOf(v))
 		n.Arguments[i] = c
+	}
+	if (name == "parseTime" || name == "formatTime") && len(n.Arguments) == 2 {
+		// Without a zone, the component's (timeZone, else local).
+		z := &ast.ConstantNode{Value: p.c.loc}
+		z.SetType(locationT)
+		n.Arguments = append(n.Arguments, z)
 	}
 	if name == "regexExtract" && len(n.Arguments) == 3 {
 		p.checkGroup(n)

@@ -153,6 +153,23 @@ func (p *Program) EvalString(s *State) (v string, ok bool, err error) {
 	return s.headerValue(r)
 }
 
+// EvalBytes runs a Value program and returns its value as a body (a new
+// slice), or ok false for nil.
+func (p *Program) EvalBytes(s *State) (v []byte, ok bool, err error) {
+	r, err := s.run(p)
+	if err != nil {
+		return nil, false, err
+	}
+	switch x := r.(type) {
+	case string:
+		return []byte(x), true, nil
+	case []byte:
+		return append([]byte(nil), x...), true, nil
+	}
+	str, ok, err := s.headerValue(r)
+	return []byte(str), ok, err
+}
+
 // headerValue converts the result of an expression to a header value:
 // strings as they are, numbers in decimal, booleans as true or false, times
 // as epoch milliseconds (Flume's timestamp header); nil is no value.

@@ -1,5 +1,7 @@
 // Package interceptor holds Flume's interceptors: timestamp, host, static,
-// remove_header, UUID, regex_filter, regex_extractor and search_replace.
+// remove_header, UUID, regex_filter, regex_extractor and search_replace;
+// and sluice's transform, which runs expressions (see eventexpr) in place
+// of the custom Java interceptors Flume users write.
 // Each reads Flume's property names and defaults, and works on a batch in
 // place: header-setting interceptors change the events they are given, and
 // regex_filter keeps the events it passes at the front of the same slice.
@@ -43,6 +45,7 @@ var Types = map[string]flow.InterceptorFactory{
 	"regex_filter":    NewRegexFilter,
 	"regex_extractor": NewRegexExtractor,
 	"search_replace":  NewSearchReplace,
+	"transform":       NewTransform, // sluice's own: expressions (docs/transforms.md)
 
 	"org.apache.flume.interceptor.TimestampInterceptor$Builder":        NewTimestamp,
 	"org.apache.flume.interceptor.HostInterceptor$Builder":             NewHost,
