@@ -225,6 +225,9 @@ func compileError(src string, err error) *Error {
 	} else if name, ok := strings.CutPrefix(msg, "unknown name "); ok {
 		msg += suggest(name)
 	}
+	if msg == "invalid char escape" {
+		msg += "; inside double quotes a backslash starts an escape: write regular expressions in backquotes, as `\\\\d+` in a properties file (which takes one backslash of each pair)"
+	}
 	col := fe.Column + 1
 	if fe.Line > 1 { // a value spread over lines with \n escapes
 		msg = fmt.Sprintf("line %d of the expression: %s", fe.Line, msg)

@@ -418,7 +418,7 @@ func regexExtract(s string, re *regexp.Regexp, group any) (any, error) {
 		return nil, fmt.Errorf("regexExtract: the group must be a number or a name, not %s", describe(group))
 	}
 	if g < 0 || g > re.NumSubexp() {
-		return nil, fmt.Errorf("regexExtract: the pattern has %d groups; group %d does not exist", re.NumSubexp(), g)
+		return nil, fmt.Errorf("regexExtract: the pattern has %d group(s); group %d does not exist", re.NumSubexp(), g)
 	}
 	m := re.FindStringSubmatchIndex(s)
 	if m == nil || m[2*g] < 0 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/expr-lang/expr/ast"
 
+	"github.com/sluicehq/sluice/internal/javaregex"
 	"github.com/sluicehq/sluice/internal/timelayout"
 )
 
@@ -130,6 +131,9 @@ func (p *patcher) constant(arg ast.Node, kind constKind, fn string) (any, error)
 	}
 	re, err := regexp.Compile(s.Value)
 	if err != nil {
+		if what := javaregex.Unsupported(err); what != "" {
+			return nil, fmt.Errorf("%s: %q uses %s, which Go's RE2 regular expressions do not support; rewrite the pattern without it (%v)", fn, s.Value, what, err)
+		}
 		return nil, fmt.Errorf("%s: %q is not a valid regular expression (Go RE2 syntax): %v", fn, s.Value, err)
 	}
 	return re, nil
@@ -145,7 +149,7 @@ func (p *patcher) checkGroup(n *ast.CallNode) {
 	switch g := n.Arguments[2].(type) {
 	case *ast.IntegerNode:
 		if g.Value < 0 || g.Value > re.NumSubexp() {
-			p.errorf(g, "regexExtract: the pattern %q has %d groups; there is no group %d", re, re.NumSubexp(), g.Value)
+			p.errorf(g, "regexExtract: the pattern %q has %d group(s); there is no group %d", re, re.NumSubexp(), g.Value)
 		}
 	case *ast.StringNode:
 		if re.SubexpIndex(g.Value) < 0 {

@@ -24,13 +24,11 @@
 package interceptor
 
 import (
-	"errors"
 	"regexp"
-	"regexp/syntax"
-	"strings"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/javaregex"
 )
 
 // Types maps every interceptor type a Flume configuration can name to its
@@ -70,56 +68,12 @@ func compileRegex(p *config.Props, key, expr string) *regexp.Regexp {
 	if err == nil {
 		return re
 	}
-	if what := javaOnly(err); what != "" {
+	if what := javaregex.Unsupported(err); what != "" {
 		p.Errorf(key, "%q uses %s, which Go's RE2 regular expressions do not support; rewrite the pattern without it (%v)", expr, what, err)
 	} else {
 		p.Errorf(key, "%q is not a valid regular expression: %v", expr, err)
 	}
 	return neverMatch
-}
-
-// javaOnly names the java.util.regex construct behind a RE2 compile error,
-// or returns "" when the pattern is invalid in Java too (as far as we can
-// tell).
-func javaOnly(err error) string {
-	var se *syntax.Error
-	if !errors.As(err, &se) {
-		return ""
-	}
-	e := se.Expr
-	switch se.Code {
-	case syntax.ErrInvalidPerlOp:
-		switch {
-		case strings.HasPrefix(e, "(?="), strings.HasPrefix(e, "(?!"):
-			return "lookahead " + e + "...)"
-		case strings.HasPrefix(e, "(?>"):
-			return "an atomic group (?>...)"
-		case strings.HasPrefix(e, "(?"):
-			return "the inline flag " + e + " (RE2 has only i, m, s and U)"
-		}
-	case syntax.ErrInvalidNamedCapture:
-		if strings.HasPrefix(e, "(?<=") || strings.HasPrefix(e, "(?<!") {
-			return "lookbehind " + e[:4] + "...)"
-		}
-	case syntax.ErrInvalidEscape:
-		switch {
-		case len(e) == 2 && e[1] >= '1' && e[1] <= '9':
-			return "the backreference " + e
-		case e == `\k`:
-			return `the named backreference \k<name>`
-		case len(e) == 2 && strings.ContainsRune("GZRhHXecNV", rune(e[1])):
-			return "the escape " + e
-		}
-	case syntax.ErrInvalidRepeatOp:
-		if strings.HasSuffix(e, "+") {
-			return "the possessive quantifier " + e
-		}
-	case syntax.ErrInvalidCharRange:
-		if strings.HasPrefix(e, `\p`) || strings.HasPrefix(e, `\P`) {
-			return "the Java character class " + e + " (RE2 knows Unicode classes such as \\p{L} and POSIX classes such as [[:alpha:]])"
-		}
-	}
-	return ""
 }
 
 // requiredRaw returns key's value as written (not trimmed, as Flume reads
