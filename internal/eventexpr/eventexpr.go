@@ -137,6 +137,12 @@ func (c *Compiler) Compile(src string, want Want) (*Program, error) {
 	if i := strings.Index(src, internalMark); i >= 0 {
 		return nil, &Error{Column: len([]rune(src[:i])) + 1, Msg: fmt.Sprintf("%q is not allowed in an expression", internalMark)}
 	}
+	if len(src) > maxSource {
+		return nil, &Error{Msg: fmt.Sprintf("the expression is %d bytes long, over the limit of %d", len(src), maxSource)}
+	}
+	if err := checkNesting(src); err != nil {
+		return nil, err
+	}
 	pv := &patcher{c: c}
 	opts := []expr.Option{
 		expr.Env(envType),
@@ -183,6 +189,47 @@ func (c *Compiler) Compile(src string, want Want) (*Program, error) {
 		p.direct = directValue(prog.Node(), c)
 	}
 	return p, nil
+}
+
+// maxSource and maxNesting bound the text of an expression and how deep
+// its brackets nest, so that parsing it cannot exhaust the stack (expr's
+// parser recurses; parentheses are not nodes, so MaxNodes does not bound
+// them).
+const (
+	maxSource  = 64 << 10
+	maxNesting = 100
+)
+
+// checkNesting fails when brackets outside string literals nest deeper
+// than maxNesting.
+func checkNesting(src string) *Error {
+	depth, col := 0, 0
+	var quote rune // the quote of the string literal we are in, or 0
+	escaped := false
+	for _, r := range src {
+		col++
+		switch {
+		case quote != 0:
+			switch {
+			case escaped:
+				escaped = false
+			case r == '\\' && quote != '`':
+				escaped = true
+			case r == quote:
+				quote = 0
+			}
+		case r == '"' || r == '\'' || r == '`':
+			quote = r
+		case r == '(' || r == '[' || r == '{':
+			depth++
+			if depth > maxNesting {
+				return &Error{Column: col, Msg: fmt.Sprintf("nested deeper than %d levels of brackets; simplify the expression", maxNesting)}
+			}
+		case r == ')' || r == ']' || r == '}':
+			depth--
+		}
+	}
+	return nil
 }
 
 var (

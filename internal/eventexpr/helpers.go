@@ -25,7 +25,7 @@ var helperNames = []string{"json", "parseTime", "formatTime", "regexExtract", "m
 // (the patcher adds it): those with a per-event cache or budget.
 var stateful = map[string]bool{
 	"json": true, "fromJSON": true, "toJSON": true, "mask": true,
-	"join": true, "replace": true, "split": true, "splitAfter": true, "string": true,
+	"join": true, "replace": true, "split": true, "splitAfter": true, "string": true, "repeat": true,
 }
 
 // constArgs names, for each helper, the arguments that must be constants
@@ -192,8 +192,7 @@ var functions = map[string]*builtin.Function{
 	"string": {
 		Name: "string",
 		Func: func(a ...any) (any, error) {
-			s := a[0].(*State)
-			if err := s.charge(estimate(a[1], s.remaining()) / bytesPerUnit); err != nil {
+			if err := a[0].(*State).chargeWritten(a[1]); err != nil {
 				return nil, err
 			}
 			return builtin.String(a[1]), nil
@@ -262,6 +261,23 @@ var functions = map[string]*builtin.Function{
 			new(func(*State, string, string, string) string),
 			new(func(*State, string, string, string, int) string),
 		),
+	},
+	"repeat": {
+		Name: "repeat",
+		Func: func(a ...any) (any, error) {
+			s, str, n := a[0].(*State), a[1].(string), runtime.ToInt(a[2])
+			if n < 0 {
+				return nil, fmt.Errorf("repeat: the count %d is negative", n)
+			}
+			if n > 0 && len(str) > s.remaining()/n {
+				return nil, errBudget
+			}
+			if err := s.chargeBytes(len(str) * n); err != nil {
+				return nil, err
+			}
+			return strings.Repeat(str, n), nil
+		},
+		Types: types(new(func(*State, string, int) string)),
 	},
 	"split":      splitFn("split", strings.SplitN),
 	"splitAfter": splitFn("splitAfter", strings.SplitAfterN),
@@ -348,6 +364,16 @@ func concatStrings(s *State, x, y string) (string, error) {
 		return "", err
 	}
 	return x + y, nil
+}
+
+// chargeWritten spends the budget of writing v out as text.
+func (s *State) chargeWritten(v any) error {
+	rem := s.remaining()
+	n := estimate(v, rem)
+	if n > uint(rem) {
+		return errBudget
+	}
+	return s.chargeBytes(int(n))
 }
 
 // remaining returns how many bytes of string the budget still allows.
@@ -469,7 +495,7 @@ func mask(s *State, str string, re *regexp.Regexp, with string, fixed bool) (str
 
 // toJSON writes v as compact JSON (no HTML escaping, keys sorted).
 func toJSON(s *State, v any) (string, error) {
-	if err := s.charge(estimate(v, s.remaining())/bytesPerUnit + 1); err != nil {
+	if err := s.chargeWritten(v); err != nil {
 		return "", err
 	}
 	var b bytes.Buffer
