@@ -75,9 +75,10 @@ type Program struct {
 	src  string
 	prog *vm.Program
 	want Want
-	// direct, when set, computes a header value without the VM (see
-	// fastpath.go); it gives the same results as prog.
+	// direct and fast, when set, compute a header value or a boolean
+	// without the VM (see fastpath.go); they give the results prog gives.
 	direct func(s *State) (string, bool, error)
+	fast   fbool
 }
 
 // Source returns the expression as written.
@@ -187,6 +188,8 @@ func (c *Compiler) Compile(src string, want Want) (*Program, error) {
 	p := &Program{src: src, prog: prog, want: want}
 	if want == Value {
 		p.direct = directValue(prog.Node(), c)
+	} else {
+		p.fast = fastBool(prog.Node())
 	}
 	return p, nil
 }

@@ -221,12 +221,21 @@ var errPath = errors.New("cannot fetch")
 // for object keys, ints for array indexes), as expr would give them on the
 // materialized document, without materializing what is not asked for.
 func (s *State) path(str string, keys []any) (any, error) {
+	v, err := s.pathRaw(str, keys)
+	if err != nil {
+		return nil, err
+	}
+	return v.value(s)
+}
+
+// pathRaw is path, leaving the value found in the parse.
+func (s *State) pathRaw(str string, keys []any) (dval, error) {
 	d := s.parse(str)
 	if d.err != nil {
-		return nil, d.err
+		return dval{}, d.err
 	}
 	if !d.valid {
-		return nil, fmt.Errorf("%w %v from <nil> (json() gave nil: not JSON)", errPath, keys[0])
+		return dval{}, fmt.Errorf("%w %v from <nil> (json() gave nil: not JSON)", errPath, keys[0])
 	}
 	v := d.root
 	for i, k := range keys {
@@ -234,42 +243,46 @@ func (s *State) path(str string, keys []any) (any, error) {
 		case fastjson.TypeObject:
 			key, ok := k.(string)
 			if !ok {
-				return nil, fmt.Errorf("%w %v from map[string]interface {}: a map's keys are strings", errPath, k)
+				return dval{}, fmt.Errorf("%w %v from map[string]interface {}: a map's keys are strings", errPath, k)
 			}
 			o, _ := v.Object()
 			next := o.Get(key)
 			if next == nil {
 				if i == len(keys)-1 {
-					return nil, nil
+					return dval{}, nil
 				}
-				return nil, fmt.Errorf("%w %v from <nil> (no %q in the JSON object)", errPath, keys[i+1], key)
+				return dval{}, fmt.Errorf("%w %v from <nil> (no %q in the JSON object)", errPath, keys[i+1], key)
 			}
 			v = next
 		case fastjson.TypeArray:
 			idx, ok := k.(int)
 			if !ok {
-				return nil, fmt.Errorf("%w %v from []interface {}: a list's indexes are numbers", errPath, k)
+				return dval{}, fmt.Errorf("%w %v from []interface {}: a list's indexes are numbers", errPath, k)
 			}
 			a, _ := v.Array()
 			if idx < 0 {
 				idx += len(a)
 			}
 			if idx < 0 || idx >= len(a) {
-				return nil, fmt.Errorf("index out of range: %v (array length is %d)", k, len(a))
+				return dval{}, fmt.Errorf("index out of range: %v (array length is %d)", k, len(a))
 			}
 			v = a[idx]
 		case fastjson.TypeNull:
-			return nil, fmt.Errorf("%w %v from <nil>", errPath, k)
+			return dval{}, fmt.Errorf("%w %v from <nil>", errPath, k)
 		default:
 			// A scalar: let expr say what fetching from it gives.
 			x, err := s.jsonValue(d, v)
 			if err != nil {
-				return nil, err
+				return dval{}, err
 			}
-			return fetchRest(x, keys[i:])
+			r, err := fetchRest(x, keys[i:])
+			return dval{k: dAny, a: r}, err
 		}
 	}
-	return s.jsonValue(d, v)
+	if v.Type() == fastjson.TypeNull {
+		return dval{}, nil
+	}
+	return dval{k: dJSON, j: v, doc: d}, nil
 }
 
 // fetchRest applies expr's own member access to a scalar.

@@ -129,6 +129,9 @@ func runError(err error) error {
 
 // EvalBool runs a Bool program.
 func (p *Program) EvalBool(s *State) (bool, error) {
+	if p.fast != nil {
+		return p.fast(s)
+	}
 	v, err := s.run(p)
 	if err != nil {
 		return false, err

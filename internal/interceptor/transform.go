@@ -53,6 +53,7 @@ type Transform struct {
 
 type setRule struct {
 	header string
+	rule   string // "set." + header, for metrics and logs
 	prog   *eventexpr.Program
 }
 
@@ -84,7 +85,7 @@ func NewTransform(env flow.Env, p *config.Props) (flow.Interceptor, error) {
 			continue
 		}
 		if prog := t.c.CompileKey(p, k, eventexpr.Value); prog != nil {
-			t.sets = append(t.sets, setRule{header: name, prog: prog})
+			t.sets = append(t.sets, setRule{header: name, rule: k, prog: prog})
 		}
 	}
 	sort.Slice(t.sets, func(i, j int) bool { return t.sets[i].header < t.sets[j].header })
@@ -164,7 +165,7 @@ func (t *Transform) apply(e *event.Event) (out outcome) {
 	defer t.results.Put(rp)
 	res := *rp
 	for i := range t.sets {
-		rule = "set." + t.sets[i].header
+		rule = t.sets[i].rule
 		v, ok, err := t.sets[i].prog.EvalString(s)
 		if err != nil {
 			return t.failed(rule, err)
