@@ -129,8 +129,18 @@ func (c *Compiler) Limits() Limits { return c.limits }
 var envType = Vars{}
 
 // Compile compiles src to a program producing want. The error is an
-// *Error.
-func (c *Compiler) Compile(src string, want Want) (*Program, error) {
+// *Error. A panic inside expr's compiler (a bug there) is an error too: a
+// configuration must never take the agent down.
+func (c *Compiler) Compile(src string, want Want) (p *Program, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			p, err = nil, &Error{Msg: fmt.Sprintf("the expression could not be compiled (%v)", r)}
+		}
+	}()
+	return c.compile(src, want)
+}
+
+func (c *Compiler) compile(src string, want Want) (*Program, error) {
 	if strings.TrimSpace(src) == "" {
 		return nil, &Error{Msg: "the expression is empty"}
 	}

@@ -172,11 +172,24 @@ func goLayoutElement(s string) string {
 	return ""
 }
 
-// check formats the reference time with the format layout and parses it
+// check formats reference times with the format layout and parses them
 // back with the parse layout, and fails when a field of the pattern does
 // not survive: that means adjacent elements ran together in a way Go reads
-// differently from Joda.
+// differently from Joda. One reference has two-digit fields, the other
+// one-digit ones (a run like "dy" reads "232009" right and "52024" wrong).
 func (l *Layout) check(f jodaFields) error {
+	for _, r := range []time.Time{ref, refShort} {
+		if err := l.checkWith(f, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// refShort is a reference whose fields have one digit where they can.
+var refShort = time.Date(2024, time.March, 5, 1, 2, 3, 4000000, time.FixedZone("", -7*3600))
+
+func (l *Layout) checkWith(f jodaFields, ref time.Time) error {
 	got, err := time.Parse(l.parse, ref.Format(l.format))
 	if err != nil {
 		return fmt.Errorf("cannot be translated to a Go time layout: adjacent fields run together in %q (%v); separate them", l.parse, err)
