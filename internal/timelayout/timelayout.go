@@ -147,6 +147,21 @@ func parseEpoch(v string, unit time.Duration) (time.Time, error) {
 		}
 		return time.Unix(0, n), nil
 	}
+	if whole, frac, ok := strings.Cut(s, "."); ok && len(frac) > 0 && len(frac) <= 9 && strings.Trim(frac, "0123456789") == "" {
+		// A decimal fraction, read exactly (a float64 would not hold
+		// the nanoseconds of a time in seconds).
+		if n, err := strconv.ParseInt(whole, 10, 64); err == nil {
+			f, _ := strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64)
+			if strings.HasPrefix(whole, "-") {
+				f = -f
+			}
+			ns := f * int64(unit) / int64(time.Second)
+			if n > math.MaxInt64/int64(unit) || n < math.MinInt64/int64(unit) {
+				return time.Time{}, fmt.Errorf("parse %q as a number of %s since the epoch: out of range", v, unitName(unit))
+			}
+			return time.Unix(0, n*int64(unit)+ns), nil
+		}
+	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 		return time.Time{}, fmt.Errorf("parse %q as a number of %s since the epoch: not a number", v, unitName(unit))
