@@ -57,10 +57,40 @@ type (
 	fbool func(s *State) (bool, error)
 )
 
-// source compiles n when it is a header access, json(body), or a folded
-// JSON path on the body.
+// source compiles n when it is a header access, the body, a slice of one
+// of those with constant bounds, json(body), or a folded JSON path on the
+// body.
 func source(n ast.Node) fsrc {
 	switch n := n.(type) {
+	case *ast.IdentifierNode:
+		if n.Value != "body" {
+			return nil
+		}
+		return func(s *State) (dval, error) { return dval{k: dStr, s: s.vars.Body}, nil }
+	case *ast.SliceNode:
+		from, okFrom := sliceBound(n.From, 0)
+		to, okTo := sliceBound(n.To, -1)
+		str := source(n.Node)
+		if str == nil || !okFrom || !okTo {
+			return nil
+		}
+		if _, ok := n.Node.(*ast.IdentifierNode); !ok {
+			if _, ok := n.Node.(*ast.MemberNode); !ok {
+				return nil // a slice of a JSON value: a list, maybe
+			}
+		}
+		hasTo := n.To != nil
+		return func(s *State) (dval, error) {
+			v, err := str(s)
+			if err != nil || v.k != dStr {
+				return v, err
+			}
+			a, b := from, to
+			if !hasTo {
+				b = len(v.s)
+			}
+			return dval{k: dStr, s: v.s[sliceRange(a, b, len(v.s)):sliceEnd(b, len(v.s))]}, nil
+		}
 	case *ast.MemberNode:
 		id, ok := n.Node.(*ast.IdentifierNode)
 		key, ok2 := n.Property.(*ast.StringNode)
@@ -102,6 +132,35 @@ func source(n ast.Node) fsrc {
 		}
 	}
 	return nil
+}
+
+// sliceBound reads a constant slice bound; nil is def.
+func sliceBound(n ast.Node, def int) (int, bool) {
+	if n == nil {
+		return def, true
+	}
+	i, ok := n.(*ast.IntegerNode)
+	if !ok {
+		return 0, false
+	}
+	return i.Value, true
+}
+
+// sliceEnd and sliceRange clamp the bounds of s[a:b] of a string of
+// length n as expr's runtime.Slice does: negative bounds count from the
+// end, and the result is empty rather than an error when they cross.
+func sliceEnd(b, n int) int {
+	if b < 0 {
+		b += n
+	}
+	return min(max(b, 0), n)
+}
+
+func sliceRange(a, b, n int) int {
+	if a < 0 {
+		a += n
+	}
+	return min(max(a, 0), sliceEnd(b, n))
 }
 
 // constant returns the value of a literal node.

@@ -40,13 +40,23 @@ var fastExprs = []struct {
 	{`parseTime(json(body).ms, "unixMs")`, Value},
 	{`parseTime(headers.timestamp, "unixMs")`, Value},
 	{`parseTime(headers.date, "DateOnly", "Europe/Paris")`, Value},
+	{`body[0:10]`, Value},
+	{`body[2:]`, Value},
+	{`body[:3]`, Value},
+	{`body[-4:]`, Value},
+	{`body[5:2]`, Value},
+	{`body[0:1000]`, Value},
+	{`headers.level[1:3]`, Value},
+	{`parseTime(body[11:30], "unixNs")`, Value},
+	{`body[0:1] == "{"`, Bool},
+	{`body`, Value},
 }
 
 var fastBodies = []string{
 	`{"level":"DEBUG","n":3,"f":2.5,"ok":true,"a":{"b":null},"list":["x","y"],"ts":"2024-03-05T23:59:59.999+0100","ms":1709679599999}`,
 	`{"level":"INFO","n":"3","ok":"true","a":{"b":1},"list":[],"ts":"bad","ms":"1709679599999"}`,
 	`{"level":7,"n":3.0,"a":[1],"list":{"0":"x"},"ts":null,"ms":1.5e12}`,
-	`{"level":null,"a":null}`,
+	`{"level":null,"a":null}`, `0000000042 1709683199950000000 abcdef`,
 	`{}`, `[]`, `[1,2]`, `"str"`, `null`, `3`, `not json`, ``, `{"a":1.2.3}`, `{"level":"\u0044EBUG"}`,
 }
 

@@ -69,3 +69,46 @@ func BenchmarkTransformThree(b *testing.B) {
 		"set.app":       `json(body).app`,
 	})
 }
+
+// BenchmarkTransformW1 is the transform of the W1 comparison on the lines
+// of the peers harness ("SSSSSSSSSS TTTTTTTTTTTTTTTTTTT padding", 256
+// bytes): a drop on a header, the sequence number and the send time (Unix
+// nanoseconds) lifted into headers. The last two run on expr's VM.
+func BenchmarkTransformW1(b *testing.B) {
+	ic, err := NewTransform(testEnv(), config.FromMap(prefix, w1Transform))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl := make([]event.Event, benchBatch)
+	for i := range tmpl {
+		line := fmt.Appendf(nil, "%010d %019d ", i, 1709683199950000000+int64(i))
+		for len(line) < 255 {
+			line = append(line, "abcdefghijklmnopqrstuvwxyz0123456789"[len(line)%36])
+		}
+		tmpl[i].Body = line
+	}
+	events := make([]event.Event, len(tmpl))
+	copy(events, tmpl)
+	ic.Intercept(events)
+	b.ReportAllocs()
+	cpu := processCPU()
+	for b.Loop() {
+		copy(events, tmpl)
+		for i := range events {
+			events[i].Headers = nil
+		}
+		ic.Intercept(events)
+	}
+	n := float64(b.N * benchBatch)
+	b.ReportMetric(float64(processCPU()-cpu)/n, "cpu-ns/event")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/event")
+}
+
+// w1Transform is the three-expression transform of the W1 comparison
+// (docs/PERFORMANCE.md; the harness's peers/sluice-transform/run.sh holds
+// the same keys).
+var w1Transform = map[string]string{
+	"drop":          `headers.level == "DEBUG"`,
+	"set.timestamp": `parseTime(body[11:30], "unixNs")`,
+	"set.seq":       `body[0:10]`,
+}
