@@ -77,7 +77,7 @@ type Program struct {
 	want Want
 	// direct and fast, when set, compute a header value or a boolean
 	// without the VM (see fastpath.go); they give the results prog gives.
-	direct func(s *State) (string, bool, error)
+	direct func(dst []byte, s *State) ([]byte, bool, error)
 	fast   fbool
 }
 

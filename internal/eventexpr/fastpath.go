@@ -350,29 +350,31 @@ func stringSet(n ast.Node) (map[string]struct{}, bool) {
 	return nil, false
 }
 
-// directValue returns a function that computes the header value of n
-// without the VM, for the shapes it knows, or nil.
-func directValue(n ast.Node, _ *Compiler) func(s *State) (string, bool, error) {
+// directValue returns a function that appends the header value of n to
+// dst without the VM, for the shapes it knows, or nil.
+func directValue(n ast.Node, _ *Compiler) func(dst []byte, s *State) ([]byte, bool, error) {
 	if src := source(n); src != nil {
-		return func(s *State) (string, bool, error) {
+		return func(dst []byte, s *State) ([]byte, bool, error) {
 			v, err := src(s)
 			if err != nil {
-				return "", false, err
+				return dst, false, err
 			}
 			switch v.k {
+			case dNil:
+				return dst, false, nil
 			case dStr:
-				return s.own(v.s), true, nil
+				return append(dst, v.s...), true, nil
 			case dJSON:
 				if v.j.Type() == fastjson.TypeString {
 					b, _ := v.j.StringBytes()
-					return string(b), true, nil
+					return append(dst, b...), true, nil
 				}
 			}
 			x, err := v.value(s)
 			if err != nil {
-				return "", false, err
+				return dst, false, err
 			}
-			return s.headerValue(x)
+			return s.appendHeaderValue(dst, x)
 		}
 	}
 	call, ok := n.(*ast.CallNode)
@@ -393,10 +395,10 @@ func directValue(n ast.Node, _ *Compiler) func(s *State) (string, bool, error) {
 	if !ok1 || !ok2 {
 		return nil
 	}
-	return func(s *State) (string, bool, error) {
+	return func(dst []byte, s *State) ([]byte, bool, error) {
 		v, err := src(s)
 		if err != nil {
-			return "", false, err
+			return dst, false, err
 		}
 		var t time.Time
 		switch {
@@ -412,9 +414,8 @@ func directValue(n ast.Node, _ *Compiler) func(s *State) (string, bool, error) {
 			}
 		}
 		if err != nil {
-			return "", false, err
+			return dst, false, err
 		}
-		var buf [20]byte
-		return string(strconv.AppendInt(buf[:0], t.UnixMilli(), 10)), true, nil
+		return strconv.AppendInt(dst, t.UnixMilli(), 10), true, nil
 	}
 }

@@ -52,14 +52,24 @@ var statePool = sync.Pool{New: func() any { return new(State) }}
 func (c *Compiler) Begin(e *event.Event) *State {
 	s := statePool.Get().(*State)
 	s.c = c
+	s.vm.MemoryBudget = c.limits.Budget
+	s.Reset(e)
+	return s
+}
+
+// Reset makes s evaluate on e from now on, as a new Begin would, without
+// going through the pool: a component that runs over a batch resets one
+// State per event.
+func (s *State) Reset(e *event.Event) {
+	if s.json.n > 0 {
+		s.json.reset()
+	}
 	s.body = e.Body
 	s.vars = Vars{Body: bytesString(e.Body), Headers: e.Headers, State: s}
 	if s.vars.Headers == nil {
 		s.vars.Headers = emptyHeaders
 	}
 	s.spent = 0
-	s.vm.MemoryBudget = c.limits.Budget
-	return s
 }
 
 // emptyHeaders stands in for a nil header map, which expressions read as
@@ -147,13 +157,42 @@ func (p *Program) EvalBool(s *State) (bool, error) {
 // (copied: it may outlive s), or ok false for nil.
 func (p *Program) EvalString(s *State) (v string, ok bool, err error) {
 	if p.direct != nil {
-		return p.direct(s)
+		b, ok, err := p.direct(nil, s)
+		return string(b), ok, err
 	}
 	r, err := s.run(p)
 	if err != nil {
 		return "", false, err
 	}
 	return s.headerValue(r)
+}
+
+// AppendString runs a Value program and appends its value, as a header
+// value, to dst; ok is false for nil. A component that sets several
+// headers collects them in one buffer and makes one string of it.
+func (p *Program) AppendString(dst []byte, s *State) (_ []byte, ok bool, err error) {
+	if p.direct != nil {
+		return p.direct(dst, s)
+	}
+	r, err := s.run(p)
+	if err != nil {
+		return dst, false, err
+	}
+	return s.appendHeaderValue(dst, r)
+}
+
+// appendHeaderValue appends r converted by headerValue to dst.
+func (s *State) appendHeaderValue(dst []byte, r any) ([]byte, bool, error) {
+	switch v := r.(type) {
+	case string:
+		return append(dst, v...), true, nil
+	case int:
+		return strconv.AppendInt(dst, int64(v), 10), true, nil
+	case time.Time:
+		return strconv.AppendInt(dst, v.UnixMilli(), 10), true, nil
+	}
+	v, ok, err := s.headerValue(r)
+	return append(dst, v...), ok, err
 }
 
 // EvalBytes runs a Value program and returns its value as a body (a new

@@ -1,13 +1,17 @@
 package flow_test
 
 import (
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/metrics"
 )
 
 func TestSelectorConfig(t *testing.T) {
@@ -102,5 +106,31 @@ func TestSelectorNilProps(t *testing.T) {
 	}
 	if _, err := flow.NewSelector(nil, map[string]flow.Channel{}, []string{"c1"}); err == nil {
 		t.Fatal("an undefined channel was accepted")
+	}
+}
+
+// TestExpressionSelectorErrorsCounted checks that a failing expression is
+// counted by rule and logged once, and counts as false.
+func TestExpressionSelectorErrorsCounted(t *testing.T) {
+	var log strings.Builder
+	reg := metrics.NewRegistry("a1")
+	env := flow.Env{Agent: "a1", Name: "r1.selector", Metrics: reg, Logger: slog.New(slog.NewTextHandler(&log, nil))}
+	p := config.FromMap("a1.sources.r1.selector.", map[string]string{"type": "expression", "when.c2": `json(body).level == "ERROR"`, "default": "c1"})
+	sel, err := flow.NewSelectorEnv(env, p, map[string]flow.Channel{"c1": nil, "c2": nil}, []string{"c1", "c2"})
+	if err != nil || p.Err() != nil {
+		t.Fatal(err, p.Err())
+	}
+	for range 3 {
+		req, _ := sel.Route(&event.Event{Body: []byte("not json")})
+		if len(req) != 1 || sel.Channels()[req[0]].Name != "c1" {
+			t.Fatalf("routed to %v, want the default", req)
+		}
+	}
+	var m dto.Metric
+	if err := reg.ExpressionErrors("r1.selector", "when.c2").Write(&m); err != nil || m.GetCounter().GetValue() != 3 {
+		t.Fatalf("errors counted %v (%v), want 3", m.GetCounter().GetValue(), err)
+	}
+	if n := strings.Count(log.String(), "selector expression failed"); n != 1 {
+		t.Fatalf("%d log lines, want 1 (throttled):\n%s", n, log.String())
 	}
 }

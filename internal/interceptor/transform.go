@@ -47,7 +47,7 @@ type Transform struct {
 	errs      map[string]prometheus.Counter
 	log       *slog.Logger
 	throttle  *logthrottle.Throttle
-	results   sync.Pool // *[]setResult
+	batches   sync.Pool // *batch
 	hasChange bool
 }
 
@@ -55,11 +55,6 @@ type setRule struct {
 	header string
 	rule   string // "set." + header, for metrics and logs
 	prog   *eventexpr.Program
-}
-
-type setResult struct {
-	v  string
-	ok bool
 }
 
 // NewTransform builds a transform interceptor.
@@ -98,17 +93,28 @@ func NewTransform(env flow.Env, p *config.Props) (flow.Interceptor, error) {
 	}
 	t.hasChange = len(t.sets) > 0 || len(t.remove) > 0 || t.body != nil
 	n := len(t.sets)
-	t.results.New = func() any { s := make([]setResult, n); return &s }
+	t.batches.New = func() any { return &batch{res: make([]setResult, n)} }
 	return t, nil
 }
 
 // Intercept applies the transform to each event and returns the events
 // kept, in order, at the front of events; the slots after them are zeroed.
 func (t *Transform) Intercept(events []event.Event) []event.Event {
+	if len(events) == 0 {
+		return events
+	}
+	b := t.batches.Get().(*batch)
+	b.s = t.c.Begin(&events[0])
+	b.outcomes = b.outcomes[:0]
+	for len(b.outcomes) < len(events) {
+		t.run(b, events)
+	}
+	b.s.Release()
+	b.s = nil
 	kept := events[:0]
 	filtered, failed := 0, 0
-	for i := range events {
-		switch t.apply(&events[i]) {
+	for i, o := range b.outcomes {
+		switch o {
 		case keepEvent:
 			kept = append(kept, events[i])
 		case dropFiltered:
@@ -117,6 +123,7 @@ func (t *Transform) Intercept(events []event.Event) []event.Event {
 			failed++
 		}
 	}
+	t.batches.Put(b)
 	if len(kept) < len(events) {
 		clear(events[len(kept):])
 		if filtered > 0 {
@@ -129,6 +136,20 @@ func (t *Transform) Intercept(events []event.Event) []event.Event {
 	return kept
 }
 
+// batch is the scratch of one Intercept call.
+type batch struct {
+	s        *eventexpr.State
+	outcomes []outcome
+	rule     string // the rule running, for a panic
+	res      []setResult
+	buf      []byte // the values of the headers set on one event
+}
+
+type setResult struct {
+	end int // end of the value in batch.buf
+	ok  bool
+}
+
 type outcome int
 
 const (
@@ -137,19 +158,28 @@ const (
 	dropFailed
 )
 
-// apply runs the transform on e. A panic (a bug in a helper, not an
-// expression's error: expr recovers those itself) is handled like an error
-// of the rule that was running.
-func (t *Transform) apply(e *event.Event) (out outcome) {
-	s := t.c.Begin(e)
-	rule := "drop"
+// run applies the transform to the events from len(b.outcomes) on,
+// appending their outcomes. A panic (a bug in a helper, not an
+// expression's error: expr recovers those itself) fails the event it
+// happened on, like an error of the rule that was running, and returns;
+// Intercept calls run again for the events after it.
+func (t *Transform) run(b *batch, events []event.Event) {
 	defer func() {
 		if r := recover(); r != nil {
-			out = t.failed(rule, fmt.Errorf("panic: %v", r))
+			b.outcomes = append(b.outcomes, t.failed(b.rule, fmt.Errorf("panic: %v", r)))
 		}
-		s.Release()
 	}()
+	for i := len(b.outcomes); i < len(events); i++ {
+		b.s.Reset(&events[i])
+		b.outcomes = append(b.outcomes, t.apply(b, &events[i]))
+	}
+}
+
+// apply runs the transform on e, with b.s reset to e.
+func (t *Transform) apply(b *batch, e *event.Event) outcome {
+	s := b.s
 	if t.drop != nil {
+		b.rule = "drop"
 		drop, err := t.drop.EvalBool(s)
 		if err != nil {
 			return t.failed("drop", err)
@@ -161,38 +191,46 @@ func (t *Transform) apply(e *event.Event) (out outcome) {
 	if !t.hasChange {
 		return keepEvent
 	}
-	rp := t.results.Get().(*[]setResult)
-	defer t.results.Put(rp)
-	res := *rp
+	buf := b.buf[:0]
 	for i := range t.sets {
-		rule = t.sets[i].rule
-		v, ok, err := t.sets[i].prog.EvalString(s)
+		b.rule = t.sets[i].rule
+		var ok bool
+		var err error
+		buf, ok, err = t.sets[i].prog.AppendString(buf, s)
 		if err != nil {
-			return t.failed(rule, err)
+			b.buf = buf
+			return t.failed(b.rule, err)
 		}
-		res[i] = setResult{v, ok}
+		b.res[i] = setResult{len(buf), ok}
 	}
+	b.buf = buf
 	var body []byte
 	bodySet := false
 	if t.body != nil {
-		rule = "body"
-		b, ok, err := t.body.EvalBytes(s)
+		b.rule = "body"
+		v, ok, err := t.body.EvalBytes(s)
 		if err != nil {
-			return t.failed(rule, err)
+			return t.failed(b.rule, err)
 		}
 		if !ok {
-			return t.failed(rule, fmt.Errorf("the body expression gave nil; give a string (\"\" for an empty body)"))
+			return t.failed(b.rule, fmt.Errorf("the body expression gave nil; give a string (\"\" for an empty body)"))
 		}
-		body, bodySet = b, true
+		body, bodySet = v, true
 	}
-	// Everything evaluated: apply it.
+	// Everything evaluated: apply it. The header values share one string.
+	values := string(buf)
+	start := 0
 	for i := range t.sets {
-		if res[i].ok {
-			e.SetHeader(t.sets[i].header, res[i].v)
+		r := b.res[i]
+		if r.ok {
+			if e.Headers == nil {
+				e.Headers = make(map[string]string, len(t.sets))
+			}
+			e.Headers[t.sets[i].header] = values[start:r.end]
 		} else {
 			delete(e.Headers, t.sets[i].header)
 		}
-		res[i] = setResult{}
+		start = r.end
 	}
 	for _, h := range t.remove {
 		delete(e.Headers, h)

@@ -225,3 +225,41 @@ func TestTransformConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestTransformConcurrent runs one transform from several goroutines at
+// once, as a source with several connections does (run with -race).
+func TestTransformConcurrent(t *testing.T) {
+	ic := build(t, NewTransform, map[string]string{
+		"drop":          `json(body).n % 7 == 0`,
+		"set.timestamp": `parseTime(json(body).ts, "unixMs")`,
+		"set.kind":      `json(body).n % 2 == 0 ? "even" : "odd"`,
+		"body":          `toJSON({"n": json(body).n})`,
+	})
+	done := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			for round := range 50 {
+				events := make([]event.Event, 20)
+				for i := range events {
+					n := g*100000 + round*100 + i
+					events[i] = ev(fmt.Sprintf(`{"n": %d, "ts": %d}`, n, 1700000000000+n))
+				}
+				for _, e := range ic.Intercept(events) {
+					var n int
+					fmt.Sscanf(string(e.Body), `{"n":%d}`, &n)
+					kind := map[bool]string{true: "even", false: "odd"}[n%2 == 0]
+					if n%7 == 0 || e.Headers["timestamp"] != itoa(int64(1700000000000+n)) || e.Headers["kind"] != kind {
+						done <- fmt.Errorf("event %s: headers %v", e.Body, e.Headers)
+						return
+					}
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
