@@ -227,7 +227,9 @@ func TestJSONParsedOnce(t *testing.T) {
 	// A later event reuses the pooled parser: the values must not change.
 	e2 := evJSON(`{"a":"QQ","b":"RR"}`)
 	s2 := c.Begin(&e2)
-	p1.EvalString(s2)
+	if _, _, err := p1.EvalString(s2); err != nil {
+		t.Fatal(err)
+	}
 	s2.Release()
 	if v1 != "x" || v2 != "yx" {
 		t.Fatalf("values changed after release: %q %q", v1, v2)

@@ -55,12 +55,7 @@ func (k constKind) String() string {
 	return "regular expression"
 }
 
-var (
-	stateT    = reflect.TypeOf((*State)(nil))
-	layoutT   = reflect.TypeOf((*timelayout.Layout)(nil))
-	locationT = reflect.TypeOf((*time.Location)(nil))
-	regexpT   = reflect.TypeOf((*regexp.Regexp)(nil))
-)
+var locationT = reflect.TypeOf((*time.Location)(nil))
 
 // types returns the function types of signatures, for builtin.Function.
 func types(fns ...any) []reflect.Type {
@@ -431,7 +426,7 @@ func parseTime(v any, l *timelayout.Layout, loc *time.Location) (time.Time, erro
 // regexExtract returns group (a number, or a name) of the first match of
 // re in s, or nil when re does not match or the group took no part.
 func regexExtract(s string, re *regexp.Regexp, group any) (any, error) {
-	g := -1
+	var g int
 	switch x := group.(type) {
 	case int:
 		g = x

@@ -37,13 +37,12 @@ type Vars struct {
 // one with Begin and give it back with Release; it is not safe for
 // concurrent use.
 type State struct {
-	vars   Vars
-	vm     vm.VM
-	c      *Compiler
-	body   []byte
-	spent  uint
-	json   jsonCache
-	errCol int
+	vars  Vars
+	vm    vm.VM
+	c     *Compiler
+	body  []byte
+	spent uint
+	json  jsonCache
 }
 
 var statePool = sync.Pool{New: func() any { return new(State) }}

@@ -271,10 +271,10 @@ func runReference(t *testing.T, bin, md string) {
 		}
 		expr := strings.TrimSpace(strings.Trim(m[1], "`"))
 		want := strings.TrimSpace(m[2])
-		switch {
-		case want == "nil":
+		switch want {
+		case "nil":
 			want = "<nil>"
-		case want == "(empty)":
+		case "(empty)":
 			want = ""
 		default:
 			want = strings.TrimSpace(strings.Trim(want, "`"))

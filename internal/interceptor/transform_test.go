@@ -150,7 +150,9 @@ func TestTransformOneBadEventIn10000(t *testing.T) {
 					continue
 				}
 				var i int64
-				fmt.Sscan(n, &i)
+				if _, err := fmt.Sscan(n, &i); err != nil {
+					t.Fatal(err)
+				}
 				if e.Headers["timestamp"] != itoa(1700000000000+i) || e.Headers["seen"] != "yes" {
 					t.Fatalf("event %s: headers %v", n, e.Headers)
 				}
@@ -246,7 +248,10 @@ func TestTransformConcurrent(t *testing.T) {
 				}
 				for _, e := range ic.Intercept(events) {
 					var n int
-					fmt.Sscanf(string(e.Body), `{"n":%d}`, &n)
+					if _, err := fmt.Sscanf(string(e.Body), `{"n":%d}`, &n); err != nil {
+						done <- err
+						return
+					}
 					kind := map[bool]string{true: "even", false: "odd"}[n%2 == 0]
 					if n%7 == 0 || e.Headers["timestamp"] != itoa(int64(1700000000000+n)) || e.Headers["kind"] != kind {
 						done <- fmt.Errorf("event %s: headers %v", e.Body, e.Headers)

@@ -203,7 +203,7 @@ func (l *Layout) checkWith(f jodaFields, ref time.Time) error {
 	ok := (!f.year || got.Year() == ref.Year()) &&
 		(!f.month || got.Month() == ref.Month()) &&
 		(!f.day || got.Day() == ref.Day()) &&
-		(!(f.hour24 || f.hour12) || got.Hour() == hour) &&
+		((!f.hour24 && !f.hour12) || got.Hour() == hour) &&
 		(!f.minute || got.Minute() == ref.Minute()) &&
 		(!f.second || got.Second() == ref.Second()) &&
 		(!f.offset || gotOff == refOff) &&
