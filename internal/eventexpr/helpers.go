@@ -451,9 +451,22 @@ func regexExtract(s string, re *regexp.Regexp, group any) (any, error) {
 // mask replaces what re matches in str (only its groups, when it has
 // some) with one '*' per character, or with with.
 func mask(s *State, str string, re *regexp.Regexp, with string, fixed bool) (string, error) {
-	ms := re.FindAllStringSubmatchIndex(str, -1)
+	// Each match costs a unit: find no more than the budget allows, so
+	// that a pattern matching everywhere in a large body fails early
+	// rather than after listing a million matches.
+	limit := 0
+	if s.spent < s.c.limits.Budget {
+		limit = int(s.c.limits.Budget - s.spent)
+	}
+	ms := re.FindAllStringSubmatchIndex(str, limit+1)
 	if ms == nil {
 		return str, nil
+	}
+	if len(ms) > limit {
+		return "", errBudget
+	}
+	if err := s.charge(uint(len(ms))); err != nil {
+		return "", err
 	}
 	if err := s.chargeBytes(len(str) + len(ms)*len(with)); err != nil {
 		return "", err
