@@ -195,11 +195,24 @@ func TestJSONBudget(t *testing.T) {
 	}
 	big := NewCompiler(Limits{JSONBytes: 16 << 20}, time.UTC)
 	_, _, err = eval(t, big, `json(body) == nil`, evJSON(nested))
+	if err == nil || !strings.Contains(err.Error(), "more than 100000 values") {
+		t.Fatalf("8 MiB with a 16 MiB limit: %v, want the budget of values", err)
+	}
+	huge := NewCompiler(Limits{JSONBytes: 16 << 20, Budget: 100_000_000}, time.UTC)
+	_, _, err = eval(t, huge, `json(body) == nil`, evJSON(nested))
 	if err == nil || !strings.Contains(err.Error(), "nested deeper than 300 levels") {
-		t.Fatalf("8 MiB with a 16 MiB limit: %v, want the depth limit", err)
+		t.Fatalf("8 MiB with a 16 MiB limit and a huge budget: %v, want the depth limit", err)
 	}
 	if v, _, err := eval(t, c, `len(json(body))`, evJSON(flatOK)); err != nil || v != "1001" {
 		t.Fatalf("flat array: %q %v", v, err)
+	}
+	zeros := "[" + strings.Repeat("0,", 1<<19) + "0]" // 1 MiB, half a million values
+	if _, _, err := eval(t, c, `json(body) == nil`, evJSON(zeros)); err == nil || !strings.Contains(err.Error(), "more than 100000 values") {
+		t.Fatalf("a million zeros: %v, want the budget of values", err)
+	}
+	commas := `{"text":"` + strings.Repeat(",", 200000) + `"}`
+	if v, _, err := eval(t, c, `len(json(body).text)`, evJSON(commas)); err != nil || v != "200000" {
+		t.Fatalf("commas inside a string count for nothing: %q %v", v, err)
 	}
 	small := NewCompiler(Limits{Budget: 1000}, time.UTC)
 	if _, _, err := eval(t, small, `len(json(body))`, evJSON(flatOK)); !errors.Is(err, errBudget) {

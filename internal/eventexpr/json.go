@@ -110,6 +110,10 @@ func (s *State) parse(str string) *jsonDoc {
 		d.err = fmt.Errorf("json: the string is %d bytes, over the limit of %d (jsonMaxBytes)", len(str), s.c.limits.JSONBytes)
 		return d
 	}
+	if tooManyValues(str, int(s.c.limits.Budget)) {
+		d.err = fmt.Errorf("json: the string holds more than %d values, over the budget", s.c.limits.Budget)
+		return d
+	}
 	d.p = parserPool.Get()
 	root, err := d.p.Parse(str)
 	if err != nil {
@@ -296,4 +300,37 @@ func fetchRest(x any, keys []any) (v any, err error) {
 		x = runtime.Fetch(x, k)
 	}
 	return x, nil
+}
+
+// tooManyValues reports whether the JSON text s holds more than limit
+// values (a parse takes memory in proportion to its values: a megabyte of
+// "[0,0,0,..." would take over a hundred). Separators and openers bound
+// the values from above; only when that bound is over the limit are those
+// inside strings told apart.
+func tooManyValues(s string, limit int) bool {
+	if strings.Count(s, ",")+strings.Count(s, "[")+strings.Count(s, "{")+1 <= limit {
+		return false
+	}
+	n, in, esc := 1, false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case esc:
+			esc = false
+		case in:
+			if c == '\\' {
+				esc = true
+			} else if c == '"' {
+				in = false
+			}
+		case c == '"':
+			in = true
+		case c == ',' || c == '[' || c == '{':
+			n++
+			if n > limit {
+				return true
+			}
+		}
+	}
+	return false
 }
