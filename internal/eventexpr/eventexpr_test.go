@@ -215,8 +215,14 @@ func TestJSONBudget(t *testing.T) {
 		t.Fatalf("commas inside a string count for nothing: %q %v", v, err)
 	}
 	small := NewCompiler(Limits{Budget: 1000}, time.UTC)
-	if _, _, err := eval(t, small, `len(json(body))`, evJSON(flatOK)); !errors.Is(err, errBudget) {
-		t.Fatalf("materializing 1001 elements with a budget of 1000: %v", err)
+	if _, _, err := eval(t, small, `len(json(body))`, evJSON(flatOK)); err == nil || !strings.Contains(err.Error(), "more than 1000 values") {
+		t.Fatalf("1001 values with a budget of 1000: %v", err)
+	}
+	// Materializing charges the budget too: 600 values fit the count,
+	// but not the maps and lists built from them twice over.
+	half := `[` + strings.Repeat(`1,`, 599) + `1]`
+	if _, _, err := eval(t, small, `len(json(body)) + len(toJSON(json(body))) + len(toJSON(json(body)))`, evJSON(half)); !errors.Is(err, errBudget) {
+		t.Fatalf("materializing with a budget of 1000: %v", err)
 	}
 }
 
