@@ -88,7 +88,14 @@ func NewTransform(env flow.Env, p *config.Props) (flow.Interceptor, error) {
 	if !p.Has("drop") && len(p.Keys("set.")) == 0 && !p.Has("remove") && !p.Has("body") {
 		p.Errorf("type", "a transform needs at least one of drop, set.NAME, remove or body; see docs/transforms.md")
 	}
-	for _, rule := range append([]string{"drop", "body"}, p.Keys("set.")...) {
+	rules := p.Keys("set.")
+	if t.drop != nil {
+		rules = append(rules, "drop")
+	}
+	if t.body != nil {
+		rules = append(rules, "body")
+	}
+	for _, rule := range rules {
 		t.errs[rule] = reg.ExpressionErrors(env.Name, rule)
 	}
 	t.hasChange = len(t.sets) > 0 || len(t.remove) > 0 || t.body != nil
