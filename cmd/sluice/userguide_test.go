@@ -133,7 +133,7 @@ var userGuideCases = map[string]userGuideCase{
 	"replicating-selector":    {},
 	"load-balancing-selector": {},
 	"multiplexing-selector":   {},
-	"custom-selector":         {refused: true, lines: []string{`a1.sources.r1.selector.type: selector type "org.example.MyChannelSelector" ` + javaClass + "; its selector types are load_balancing, multiplexing, replicating"}},
+	"custom-selector":         {refused: true, lines: []string{`a1.sources.r1.selector.type: selector type "org.example.MyChannelSelector" ` + javaClass + "; its selector types are expression, load_balancing, multiplexing, replicating (or their Flume class names); an expression selector (selector.when.CHANNEL = EXPR) routes by any rule over the event"}},
 
 	"sink-processors":               {},
 	"failover-sink-processor":       {},
@@ -150,7 +150,7 @@ var userGuideCases = map[string]userGuideCase{
 	"timestamp-interceptor":                 {},
 	"host-interceptor":                      {},
 	"static-interceptor":                    {},
-	"morphline-interceptor":                 {refused: true, lines: []string{"MorphlineInterceptor$Builder " + notProvided + "s are regex_filter, regex_extractor or search_replace"}},
+	"morphline-interceptor":                 {refused: true, lines: []string{"MorphlineInterceptor$Builder " + notProvided + "s are transform (expressions: docs/transforms.md), regex_filter, regex_extractor or search_replace"}},
 	"search-replace-interceptor":            {},
 	"search-replace-interceptor-groups":     {},
 	"regex-extractor-interceptor-example-1": {},

@@ -382,6 +382,11 @@ func (b *builder) buildSources(g *graph) {
 			if icf == nil {
 				if msg := missingTypeMessage("interceptor", ic.Type); msg != "" {
 					ic.Props.Errorf("type", "%s", msg)
+				} else if strings.Contains(ic.Type, ".") {
+					// A custom Java interceptor: what transform is for.
+					ic.Props.Errorf("type", "interceptor type %q is a Java class, and sluice runs no Java plugins; "+
+						"port its logic to a transform interceptor (type = transform, with drop, set.NAME, remove and body expressions; "+
+						"see docs/transforms.md), or use one of: %s", strings.TrimSpace(ic.Type), interceptorAliases())
 				} else {
 					ic.Props.Errorf("type", "unknown interceptor type %q; known types: %s (or their Flume builder class names)", ic.Type, interceptorAliases())
 				}
@@ -403,8 +408,9 @@ func (b *builder) buildSources(g *graph) {
 		msg := missingTypeMessage("selector", styp)
 		if msg == "" && strings.Contains(styp, ".") && !strings.HasPrefix(strings.ToLower(styp), "org.apache.flume.channel.") {
 			// A selector class of the user's own, in the words every
-			// other plugin class gets.
-			msg = typeMessage("selector", styp, styp, []string{flow.SelectorLoadBalancing, flow.SelectorMultiplexing, flow.SelectorReplicating})
+			// other plugin class gets, and what replaces it.
+			msg = typeMessage("selector", styp, styp, []string{flow.SelectorExpression, flow.SelectorLoadBalancing, flow.SelectorMultiplexing, flow.SelectorReplicating}) +
+				"; an expression selector (selector.when.CHANNEL = EXPR) routes by any rule over the event, see docs/transforms.md"
 		}
 		if msg != "" {
 			c.Selector.Errorf("type", "%s", msg)
@@ -412,7 +418,7 @@ func (b *builder) buildSources(g *graph) {
 				c.Selector.MarkUsed(k)
 			}
 		} else if len(chans) == len(c.Channels) {
-			sel, err = flow.NewSelector(c.Selector, chans, c.Channels)
+			sel, err = flow.NewSelectorEnv(b.env(c.Name+".selector", "selector"), c.Selector, chans, c.Channels)
 			if err != nil {
 				c.Selector.Errorf("type", "cannot build selector: %v", err)
 			}

@@ -140,7 +140,7 @@ var missingTypes = map[string][]string{
 	"sink:morphline_solr": {"elasticsearch"},
 	"sink:kite":           {"file_roll", "kafka"},
 
-	"interceptor:morphline": {"regex_filter", "regex_extractor", "search_replace"},
+	"interceptor:morphline": {"transform (expressions: docs/transforms.md)", "regex_filter", "regex_extractor", "search_replace"},
 }
 
 // missingClassNames maps the class names of Flume types sluice lacks that

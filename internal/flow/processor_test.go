@@ -404,3 +404,35 @@ func TestProcessorLoadBalancing(t *testing.T) {
 		t.Fatalf("random: %d of 300 events delivered", total)
 	}
 }
+
+func TestProcessorExpressionSelector(t *testing.T) {
+	sel := map[string]string{
+		"type":             "expression",
+		"when.errors":      `json(body)?.level in ["ERROR", "FATAL"]`,
+		"when.audit":       `headers.kind == "audit"`,
+		"optional.archive": `json(body)?.level != "DEBUG"`,
+		"default":          "main",
+	}
+	s := newProc(t, []string{"main", "errors", "audit", "archive"}, nil, sel)
+	evs := []event.Event{
+		{Body: []byte(`{"level":"INFO","n":1}`)},
+		{Body: []byte(`{"level":"ERROR","n":2}`)},
+		withHeader(`{"level":"ERROR","n":3}`, "kind", "audit"),
+		{Body: []byte(`{"level":"DEBUG","n":4}`)},
+		{Body: []byte(`not json`)},
+	}
+	if err := s.proc.Process(t.Context(), evs); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"main":    {`{"level":"INFO","n":1}`, `{"level":"DEBUG","n":4}`, `not json`},
+		"errors":  {`{"level":"ERROR","n":2}`, `{"level":"ERROR","n":3}`},
+		"audit":   {`{"level":"ERROR","n":3}`},
+		"archive": {`{"level":"INFO","n":1}`, `{"level":"ERROR","n":2}`, `{"level":"ERROR","n":3}`, `not json`},
+	}
+	for c, w := range want {
+		if got := drain(t, s.chans[c]); !slices.Equal(got, w) {
+			t.Errorf("%s got %q, want %q", c, got, w)
+		}
+	}
+}

@@ -2,13 +2,21 @@ package flow
 
 import (
 	"fmt"
+	"log/slog"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/eventexpr"
+	"github.com/sluicehq/sluice/internal/logthrottle"
 )
 
 // SelectedChannel is one channel a selector may choose.
@@ -38,6 +46,9 @@ const (
 	SelectorReplicating   = "replicating"
 	SelectorMultiplexing  = "multiplexing"
 	SelectorLoadBalancing = "load_balancing"
+	// SelectorExpression is sluice's own: channels chosen by expressions
+	// over the event (docs/transforms.md).
+	SelectorExpression = "expression"
 )
 
 // DefaultSelectorHeader is the header a multiplexing selector reads when
@@ -51,6 +62,7 @@ var selectorAliases = map[string]string{
 	"org.apache.flume.channel.multiplexingchannelselector": SelectorMultiplexing,
 	"load_balancing": SelectorLoadBalancing,
 	"org.apache.flume.channel.loadbalancingchannelselector": SelectorLoadBalancing,
+	"expression": SelectorExpression,
 }
 
 // NewSelector builds the channel selector of a source from its selector.*
@@ -73,7 +85,22 @@ var selectorAliases = map[string]string{
 // load_balancing (Flume 1.10): each event goes to one of the channels,
 // picked by selector.policy: round_robin (default) or random. There are no
 // optional channels.
+//
+// expression (sluice's own): selector.when.<channel> = EXPR sends the
+// events for which EXPR is true to that channel (an event may go to
+// several); selector.optional.<channel> = EXPR does the same for a channel
+// whose failure does not fail the put; selector.default lists the
+// channels of the events no when-expression took. A channel both required
+// and optional for an event is required. An expression that fails on an
+// event counts as false for it, and is counted and logged.
 func NewSelector(p *config.Props, channels map[string]Channel, sourceChannels []string) (Selector, error) {
+	return NewSelectorEnv(Env{}, p, channels, sourceChannels)
+}
+
+// NewSelectorEnv is NewSelector for a selector whose expressions report
+// their failures in env's metrics and log (only the expression selector's
+// do).
+func NewSelectorEnv(env Env, p *config.Props, channels map[string]Channel, sourceChannels []string) (Selector, error) {
 	if p == nil {
 		p = config.FromMap("selector.", nil)
 	}
@@ -92,7 +119,7 @@ func NewSelector(p *config.Props, channels map[string]Channel, sourceChannels []
 	typ := strings.TrimSpace(p.String("type", SelectorReplicating))
 	canon, ok := selectorAliases[strings.ToLower(typ)]
 	if !ok {
-		p.Errorf("type", "unknown selector type %q; use replicating, multiplexing or load_balancing (custom selector classes are not supported)", typ)
+		p.Errorf("type", "unknown selector type %q; use replicating, multiplexing, load_balancing or expression (custom selector classes are not supported; an expression selector routes by any rule over the event)", typ)
 		canon = SelectorReplicating
 	}
 	switch canon {
@@ -100,6 +127,8 @@ func NewSelector(p *config.Props, channels map[string]Channel, sourceChannels []
 		s.buildReplicating(p)
 	case SelectorMultiplexing:
 		s.buildMultiplexing(p)
+	case SelectorExpression:
+		s.buildExpression(env, p)
 	default:
 		s.buildLoadBalancing(p)
 	}
@@ -120,6 +149,8 @@ type selector struct {
 	pick func() int // load_balancing: the channel of the next event; nil otherwise
 	one  [][]int    // load_balancing: one[i] routes to channel i alone
 	next atomic.Uint64
+
+	exprs *exprRoutes // expression; nil otherwise
 }
 
 func (s *selector) Channels() []SelectedChannel { return s.chans }
@@ -128,11 +159,14 @@ func (s *selector) Channels() []SelectedChannel { return s.chans }
 // different channels by design (load_balancing), so the processor groups
 // them without first checking whether they all go the same way: each event
 // is then routed exactly once, and round robin is exact.
-func (s *selector) spreads() bool { return s.pick != nil }
+func (s *selector) spreads() bool { return s.pick != nil || s.exprs != nil }
 
 func (s *selector) Route(e *event.Event) (required, optional []int) {
 	if s.pick != nil {
 		return s.one[s.pick()], nil
+	}
+	if s.exprs != nil {
+		return s.exprs.route(e)
 	}
 	if s.header == "" {
 		return s.all.required, s.all.optional
@@ -238,4 +272,122 @@ func (s *selector) buildLoadBalancing(p *config.Props) {
 	if p.Has("optional") {
 		p.Warnf("optional", "a load_balancing selector has no optional channels (as in Flume); ignored")
 	}
+}
+
+// exprRoutes is the state of an expression selector.
+type exprRoutes struct {
+	source   string
+	c        *eventexpr.Compiler
+	when     []exprRule // required channels
+	optional []exprRule
+	def      uint64 // the default channels, as a bit set of indexes
+	log      *slog.Logger
+	throttle *logthrottle.Throttle
+	// routes caches the route of each pair of channel sets, so that the
+	// slices Route returns are shared (the processor compares them by
+	// address) and built once.
+	routes sync.Map // [2]uint64 -> *route
+}
+
+type exprRule struct {
+	key  string // such as "when.c1", for metrics and logs
+	ch   int
+	prog *eventexpr.Program
+	errs prometheus.Counter
+}
+
+// maxExprChannels is how many channels an expression selector can choose
+// among (the width of its channel sets).
+const maxExprChannels = 64
+
+func (s *selector) buildExpression(env Env, p *config.Props) {
+	x := &exprRoutes{
+		source:   env.Name,
+		c:        eventexpr.CompilerFromProps(p),
+		log:      env.Log(),
+		throttle: logthrottle.New(10*time.Second, 1),
+	}
+	if len(s.chans) > maxExprChannels {
+		p.Errorf("type", "an expression selector chooses among at most %d channels; this source has %d", maxExprChannels, len(s.chans))
+		return
+	}
+	reg := env.Registry()
+	rules := func(prefix string) []exprRule {
+		var out []exprRule
+		for _, k := range p.Keys(prefix) {
+			name := strings.TrimPrefix(k, prefix)
+			i, ok := s.index[name]
+			if !ok {
+				p.Errorf(k, "%q is not one of the source's channels (%s); the key names the channel that takes the events for which the expression is true", name, s.names())
+				p.MarkUsed(k)
+				continue
+			}
+			if prog := x.c.CompileKey(p, k, eventexpr.Bool); prog != nil {
+				out = append(out, exprRule{key: k, ch: i, prog: prog, errs: reg.ExpressionErrors(env.Name, k)})
+			}
+		}
+		return out
+	}
+	x.when = rules("when.")
+	x.optional = rules("optional.")
+	for _, i := range s.indexes(p, "default") {
+		x.def |= 1 << i
+	}
+	if len(p.Keys("when.")) == 0 && len(p.Keys("optional.")) == 0 {
+		p.Errorf("type", "an expression selector needs selector.when.<channel> = EXPR for at least one channel; see docs/transforms.md")
+	}
+	s.exprs = x
+}
+
+// route evaluates the selector's expressions on e.
+func (x *exprRoutes) route(e *event.Event) (required, optional []int) {
+	st := x.c.Begin(e)
+	var req, opt uint64
+	for i := range x.when {
+		if req&(1<<x.when[i].ch) == 0 && x.eval(&x.when[i], st) {
+			req |= 1 << x.when[i].ch
+		}
+	}
+	if req == 0 {
+		req = x.def
+	}
+	for i := range x.optional {
+		r := &x.optional[i]
+		if (req|opt)&(1<<r.ch) == 0 && x.eval(r, st) {
+			opt |= 1 << r.ch
+		}
+	}
+	st.Release()
+	key := [2]uint64{req, opt}
+	if r, ok := x.routes.Load(key); ok {
+		rt := r.(*route)
+		return rt.required, rt.optional
+	}
+	rt := &route{required: setIndexes(req), optional: setIndexes(opt)}
+	r, _ := x.routes.LoadOrStore(key, rt)
+	rt = r.(*route)
+	return rt.required, rt.optional
+}
+
+// eval runs one rule; a failure counts as false, and is counted and logged.
+func (x *exprRoutes) eval(r *exprRule, st *eventexpr.State) bool {
+	ok, err := r.prog.EvalBool(st)
+	if err != nil {
+		r.errs.Inc()
+		x.throttle.Log(x.log, slog.LevelWarn, r.key, "selector expression failed; it counts as false for this event",
+			"selector", x.source, "rule", r.key, "err", err.Error())
+		return false
+	}
+	return ok
+}
+
+// setIndexes lists the bits set in b, lowest first.
+func setIndexes(b uint64) []int {
+	var out []int
+	for b != 0 {
+		i := bits.TrailingZeros64(b)
+		out = append(out, i)
+		b &^= 1 << i
+	}
+	return out
 }

@@ -1,5 +1,7 @@
 // Package interceptor holds Flume's interceptors: timestamp, host, static,
-// remove_header, UUID, regex_filter, regex_extractor and search_replace.
+// remove_header, UUID, regex_filter, regex_extractor and search_replace;
+// and sluice's transform, which runs expressions (see eventexpr) in place
+// of the custom Java interceptors Flume users write.
 // Each reads Flume's property names and defaults, and works on a batch in
 // place: header-setting interceptors change the events they are given, and
 // regex_filter keeps the events it passes at the front of the same slice.
@@ -22,13 +24,11 @@
 package interceptor
 
 import (
-	"errors"
 	"regexp"
-	"regexp/syntax"
-	"strings"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/javaregex"
 )
 
 // Types maps every interceptor type a Flume configuration can name to its
@@ -43,6 +43,7 @@ var Types = map[string]flow.InterceptorFactory{
 	"regex_filter":    NewRegexFilter,
 	"regex_extractor": NewRegexExtractor,
 	"search_replace":  NewSearchReplace,
+	"transform":       NewTransform, // sluice's own: expressions (docs/transforms.md)
 
 	"org.apache.flume.interceptor.TimestampInterceptor$Builder":        NewTimestamp,
 	"org.apache.flume.interceptor.HostInterceptor$Builder":             NewHost,
@@ -67,56 +68,12 @@ func compileRegex(p *config.Props, key, expr string) *regexp.Regexp {
 	if err == nil {
 		return re
 	}
-	if what := javaOnly(err); what != "" {
+	if what := javaregex.Unsupported(err); what != "" {
 		p.Errorf(key, "%q uses %s, which Go's RE2 regular expressions do not support; rewrite the pattern without it (%v)", expr, what, err)
 	} else {
 		p.Errorf(key, "%q is not a valid regular expression: %v", expr, err)
 	}
 	return neverMatch
-}
-
-// javaOnly names the java.util.regex construct behind a RE2 compile error,
-// or returns "" when the pattern is invalid in Java too (as far as we can
-// tell).
-func javaOnly(err error) string {
-	var se *syntax.Error
-	if !errors.As(err, &se) {
-		return ""
-	}
-	e := se.Expr
-	switch se.Code {
-	case syntax.ErrInvalidPerlOp:
-		switch {
-		case strings.HasPrefix(e, "(?="), strings.HasPrefix(e, "(?!"):
-			return "lookahead " + e + "...)"
-		case strings.HasPrefix(e, "(?>"):
-			return "an atomic group (?>...)"
-		case strings.HasPrefix(e, "(?"):
-			return "the inline flag " + e + " (RE2 has only i, m, s and U)"
-		}
-	case syntax.ErrInvalidNamedCapture:
-		if strings.HasPrefix(e, "(?<=") || strings.HasPrefix(e, "(?<!") {
-			return "lookbehind " + e[:4] + "...)"
-		}
-	case syntax.ErrInvalidEscape:
-		switch {
-		case len(e) == 2 && e[1] >= '1' && e[1] <= '9':
-			return "the backreference " + e
-		case e == `\k`:
-			return `the named backreference \k<name>`
-		case len(e) == 2 && strings.ContainsRune("GZRhHXecNV", rune(e[1])):
-			return "the escape " + e
-		}
-	case syntax.ErrInvalidRepeatOp:
-		if strings.HasSuffix(e, "+") {
-			return "the possessive quantifier " + e
-		}
-	case syntax.ErrInvalidCharRange:
-		if strings.HasPrefix(e, `\p`) || strings.HasPrefix(e, `\P`) {
-			return "the Java character class " + e + " (RE2 knows Unicode classes such as \\p{L} and POSIX classes such as [[:alpha:]])"
-		}
-	}
-	return ""
 }
 
 // requiredRaw returns key's value as written (not trimmed, as Flume reads

@@ -29,7 +29,8 @@ import (
 // Latencies are sluice_stage_latency_seconds{agent,stage,component}, a
 // histogram whose bucket bounds are powers of two of nanoseconds (1.024 µs
 // to 68.7 s); an observation exactly on a bound counts in the next bucket.
-// Configured drops are sluice_events_dropped_total{agent,component,reason}.
+// Configured drops are sluice_events_dropped_total{agent,component,reason};
+// failed expressions sluice_expression_errors_total{agent,component,rule}.
 
 // levelCounters are Flume attributes kept as counters that hold a level, so
 // Prometheus sees them as gauges.
@@ -108,6 +109,7 @@ func (r *Registry) Prometheus() *prometheus.Registry {
 		pr.MustRegister(
 			collector{r},
 			r.dropped,
+			r.exprErr,
 			collectors.NewGoCollector(),
 			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		)

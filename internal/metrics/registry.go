@@ -36,6 +36,7 @@ type Registry struct {
 	order []*hist          // in creation order, for exposition
 
 	dropped *prometheus.CounterVec
+	exprErr *prometheus.CounterVec
 
 	promOnce sync.Once
 	prom     *prometheus.Registry
@@ -55,6 +56,11 @@ func NewRegistry(agent string) *Registry {
 			Help:        "Events dropped on purpose by configuration (filter interceptors, failed optional channels), by component and reason.",
 			ConstLabels: prometheus.Labels{"agent": agent},
 		}, []string{"component", "reason"}),
+		exprErr: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "sluice_expression_errors_total",
+			Help:        "Events on which an expression (transform interceptor, expression selector) failed, by component and rule (the key of the expression).",
+			ConstLabels: prometheus.Labels{"agent": agent},
+		}, []string{"component", "rule"}),
 	}
 }
 
@@ -63,6 +69,12 @@ func NewRegistry(agent string) *Registry {
 // is counted here; nothing is dropped silently.
 func (r *Registry) Dropped(component, reason string) prometheus.Counter {
 	return r.dropped.WithLabelValues(component, reason)
+}
+
+// ExpressionErrors returns the counter of events on which the expression
+// rule (such as "set.timestamp" or "when.c1") of component failed.
+func (r *Registry) ExpressionErrors(component, rule string) prometheus.Counter {
+	return r.exprErr.WithLabelValues(component, rule)
 }
 
 // DroppedVec is the underlying counter vector, for exposition.
