@@ -63,9 +63,6 @@ func (r *Registry) Dropped(component, reason string) prometheus.Counter {
 	return r.dropped.WithLabelValues(component, reason)
 }
 
-// DroppedVec is the underlying counter vector, for exposition.
-func (r *Registry) DroppedVec() *prometheus.CounterVec { return r.dropped }
-
 // Add registers s, replacing a set of the same kind and name.
 func (r *Registry) Add(s *Set) {
 	r.mu.Lock()
