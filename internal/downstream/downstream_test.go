@@ -93,7 +93,7 @@ func TestWaitBackoff(t *testing.T) {
 	conn, d, _, _ := newConn(t, Options{WaitBackoff: true})
 	d.fail = []error{errRefused}
 	ctx := context.Background()
-	conn.Send(ctx, ok)
+	_ = conn.Send(ctx, ok) // refused, as set up
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	if err := conn.Send(short, ok); !errors.Is(err, context.DeadlineExceeded) {
@@ -116,8 +116,8 @@ func TestBackoffDoublesToCap(t *testing.T) {
 	var got []time.Duration
 	for range 8 {
 		d.fail = []error{errRefused}
-		conn.next = time.Time{} // skip the wait: only the sequence matters here
-		conn.Send(context.Background(), ok)
+		conn.next = time.Time{}                 // skip the wait: only the sequence matters here
+		_ = conn.Send(context.Background(), ok) // refused, as set up
 		got = append(got, conn.Backoff())
 	}
 	want := fmt.Sprint([]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond,
@@ -133,7 +133,7 @@ func TestRefusedKeepsConnection(t *testing.T) {
 	conn, d, c, _ := newConn(t, Options{})
 	reply := errors.New("peer replied FAILED")
 	err := conn.Send(context.Background(), func(*fakeConn) error { return Refused(reply) })
-	if err != reply {
+	if err != reply { //nolint:errorlint // the refusal itself, not wrapped
 		t.Fatalf("Send: %v, want the refusal itself", err)
 	}
 	cur, open := conn.Current()
@@ -234,9 +234,11 @@ func TestLogsOncePerStreak(t *testing.T) {
 	fail := func(*fakeConn) error { return Refused(errors.New("FAILED")) }
 	for range 2 {
 		for range 5 {
-			conn.Send(context.Background(), fail)
+			_ = conn.Send(context.Background(), fail) // refused, as set up
 		}
-		conn.Send(context.Background(), ok)
+		if err := conn.Send(context.Background(), ok); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Each streak: its first failure at once, then, when it ends, one
 	// summary of the 4 held back, before "delivering again".
