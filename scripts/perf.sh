@@ -23,7 +23,8 @@ status=0
 
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== build"
-go build -o "$bin" ./cmd/sluice || exit 1
+# -tags kfake: the avro-kafka preset's in-process broker (not in the agent's build).
+go build -tags kfake -o "$bin" ./cmd/sluice || exit 1
 
 # The lowrate preset measures a private rsyslog beside sluice (its own config
 # and ports on loopback; nothing of the system's rsyslog is used or started).

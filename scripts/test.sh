@@ -10,7 +10,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 apt_updated=
 apt_install() {
   [ -n "$apt_updated" ] || { as_root apt-get update -qq; apt_updated=1; }
-  as_root apt-get install -y -qq "$@"
+  as_root apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@"
 }
 
 # VictoriaLogs serves a real Elasticsearch _bulk API for the elasticsearch
@@ -35,6 +35,14 @@ fi
 if ! command -v logger >/dev/null; then
   echo "== installing bsdutils (logger, test peer of the syslog sources)"
   apt_install bsdutils
+fi
+
+# A JRE runs java.util.Properties itself on the properties parser's cases
+# (internal/config TestParsePropertiesMatchesJava, `java PropsDump.java`: the
+# source launcher's compiler is in the headless JRE's modules).
+if ! command -v java >/dev/null; then
+  echo "== installing openjdk-17-jre-headless (java.util.Properties, test peer of the config parser)"
+  apt_install openjdk-17-jre-headless
 fi
 
 # Debian's chromium loads the status page in a real headless browser

@@ -126,7 +126,13 @@ func tapMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer resp.Body.Close()
 	out := bufio.NewWriter(stdout)
-	defer out.Flush()
+	flushed := func() bool {
+		if err := out.Flush(); err != nil {
+			fmt.Fprintf(stderr, "sluice tap: write the events: %v\n", err)
+			return false
+		}
+		return true
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 256<<20)
 	seen := 0
@@ -138,7 +144,9 @@ func tapMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		if l.Component == "" {
 			if l.Dropped > 0 {
-				out.Flush()
+				if !flushed() {
+					return exitFailed
+				}
 				fmt.Fprintf(stderr, "# %d sampled events dropped: this reader did not keep up\n", l.Dropped)
 			}
 			continue
@@ -150,10 +158,12 @@ func tapMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			writeTapText(out, l)
 		}
 		seen++
+		if !flushed() { // show events as they come
+			return exitFailed
+		}
 		if limit > 0 && seen >= limit {
 			return exitOK
 		}
-		out.Flush() // show events as they come
 	}
 	if ctx.Err() != nil {
 		return exitOK
@@ -162,7 +172,6 @@ func tapMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		err = errors.New("the agent closed the tap (stopping, or the tap point went away)")
 	}
-	out.Flush()
 	fmt.Fprintf(stderr, "sluice tap: %v\n", err)
 	return exitFailed
 }

@@ -101,7 +101,9 @@ func TestTapTextLine(t *testing.T) {
 	writeTapText(w, status.TapLine{Time: 1_700_000_000_123, Kind: "source", Component: "r1",
 		Headers: map[string]string{"b": "x y", "a": "k=v", "c": "line\nbreak"}, Body: &body})
 	writeTapText(w, status.TapLine{Time: 1_700_000_000_123, Kind: "channel", Component: "c1", BodyBase64: "/wA="})
-	w.Flush()
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	want := "2023-11-14T22:13:20.123Z source/r1 {a=\"k=v\", b=x y, c=\"line\\nbreak\"} \"GET /a b=c\"\n" +
 		"2023-11-14T22:13:20.123Z channel/c1 {} base64:/wA=\n"
 	if buf.String() != want {

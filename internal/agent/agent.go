@@ -288,7 +288,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.setState("starting")
 	if a.opts.HTTPAddr != "" {
 		a.sampler = status.NewSampler(a, a.reg, 0)
-		var h http.Handler = status.Handler(status.Config{Sampler: a.sampler, Taps: a.taps, AllowTap: a.opts.AllowTap,
+		h := status.Handler(status.Config{Sampler: a.sampler, Taps: a.taps, AllowTap: a.opts.AllowTap,
 			Log: a.log, Next: metrics.HandlerWithStatus(a.reg, a.Status)})
 		if a.opts.HTTPUser != "" {
 			h = metrics.BasicAuth(h, a.opts.HTTPUser, a.opts.HTTPPassword)
@@ -415,12 +415,6 @@ func (a *Agent) Reload(ctx context.Context) error {
 		return err
 	}
 	return a.reloadFrom(ctx, srcs)
-}
-
-// lookup is how the agent resolves ${...} references: -D values, the
-// environment and config filters (external ones run their commands).
-func (a *Agent) lookup() config.Lookup {
-	return config.Lookup{Sys: a.opts.Sys, Exec: config.RunCommand}
 }
 
 func (a *Agent) reloadFrom(ctx context.Context, srcs []config.Source) error {

@@ -288,7 +288,9 @@ func TestReloadRefusesBadConfig(t *testing.T) {
 	defer recv.Close()
 	_, p, _ := net.SplitHostPort(recv.Addr())
 	var port int
-	fmt.Sscan(p, &port)
+	if _, err := fmt.Sscan(p, &port); err != nil {
+		t.Fatal(err)
+	}
 	good := netcatPipeline(ncPort, port, 1000)
 	writeConf(t, file, good)
 	a := startAgent(t, agent.Options{File: file})
@@ -315,7 +317,9 @@ func TestStopDrainsChannel(t *testing.T) {
 	defer recv.Close()
 	_, p, _ := net.SplitHostPort(recv.Addr())
 	var port int
-	fmt.Sscan(p, &port)
+	if _, err := fmt.Sscan(p, &port); err != nil {
+		t.Fatal(err)
+	}
 	file := filepath.Join(t.TempDir(), "a.properties")
 	writeConf(t, file, netcatPipeline(ncPort, port, 10000))
 	a, err := agent.New(agent.Options{File: file, Name: "a1", Logger: quiet()})

@@ -47,7 +47,9 @@ a1.sources.r1.selector.policy = round_robin
 		n := 0
 		for i := 1; i <= 4; i++ {
 			var k int
-			fmt.Sscan(m[fmt.Sprintf("SINK.k%d", i)]["EventDrainSuccessCount"], &k)
+			if _, err := fmt.Sscan(m[fmt.Sprintf("SINK.k%d", i)]["EventDrainSuccessCount"], &k); err != nil {
+				t.Fatal(err)
+			}
 			n += k
 		}
 		return n == 400

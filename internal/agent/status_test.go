@@ -196,7 +196,7 @@ func TestTapThroughAgent(t *testing.T) {
 		err   error
 	}
 	tap := func(query string) <-chan result {
-		resp, err := http.Get(base + "/api/tap?" + query)
+		resp, err := http.Get(base + "/api/tap?" + query) //nolint:bodyclose // closed below, by the reading goroutine
 		out := make(chan result, 1)
 		if err != nil {
 			out <- result{err: err}

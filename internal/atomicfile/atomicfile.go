@@ -53,7 +53,7 @@ func Write(path string, perm fs.FileMode, write func(w io.Writer) error) error {
 		err = os.Rename(tmp, path)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp) // err says what went wrong; the temporary file is only litter
 		return err
 	}
 	return SyncDir(dir)

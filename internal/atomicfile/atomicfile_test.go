@@ -99,7 +99,7 @@ func TestWriteFileUnwritableDirectory(t *testing.T) {
 	if err := os.Chmod(dir, 0o500); err != nil {
 		t.Fatal(err)
 	}
-	defer os.Chmod(dir, 0o700)
+	defer func() { _ = os.Chmod(dir, 0o700) }() // so that t.TempDir can remove it
 	if err := WriteFile(path, []byte("new"), 0o600); err == nil {
 		t.Fatal("a write into a read-only directory succeeded")
 	}
@@ -115,12 +115,15 @@ func TestIsTemp(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rec-1.json")
 	var tmp string
-	Write(path, 0o600, func(io.Writer) error {
+	stop := errors.New("stop before the rename")
+	if err := Write(path, 0o600, func(io.Writer) error {
 		for _, n := range names(t, dir) {
 			tmp = n
 		}
-		return errors.New("stop before the rename")
-	})
+		return stop
+	}); !errors.Is(err, stop) {
+		t.Fatalf("Write: %v, want the callback's error", err)
+	}
 	if !strings.HasPrefix(tmp, ".rec-1.json") {
 		t.Fatalf("temporary file %q does not start with .rec-1.json", tmp)
 	}

@@ -142,7 +142,7 @@ func readAppend(r io.Reader, buf []byte, n, limit int, reserve func(int) error) 
 }
 
 func unexpected(err error) error {
-	if err == io.EOF {
+	if errors.Is(err, io.EOF) {
 		return io.ErrUnexpectedEOF
 	}
 	return err

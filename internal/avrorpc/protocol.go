@@ -4,6 +4,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
+	"sync"
 
 	"github.com/hamba/avro/v2"
 )
@@ -91,7 +92,8 @@ const (
 	msgAppendBatch = "appendBatch"
 )
 
-var flumeProto = mustParseProtocol(ProtocolJSON)
+// flumeProto is parsed at the first handshake, not when the agent starts.
+var flumeProto = sync.OnceValue(func() *avro.Protocol { return mustParseProtocol(ProtocolJSON) })
 
 func mustParseProtocol(s string) *avro.Protocol {
 	p, err := avro.ParseProtocol(s)
@@ -156,7 +158,7 @@ func checkRemoteProtocol(text string) error {
 			continue
 		}
 		found++
-		want := flumeProto.Message(name)
+		want := flumeProto().Message(name)
 		if got, w := shape(m.Request(), 0), shape(want.Request(), 0); got != w {
 			return fmt.Errorf("message %s takes %s, want %s", name, got, w)
 		}

@@ -162,7 +162,7 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
 		p, err := readPackMem(st.r, lim, func() { st.arm(true) }, reserve)
 		st.arm(false)
 		if err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			if ctx.Err() != nil {

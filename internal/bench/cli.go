@@ -38,7 +38,8 @@ receiver:
   --listen ADDR   where tcp and avro listen (default 127.0.0.1:${bench.out.port}, a free port)
   --dir DIR       the directory dir reads
   --kafka-brokers LIST  --kafka-topic T   the cluster and topic kafka consumes; the brokers
-                  "kfake" start an in-process fake Kafka (franz-go's kfake) for the run
+                  "kfake" start an in-process fake Kafka (franz-go's kfake) for the run,
+                  in a bench build only: go build -tags kfake ./cmd/sluice
   --drain D       how long to wait for stragglers after the last send (default 10s)
   --rounds N      how many interleaved rounds of its rows a preset runs (its own default)
   --agent-binary PATH  the sluice binary a preset runs its agent processes with (default:

@@ -7,23 +7,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // InProcessKafka as the brokers starts an in-process fake Kafka (franz-go's
 // kfake, one broker, 3 partitions) for the run: the pipeline can be
 // measured without a cluster, though not against a real broker's disk and
-// network.
+// network. kfake is a test tool: only a build with -tags kfake carries it
+// (kfake.go); the agent's binary does not (nokfake.go).
 const InProcessKafka = "kfake"
-
-func startFakeKafka(topic string) (brokers string, stop func(), err error) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
-	if err != nil {
-		return "", nil, fmt.Errorf("bench: start the in-process Kafka: %w", err)
-	}
-	return strings.Join(c.ListenAddrs(), ","), c.Close, nil
-}
 
 // ConsumeKafka starts a receiver that consumes topic from brokers (a
 // comma-separated host:port list) from its start, as the downstream of a

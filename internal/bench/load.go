@@ -148,10 +148,10 @@ func (r *Receiver) readLines(c net.Conn) {
 	br := bufio.NewReaderSize(c, 64<<10)
 	for {
 		line, err := br.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
+		if errors.Is(err, bufio.ErrBufferFull) {
 			// A line longer than the buffer is no generated line: skip it.
 			r.rec.malformed()
-			for err == bufio.ErrBufferFull {
+			for errors.Is(err, bufio.ErrBufferFull) {
 				_, err = br.ReadSlice('\n')
 			}
 			continue
@@ -207,7 +207,7 @@ func (r *Receiver) Close() error {
 		}
 		r.mu.Lock()
 		for c := range r.conns {
-			c.Close()
+			_ = c.Close()
 		}
 		r.mu.Unlock()
 	})

@@ -164,16 +164,16 @@ func startProc(ctx context.Context, name string, cmd *exec.Cmd, logPath, addr st
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		logf.Close()
+		_ = logf.Close()
 		return nil, fmt.Errorf("bench: start %s: %w", name, err)
 	}
 	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait(); logf.Close() }()
+	go func() { p.done <- cmd.Wait(); _ = logf.Close() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
-			c.Close()
+			_ = c.Close()
 			return p, nil
 		}
 		select {
@@ -181,12 +181,12 @@ func startProc(ctx context.Context, name string, cmd *exec.Cmd, logPath, addr st
 			p.done <- werr
 			return nil, fmt.Errorf("bench: %s exited before it listened on %s: %v\n%s", name, addr, werr, p.logTail())
 		case <-ctx.Done():
-			p.stop()
+			_ = p.stop()
 			return nil, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			p.stop()
+			_ = p.stop()
 			return nil, fmt.Errorf("bench: %s did not listen on %s within 30 s\n%s", name, addr, p.logTail())
 		}
 	}

@@ -72,7 +72,7 @@ func WatchDir(dir string, poll time.Duration) (*Receiver, error) {
 		files := map[string]*tailed{}
 		defer func() {
 			for _, f := range files {
-				f.f.Close()
+				_ = f.f.Close() // read only
 			}
 		}()
 		t := time.NewTicker(poll)

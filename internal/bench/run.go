@@ -138,7 +138,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
-		defer os.RemoveAll(d)
+		defer func() { _ = os.RemoveAll(d) }()
 		tmp = d
 	}
 	sys := map[string]string{}
@@ -256,7 +256,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	var sw0 int64
 	stopAnon, anon := make(chan struct{}), make(chan int64, 1)
 	if agentProc != nil {
-		defer agentProc.stop()
+		defer func() { _ = agentProc.stop() }() // the report is made; how it exits adds nothing
 		if cpu0, err = procCPU(agentProc.pid()); err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
@@ -300,7 +300,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	res.Report = recv.rec.report(gen.Sent(), gen.unsentRanges())
 	res.Acked, res.Retries, res.MaxLag = gen.Acked(), gen.Retries(), gen.MaxLag()
 	if opt.Receive.Kind == ReceiveNone {
-		res.Report.Lost = 0
+		res.Lost = 0
 	}
 	if !res.LastArrival.IsZero() {
 		res.Elapsed = res.LastArrival.Sub(gen.start)

@@ -421,7 +421,7 @@ func (c *httpClient) send(ctx context.Context, first uint64, n int, sent time.Ti
 		return false, fmt.Errorf("bench: http post: %w", err)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
 		return true, nil

@@ -111,7 +111,7 @@ func Refused(err error) error { return &refused{err} }
 func (c *Conn[C]) Send(ctx context.Context, send func(C) error) error {
 	if c.open && c.opt.ResetInterval > 0 && time.Since(c.connectedAt) >= c.opt.ResetInterval {
 		c.log.Debug(c.opt.Name+": resetting the connection (reset-connection-interval)", "addr", c.opt.Addr)
-		c.Close()
+		_ = c.Close() // what was sent on it was acknowledged
 	}
 	reused := c.open
 	if !c.open {
@@ -123,7 +123,7 @@ func (c *Conn[C]) Send(ctx context.Context, send func(C) error) error {
 	var r *refused
 	if err != nil && reused && !errors.As(err, &r) && closedByPeer(err) && ctx.Err() == nil {
 		c.log.Debug(c.opt.Name+": connection closed by the receiver; reconnecting", "addr", c.opt.Addr, "err", err)
-		c.Close()
+		_ = c.Close() // the receiver closed it already
 		if err := c.connect(ctx); err != nil {
 			return err
 		}
@@ -139,7 +139,7 @@ func (c *Conn[C]) Send(ctx context.Context, send func(C) error) error {
 	case errors.As(err, &r):
 		return c.failed(r.err)
 	default:
-		c.Close()
+		_ = c.Close() // err is the failure to report
 		return c.failed(err)
 	}
 }

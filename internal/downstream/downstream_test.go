@@ -95,7 +95,7 @@ func TestWaitBackoff(t *testing.T) {
 	conn, d, _, _ := newConn(t, Options{WaitBackoff: true})
 	d.fail = []error{errRefused}
 	ctx := context.Background()
-	conn.Send(ctx, ok)
+	_ = conn.Send(ctx, ok) // refused, as set up
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	if err := conn.Send(short, ok); !errors.Is(err, context.DeadlineExceeded) {
@@ -118,8 +118,8 @@ func TestBackoffDoublesToCap(t *testing.T) {
 	var got []time.Duration
 	for range 8 {
 		d.fail = []error{errRefused}
-		conn.next = time.Time{} // skip the wait: only the sequence matters here
-		conn.Send(context.Background(), ok)
+		conn.next = time.Time{}                 // skip the wait: only the sequence matters here
+		_ = conn.Send(context.Background(), ok) // refused, as set up
 		got = append(got, conn.Backoff())
 	}
 	want := fmt.Sprint([]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond,
@@ -243,7 +243,9 @@ func TestLogsOncePerStreak(t *testing.T) {
 				t.Fatalf("Send: %v, not marked as told", err)
 			}
 		}
-		conn.Send(context.Background(), ok)
+		if err := conn.Send(context.Background(), ok); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var got []string
 	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {

@@ -192,12 +192,6 @@ func (a *agent) counter(source, name string) int64 {
 	return n
 }
 
-// openFiles is how many descriptors the agent holds.
-func (a *agent) openFiles() int {
-	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", a.cmd.Process.Pid))
-	return len(ents)
-}
-
 // postJSON sends body to the http source and returns the status.
 func (a *agent) postJSON(client *http.Client, body []byte) (int, error) {
 	resp, err := client.Post("http://"+a.addr("http"), "application/json", bytes.NewReader(body))

@@ -88,15 +88,15 @@ func javaReplacement(re *regexp.Regexp, repl string) (out []byte, literal bool, 
 	refs := false
 	for i := 0; i < len(repl); {
 		c := repl[i]
-		switch {
-		case c == '\\':
+		switch c {
+		case '\\':
 			i++
 			if i == len(repl) {
 				return nil, false, errors.New(`the final \ escapes nothing; write \\ for a backslash`)
 			}
 			c = repl[i] // a multi-byte character is copied byte by byte below
 			i++
-		case c == '$':
+		case '$':
 			n, next, err := javaGroupRef(re, groups, repl, i+1)
 			if err != nil {
 				return nil, false, err

@@ -12,7 +12,6 @@
 package kafkaconf
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -604,14 +603,6 @@ func (c *Consumer) Options(brokers []string) ([]kgo.Opt, error) {
 	}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(c.Group), kgo.DisableAutoCommit()}, c.opts...)
 	return append(opts, sec...), nil
-}
-
-// Ping checks that a client reaches a broker, for a clear startup log line;
-// it is not an error for a component to start while Kafka is down.
-func Ping(ctx context.Context, cl *kgo.Client, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return cl.Ping(ctx)
 }
 
 // ReadZooKeeperKeys reads the Kafka source's and channel's keys of the

@@ -119,8 +119,8 @@ func (s Status) Notes() []string {
 	return out
 }
 
-// Handler serves the agent's monitoring endpoints, as Flume's HTTP
-// monitoring does and more:
+// HandlerWithStatus serves the agent's monitoring endpoints, as Flume's
+// HTTP monitoring does and more:
 //
 //	/metrics             Flume's JSON (path case-insensitive, as Flume)
 //	/metrics/prometheus  Prometheus text format

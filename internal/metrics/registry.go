@@ -77,9 +77,6 @@ func (r *Registry) ExpressionErrors(component, rule string) prometheus.Counter {
 	return r.exprErr.WithLabelValues(component, rule)
 }
 
-// DroppedVec is the underlying counter vector, for exposition.
-func (r *Registry) DroppedVec() *prometheus.CounterVec { return r.dropped }
-
 // Add registers s, replacing a set of the same kind and name.
 func (r *Registry) Add(s *Set) {
 	r.mu.Lock()

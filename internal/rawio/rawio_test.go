@@ -128,7 +128,9 @@ func TestRecv(t *testing.T) {
 	recv := func() (int, error) {
 		var n int
 		var rerr error
-		rc.Control(func(fd uintptr) { n, rerr = Recv(fd, make([]byte, 16)) })
+		if err := rc.Control(func(fd uintptr) { n, rerr = Recv(fd, make([]byte, 16)) }); err != nil {
+			return 0, err
+		}
 		return n, rerr
 	}
 	if _, err := recv(); err == nil {

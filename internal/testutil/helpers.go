@@ -76,14 +76,14 @@ func ServeConns(t testing.TB, serve func(ctx context.Context, c net.Conn) error)
 			go func() {
 				defer wg.Done()
 				err := serve(ctx, c)
-				c.Close()
+				_ = c.Close()
 				ch <- err
 			}()
 		}
 	}()
 	t.Cleanup(func() {
 		cancel()
-		ln.Close()
+		_ = ln.Close()
 		wg.Wait()
 	})
 	return ln.Addr().String(), ch

@@ -64,7 +64,10 @@ func TestAppendBatch(t *testing.T) {
 			for i := range 50 {
 				b.Reset()
 				buf := b.Begin()
-				b.End(append(buf, rec(w*1000+i, 200)...))
+				if err := b.End(append(buf, rec(w*1000+i, 200)...)); err != nil {
+					t.Error(err)
+					return
+				}
 				if err := l.AppendBatch(&b, nil); err != nil {
 					t.Error(err)
 					return
@@ -92,7 +95,9 @@ func TestAppendBatchSticky(t *testing.T) {
 	for range 3 {
 		b.Reset()
 		buf := b.Begin()
-		b.End(append(buf, "x"...))
+		if err := b.End(append(buf, "x"...)); err != nil {
+			t.Fatal(err)
+		}
 		if err := l.AppendBatch(&b, nil); !errors.Is(err, boom) {
 			t.Fatalf("AppendBatch on a failed disk: %v", err)
 		}

@@ -69,7 +69,7 @@ func WriteCheckpoint(dir string, c Checkpoint) error {
 		err = syncDir(dir)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp) // err says what went wrong; the temporary file is only litter
 		return fmt.Errorf("wal: write checkpoint %s: %w", path, err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -159,7 +160,9 @@ func TestDamage(t *testing.T) {
 		}},
 		{"last segment shorter than its header", func(t *testing.T, dir string, pos []Position) result {
 			unseal(t, dir)
-			os.WriteFile(segmentPath(dir, lastOf(pos)+1), []byte("SLW"), 0o644)
+			if err := os.WriteFile(segmentPath(dir, lastOf(pos)+1), []byte("SLW"), 0o644); err != nil {
+				t.Fatal(err)
+			}
 			return result{nil, 1, []Damage{{ShortSegment, lastOf(pos) + 1, 0, 3, false}}}
 		}},
 	}
@@ -224,7 +227,7 @@ func TestReadAtDamagedRecord(t *testing.T) {
 	l := mustOpen(t, dir, quietOpts(64<<10))
 	defer l.Close()
 	var ce *CorruptionError
-	if _, err := l.ReadAt(p, nil); !asCorruption(err, &ce) {
+	if _, err := l.ReadAt(p, nil); !errors.As(err, &ce) {
 		t.Fatalf("ReadAt damaged record = %v", err)
 	}
 	if _, err := l.ReadAt(pos[4], nil); err != nil {

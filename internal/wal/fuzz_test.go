@@ -5,14 +5,6 @@ import (
 	"testing"
 )
 
-func asCorruption(err error, target **CorruptionError) bool {
-	ce, ok := err.(*CorruptionError)
-	if ok {
-		*target = ce
-	}
-	return ok
-}
-
 func FuzzScanner(f *testing.F) {
 	var seg []byte
 	for i := range 5 {

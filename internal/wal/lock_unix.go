@@ -16,7 +16,7 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+		_ = f.Close()
 		if err == syscall.EWOULDBLOCK {
 			return nil, fmt.Errorf("%s is in use by another process (or another open Log)", dir)
 		}

@@ -27,7 +27,7 @@ func TestPerfDirectWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer syscall.Munmap(staging)
+	defer func() { _ = syscall.Munmap(staging) }()
 
 	run := func(direct bool) (cpu, wall time.Duration) {
 		path := filepath.Join(t.TempDir(), "seg")

@@ -114,7 +114,7 @@ func (r *Reader) openSegment() bool {
 	if r.seg < r.end.Segment {
 		fi, err := f.Stat()
 		if err != nil {
-			f.Close()
+			_ = f.Close() // read only
 			r.err = fmt.Errorf("wal: stat %s: %w", path, err)
 			return false
 		}
@@ -146,7 +146,7 @@ func (r *Reader) openSegment() bool {
 
 func (r *Reader) closeSegment() {
 	if r.f != nil {
-		r.f.Close()
+		_ = r.f.Close() // read only
 	}
 	r.f, r.sc = nil, nil
 }

@@ -39,7 +39,7 @@ func startWriteback(f *os.File, off, n int64) {
 	if err != nil {
 		return
 	}
-	rc.Control(func(fd uintptr) {
-		syscall.Syscall6(syscall.SYS_SYNC_FILE_RANGE, fd, uintptr(off), uintptr(n), 2 /* SYNC_FILE_RANGE_WRITE */, 0, 0)
+	_ = rc.Control(func(fd uintptr) {
+		_, _, _ = syscall.Syscall6(syscall.SYS_SYNC_FILE_RANGE, fd, uintptr(off), uintptr(n), 2 /* SYNC_FILE_RANGE_WRITE */, 0, 0)
 	})
 }

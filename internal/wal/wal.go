@@ -249,7 +249,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	})
 	l.lazyTimer.Stop()
 	if err := l.recover(); err != nil {
-		lock.Close()
+		_ = lock.Close() // recovery's error is the one to report
 		return nil, err
 	}
 	panics.Go("wal "+dir+": writer", l.runWriter)
@@ -341,7 +341,7 @@ func (l *Log) repairLast(n uint64) (size int64, removed bool, err error) {
 		if size > 0 {
 			l.countLoss(1, uint64(size))
 		}
-		f.Close()
+		_ = f.Close() // read only
 		if err := os.Remove(path); err != nil {
 			return 0, false, fmt.Errorf("wal: remove %s: %w", path, err)
 		}
@@ -395,8 +395,9 @@ func (l *Log) createSegment(n uint64, prevEnd int64) error {
 		return fmt.Errorf("wal: create segment %s: %w", path, err)
 	}
 	fail := func(err error) error {
-		f.Close()
-		os.Remove(path)
+		// err is the failure; the half-made segment is only removed.
+		_ = f.Close()
+		_ = os.Remove(path)
 		return err
 	}
 	var hdr [SegmentHeaderSize]byte
@@ -929,7 +930,7 @@ func (l *Log) repair() error {
 // stopped; lock fileMu.
 func (l *Log) cutBack(d Position) error {
 	if l.cur != nil {
-		l.cur.Close() // its error is the failure we are recovering from, or one like it
+		_ = l.cur.Close() // its error is the failure we are recovering from, or one like it
 		l.cur = nil
 	}
 	// No record past d was acknowledged, so no reader should have opened
@@ -938,7 +939,7 @@ func (l *Log) cutBack(d Position) error {
 	l.rmu.Lock()
 	for s, f := range l.readers {
 		if s > d.Segment {
-			f.Close()
+			_ = f.Close() // a reader
 			delete(l.readers, s)
 		}
 	}
@@ -1045,7 +1046,7 @@ func (l *Log) TruncateBefore(n uint64) error {
 	l.rmu.Lock()
 	for s, f := range l.readers {
 		if s < n {
-			f.Close()
+			_ = f.Close() // a reader
 			delete(l.readers, s)
 		}
 	}
@@ -1126,7 +1127,7 @@ func (l *Log) seal() {
 		old := l.cur
 		err = l.createSegment(l.curSeg+1, l.curOff)
 		if err == nil {
-			old.Close()
+			_ = old.Close() // the next Open reads it back and finds any damage itself
 		}
 	}
 	if err != nil {

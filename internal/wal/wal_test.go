@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,7 +14,7 @@ import (
 )
 
 func quietOpts(segSize int64) Options {
-	return Options{SegmentSize: segSize, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return Options{SegmentSize: segSize, Logger: slog.New(slog.DiscardHandler)}
 }
 
 func mustOpen(t testing.TB, dir string, opts Options) *Log {
@@ -691,7 +690,9 @@ func TestCheckpointFile(t *testing.T) {
 		"empty":       func(b []byte) []byte { return nil },
 		"bad magic":   func(b []byte) []byte { b[0] = 'X'; return b },
 	} {
-		os.WriteFile(path, damage(bytes.Clone(good)), 0o644)
+		if err := os.WriteFile(path, damage(bytes.Clone(good)), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		var ce *CorruptionError
 		if _, err := ReadCheckpoint(dir); !errors.As(err, &ce) {
 			t.Errorf("%s: ReadCheckpoint = %v, want a CorruptionError", name, err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,8 +83,7 @@ func dataSegments(t *testing.T, dir string) []string {
 }
 
 func segNum(path string) uint64 {
-	var n uint64
-	fmt.Sscanf(filepath.Base(path), "%d.wal", &n)
+	n, _ := strconv.ParseUint(strings.TrimSuffix(filepath.Base(path), ".wal"), 10, 64) // names from dataSegments
 	return n
 }
 
@@ -129,7 +129,9 @@ func TestDamageReport(t *testing.T) {
 			segs := dataSegments(t, d.data)
 			last := segs[len(segs)-1]
 			fi, _ := os.Stat(last)
-			os.Truncate(last, fi.Size()-5)
+			if err := os.Truncate(last, fi.Size()-5); err != nil {
+				t.Fatal(err)
+			}
 			// The cut took the last transaction's commit record: its puts
 			// are intact and were acknowledged, so they come back.
 			return outcome{lost: 0, back: total, level: "WARN", msg: "no acknowledged event was lost"}
@@ -145,7 +147,9 @@ func TestDamageReport(t *testing.T) {
 			fi, _ := os.Stat(seg)
 			cut := fi.Size() / 2
 			n := lostToCut(t, seg, h[segNum(seg)], cut)
-			os.Truncate(seg, cut)
+			if err := os.Truncate(seg, cut); err != nil {
+				t.Fatal(err)
+			}
 			return outcome{lost: int64(n), back: total - n, level: "ERROR", msg: "recovery lost acknowledged events"}
 		}},
 		{"checkpoint deleted and a segment deleted", false, func(t *testing.T, d dirs, h map[uint64][]wal.Position) outcome {
@@ -164,7 +168,9 @@ func TestDamageReport(t *testing.T) {
 			fi, _ := os.Stat(seg)
 			cut := fi.Size() / 2
 			n := lostToCut(t, seg, h[segNum(seg)], cut)
-			os.Truncate(seg, cut)
+			if err := os.Truncate(seg, cut); err != nil {
+				t.Fatal(err)
+			}
 			// Every event before the cut comes back, those of the
 			// transaction it tore too; how many were after it cannot be
 			// told.
@@ -186,7 +192,9 @@ func TestDamageReport(t *testing.T) {
 			last := dataSegments(t, d.data)
 			seg := last[len(last)-1]
 			fi, _ := os.Stat(seg)
-			os.Truncate(seg, fi.Size()-5) // into the commit record
+			if err := os.Truncate(seg, fi.Size()-5); err != nil { // into the commit record
+				t.Fatal(err)
+			}
 			return outcome{lost: 0, back: total - 100, level: "INFO", msg: "recovered after a crash", unacked: 100}
 		}},
 	}

@@ -376,7 +376,7 @@ func (c *Channel) Start(ctx context.Context) error {
 	logs := make([]*wal.Log, 0, len(c.dataDirs))
 	closeAll := func() {
 		for _, w := range logs {
-			w.Close()
+			_ = w.Close() // the start already failed; that error is returned
 		}
 	}
 	for i, d := range c.dataDirs {
@@ -907,7 +907,11 @@ func (t *tx) commitPuts() error {
 			return fmt.Errorf("file channel %s: commit: event %d: %w", c.name, i, err)
 		}
 	}
-	b.End(appendCommit(b.Begin(), txid, n))
+	if err := b.End(appendCommit(b.Begin(), txid, n)); err != nil {
+		c.unreserve(n)
+		c.putErrors.Add(1)
+		return fmt.Errorf("file channel %s: commit: %w", c.name, err)
+	}
 	pos := slices.Grow(cb.pos[:0], n+1)[:n+1]
 	cb.pos = pos
 

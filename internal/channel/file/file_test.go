@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -23,7 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/wal"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // dirs are one channel's directories, kept across restarts.
 type dirs struct{ ck, data, backup string }
@@ -293,7 +292,11 @@ func TestCheckpointDamage(t *testing.T) {
 	}{
 		{"missing", false, func(t *testing.T, d dirs) { os.Remove(filepath.Join(d.ck, wal.CheckpointFile)) }},
 		{"corrupt", false, func(t *testing.T, d dirs) { flipByte(t, filepath.Join(d.ck, wal.CheckpointFile), 40) }},
-		{"truncated", false, func(t *testing.T, d dirs) { os.Truncate(filepath.Join(d.ck, wal.CheckpointFile), 20) }},
+		{"truncated", false, func(t *testing.T, d dirs) {
+			if err := os.Truncate(filepath.Join(d.ck, wal.CheckpointFile), 20); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"corrupt with backup", true, func(t *testing.T, d dirs) { flipByte(t, filepath.Join(d.ck, wal.CheckpointFile), 40) }},
 		{"both missing", true, func(t *testing.T, d dirs) {
 			os.Remove(filepath.Join(d.ck, wal.CheckpointFile))
@@ -490,7 +493,9 @@ func childProducer(base string) {
 				fmt.Fprintf(os.Stdout, "%d-%d\n", w, b) // acknowledged
 				if w == 0 && b%7 == 0 {                 // a consumer takes some
 					tx := ch.Begin()
-					tx.Take(context.Background(), nil, 5)
+					if _, err := tx.Take(context.Background(), nil, 5); err != nil {
+						os.Exit(5)
+					}
 					tx.Rollback()
 				}
 			}

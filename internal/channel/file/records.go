@@ -154,15 +154,6 @@ func lenPrefixed(b []byte) (field, rest []byte, ok bool) {
 	return b[:n], b[n:], true
 }
 
-func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
-}
-
 // Checkpoint payload (version 2):
 //
 //	version u8 (2) | nextTxID u64 |

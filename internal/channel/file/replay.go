@@ -1,6 +1,7 @@
 package file
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -103,7 +104,7 @@ func (r *recovery) log(l *slog.Logger, name string) {
 		args = append(args, "unacknowledged_events_dropped", r.unacked)
 	}
 	args = append(args, "found", strings.Join(r.places, "; "))
-	l.Log(nil, level, msg, args...)
+	l.Log(context.Background(), level, msg, args...)
 }
 
 // loadCheckpoint reads the main checkpoint, else the backup one. A missing

@@ -101,7 +101,7 @@ func newClusterInto(tb testing.TB, c *Cluster, brokers int, partitions int32, to
 func (c *Cluster) RestartEmpty(tb testing.TB) {
 	tb.Helper()
 	c.Down()
-	c.Cluster.Close()
+	c.Close()
 	ports := make([]int, len(c.Addrs))
 	for i, a := range c.Addrs {
 		_, p, err := net.SplitHostPort(a)
@@ -244,7 +244,7 @@ func (s *switchListener) Accept() (net.Conn, error) {
 		s.mu.Lock()
 		if s.ln != ln || s.closed {
 			s.mu.Unlock()
-			conn.Close()
+			_ = conn.Close()
 			continue
 		}
 		tc := &trackedConn{Conn: conn, s: s}
@@ -260,7 +260,7 @@ func (s *switchListener) down() {
 	if s.ln == nil {
 		return
 	}
-	s.ln.Close()
+	_ = s.ln.Close()
 	s.ln = nil
 	s.up = make(chan struct{})
 	for c := range s.conns {
@@ -269,7 +269,7 @@ func (s *switchListener) down() {
 				_ = t.SetLinger(0) // reset, as a dead host's peer would see
 			}
 		}
-		c.(*trackedConn).Conn.Close() // not c.Close, which takes s.mu
+		_ = c.(*trackedConn).Conn.Close() // not c.Close, which takes s.mu
 	}
 	s.conns = map[net.Conn]bool{}
 	// Wake the accept loop blocked on the old listener: it waits on up.
@@ -305,7 +305,7 @@ func (s *switchListener) Close() error {
 	}
 	s.closed = true
 	if s.ln != nil {
-		s.ln.Close()
+		_ = s.ln.Close()
 	} else {
 		close(s.up) // release a waiting Accept
 	}

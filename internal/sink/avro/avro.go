@@ -109,7 +109,7 @@ func (w *Writer) dial(ctx context.Context) (*avrorpc.Client, error) {
 		return nil, err
 	}
 	if err := cl.Ping(ctx); err != nil {
-		cl.Close()
+		_ = cl.Close() // the ping's failure is the one to report
 		return nil, err
 	}
 	return cl, nil
@@ -119,8 +119,7 @@ func (w *Writer) dial(ctx context.Context) (*avrorpc.Client, error) {
 func (w *Writer) Stop(context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.conn.Stop()
-	return nil
+	return w.conn.Stop()
 }
 
 // New builds an Avro sink from its properties: hostname and port

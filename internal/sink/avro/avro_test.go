@@ -27,7 +27,6 @@ type hop struct {
 	src, dst *sourcetest.Pipeline
 	source   flow.Source
 	sink     flow.Sink
-	counters *metrics.SinkCounters
 }
 
 func newHop(t *testing.T, dstCap int, sinkProps, sourceProps map[string]string) *hop {

@@ -148,9 +148,13 @@ func TestRequests(t *testing.T) {
 			if err := p.Err(); err != nil {
 				t.Fatal(err)
 			}
-			s.Start(context.Background())
+			if err := s.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 			defer s.Stop(context.Background())
-			testutil.PutCommit(ch, seqEvents(0, 25, nil))
+			if err := testutil.PutCommit(ch, seqEvents(0, 25, nil)); err != nil {
+				t.Fatal(err)
+			}
 			drain(t, s, ch, 0)
 			reqs := f.requestLog()
 			if len(reqs) != 3 {
@@ -213,7 +217,9 @@ func TestTLSWithCAFile(t *testing.T) {
 	}
 	ch := newChannel(t)
 	s, _ := newSink(t, ch, map[string]string{"hostNames": f.srv.URL, "caFile": ca})
-	testutil.PutCommit(ch, seqEvents(0, 5, nil))
+	if err := testutil.PutCommit(ch, seqEvents(0, 5, nil)); err != nil {
+		t.Fatal(err)
+	}
 	drain(t, s, ch, 0)
 	if got := len(f.stored()); got != 5 {
 		t.Fatalf("stored %d over TLS, want 5", got)
@@ -222,7 +228,9 @@ func TestTLSWithCAFile(t *testing.T) {
 	// Without the CA the server is not trusted: the events stay.
 	ch2 := newChannel(t)
 	s2, _ := newSink(t, ch2, map[string]string{"hostNames": f.srv.URL, "retry.maxAttempts": "1"})
-	testutil.PutCommit(ch2, seqEvents(0, 5, nil))
+	if err := testutil.PutCommit(ch2, seqEvents(0, 5, nil)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s2.Process(context.Background()); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("untrusted server: %v", err)
 	}

@@ -135,7 +135,7 @@ func (f *fakeES) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]any{"took": 1, "errors": errorsSeen, "items": items})
+	_ = json.NewEncoder(w).Encode(map[string]any{"took": 1, "errors": errorsSeen, "items": items})
 }
 
 // index stores it and returns its status. Caller holds mu.

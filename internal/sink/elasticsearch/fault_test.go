@@ -30,7 +30,9 @@ func newChannel(t testing.TB) flow.Channel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch.Start(context.Background())
+	if err := ch.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { ch.Stop(context.Background()) })
 	return ch
 }
@@ -181,7 +183,9 @@ func TestFailurePaths(t *testing.T) {
 		{name: "other 4xx", dead: func(seq int) bool { return seq%50 == 3 }, script: func(int, fakeRequest) fakeAction {
 			return fakeAction{Item: func(_ int, it fakeItem) (int, string) {
 				var d struct{ Seq int }
-				json.Unmarshal(it.Doc, &d)
+				if err := json.Unmarshal(it.Doc, &d); err != nil {
+					return 400, "mapper_parsing_exception"
+				}
 				if d.Seq%50 == 3 {
 					return 403, "security_exception"
 				}

@@ -52,10 +52,10 @@ func parseIndex(name, suffix string, loc *time.Location) (*indexTemplate, error)
 			return nil, fmt.Errorf("%q ends with a lone %%; write %%%% for a literal %%", name)
 		}
 		i++
-		switch e := name[i]; {
-		case e == '%':
+		switch e := name[i]; e {
+		case '%':
 			lit.WriteByte('%')
-		case e == '{':
+		case '{':
 			end := strings.IndexByte(name[i:], '}')
 			if end < 0 {
 				return nil, fmt.Errorf("%q has %%{ without a closing }", name)
@@ -67,7 +67,7 @@ func parseIndex(name, suffix string, loc *time.Location) (*indexTemplate, error)
 			flush()
 			t.parts = append(t.parts, indexPart{kind: 'h', text: h})
 			i += end
-		case e == 's':
+		case 's':
 			flush()
 			t.parts = append(t.parts, indexPart{kind: 's'})
 			t.timed = true

@@ -534,7 +534,7 @@ func (w *Writer) send(ctx context.Context, items []int) outcome {
 	}
 	s.resp.Reset()
 	_, err = s.resp.ReadFrom(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close() // read to the end above
 	w.latency.Observe(time.Since(start))
 	if err != nil {
 		w.m.requestFails.Add(1)

@@ -204,7 +204,7 @@ func (w *Writer) Write(_ context.Context, events []event.Event) error {
 		path := w.path
 		w.c.ConnectionFailed.Add(1)
 		w.bw.Reset(nil)
-		w.f.Close()
+		_ = w.f.Close() // the write failed already; that error is returned
 		w.f, w.path, w.ser = nil, "", nil
 		return fmt.Errorf("file_roll: write %s: %w", path, err)
 	}
@@ -234,7 +234,7 @@ func (w *Writer) open() error {
 			AvroCodec: w.opt.AvroCodec, AvroSyncBytes: w.opt.AvroSyncBytes}, w.bw)
 		if err != nil {
 			w.bw.Reset(nil)
-			f.Close()
+			_ = f.Close() // nothing was written to it
 			w.f, w.path = nil, ""
 			w.c.ConnectionFailed.Add(1)
 			return fmt.Errorf("file_roll: start %s: %w", path, err)

@@ -130,7 +130,9 @@ func TestAvroEventFileReadableMidRoll(t *testing.T) {
 		n := 0
 		for dec.HasNext() {
 			var r avroEvent
-			dec.Decode(&r)
+			if err := dec.Decode(&r); err != nil {
+				t.Fatal(err)
+			}
 			n++
 		}
 		f.Close()

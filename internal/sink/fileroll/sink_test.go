@@ -22,7 +22,9 @@ func newChannel(t *testing.T) flow.Channel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch.Start(context.Background())
+	if err := ch.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { ch.Stop(context.Background()) })
 	return ch
 }
@@ -135,11 +137,15 @@ func BenchmarkSink(b *testing.B) {
 	ctx := context.Background()
 	ch, _ := memory.New(flow.Env{Name: "c1", Type: "memory"},
 		config.FromMap("a1.channels.c1.", map[string]string{"capacity": "10000", "transactionCapacity": "100"}))
-	ch.Start(ctx)
+	if err := ch.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
 	defer ch.Stop(ctx)
 	p := config.FromMap("a1.sinks.k1.", map[string]string{"sink.directory": b.TempDir(), "sink.rollInterval": "0"})
 	s, _ := New(flow.Env{Name: "k1", Type: "file_roll", Channel: ch}, p)
-	s.Start(ctx)
+	if err := s.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
 	defer s.Stop(ctx)
 	evs := make([]event.Event, 100)
 	for i := range evs {
@@ -148,7 +154,9 @@ func BenchmarkSink(b *testing.B) {
 	b.SetBytes(100 * 257)
 	b.ReportAllocs()
 	for b.Loop() {
-		testutil.PutCommit(ch, evs)
+		if err := testutil.PutCommit(ch, evs); err != nil {
+			b.Fatal(err)
+		}
 		if _, err := s.Process(ctx); err != nil {
 			b.Fatal(err)
 		}

@@ -149,8 +149,11 @@ func TestFileNames(t *testing.T) {
 			w, _ := newTestWriter(t, tt.opt)
 			w.Write(context.Background(), batch(0, 1))
 			w.mu.Lock()
-			w.closeFile() // roll by hand
+			err := w.closeFile() // roll by hand
 			w.mu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
 			w.Write(context.Background(), batch(1, 1))
 			w.Stop(context.Background())
 			got := files(t, w.opt.Directory)
@@ -243,7 +246,9 @@ func TestIdleRollLeavesNoEmptyFile(t *testing.T) {
 	rolled := make(chan string, 10)
 	w := NewWriter(Options{Directory: t.TempDir(), RollInterval: time.Millisecond}, metrics.NewSinkCounters("k1", "file_roll"), nil)
 	w.rolled = rolled
-	w.Start(context.Background())
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	w.Write(context.Background(), batch(0, 1))
 	<-rolled // the one file was closed by the timer
 	w.Stop(context.Background())
@@ -304,7 +309,9 @@ func TestStartCreatesDirectory(t *testing.T) {
 
 func TestStartFailsOnUnusableDirectory(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "f")
-	os.WriteFile(file, nil, 0o644)
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	w := NewWriter(Options{Directory: filepath.Join(file, "sub")}, metrics.NewSinkCounters("k1", "file_roll"), nil)
 	if err := w.Start(context.Background()); err == nil {
 		t.Fatal("Start succeeded with a file as parent directory")
@@ -323,7 +330,9 @@ func BenchmarkWrite(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			bc.opt.Directory = b.TempDir()
 			w := NewWriter(bc.opt, metrics.NewSinkCounters("k1", "file_roll"), nil)
-			w.Start(context.Background())
+			if err := w.Start(context.Background()); err != nil {
+				b.Fatal(err)
+			}
 			defer w.Stop(context.Background())
 			evs := make([]event.Event, 100)
 			for i := range evs {

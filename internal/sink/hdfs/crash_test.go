@@ -99,7 +99,7 @@ func (s *lineSender) session(c net.Conn) {
 		case <-s.quit:
 			// Let the answers to what is in flight arrive.
 			c.SetDeadline(time.Now().Add(5 * time.Second))
-			bw.Flush()
+			_ = bw.Flush() // a failure shows as answers missing below
 			for len(inflight) > 0 {
 				select {
 				case <-done:
@@ -130,7 +130,7 @@ func (s *lineSender) session(c net.Conn) {
 		// At most senderRate lines a second per connection.
 		if sent++; sent%50 == 0 {
 			if ahead := time.Duration(sent)*time.Second/senderRate - time.Since(start); ahead > 0 {
-				bw.Flush()
+				_ = bw.Flush() // a failure shows at the next write
 				time.Sleep(ahead)
 			}
 		}
@@ -182,7 +182,9 @@ a1.sinks.k1.hdfs.batchSize = 100
 a1.sinks.k1.hdfs.fileType = DataStream
 %s`, port, base, base, base, sinkProps)
 	confPath := filepath.Join(base, "agent.properties")
-	os.WriteFile(confPath, []byte(conf), 0o644)
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	logf, _ := os.Create(filepath.Join(base, "agent.log"))
 	defer logf.Close()
 	showLog := func() {

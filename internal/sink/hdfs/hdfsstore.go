@@ -113,7 +113,7 @@ func (s *hdfsStore) drop(c *hdfs.Client) {
 	s.mu.Lock()
 	if s.client == c {
 		s.client = nil
-		c.Close()
+		_ = c.Close() // dropped because it failed
 	}
 	s.mu.Unlock()
 }
@@ -158,7 +158,7 @@ func (s *hdfsStore) finish(_ context.Context, rec *record, _ *journal) error {
 			return err
 		}
 	}
-	f.Close()
+	_ = f.Close() // read only; closed before it is removed
 	return os.Remove(rec.InUse)
 }
 
@@ -175,7 +175,7 @@ func (s *hdfsStore) copy(c *hdfs.Client, f *os.File, rec *record) error {
 		return err
 	}
 	if _, err := io.Copy(w, f); err != nil {
-		w.Close()
+		_ = w.Close() // the copy failed; the in-use file is written again
 		return fmt.Errorf("write %s: %w", inUse, err)
 	}
 	err = w.Close()

@@ -73,7 +73,7 @@ func openJournal(dir string) (*journal, error) {
 		return nil, fmt.Errorf("open staging lock: %w", err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("staging directory %s is in use by another process (%v); give each hdfs sink its own hdfs.stagingDir", dir, err)
 	}
 	j := &journal{dir: dir, lock: f, base: fmt.Sprintf("%d", time.Now().UnixMilli())}
@@ -134,7 +134,7 @@ func (j *journal) list() ([]*record, error) {
 			// A put cut short: atomicfile's temporary copy, or the fixed
 			// .tmp name earlier versions used.
 			if atomicfile.IsTemp(name) || strings.HasSuffix(name, ".json.tmp") {
-				os.Remove(filepath.Join(j.dir, "open", name))
+				_ = os.Remove(filepath.Join(j.dir, "open", name)) // litter; tried again at the next start
 			}
 			continue
 		}

@@ -72,7 +72,7 @@ func events(from, n int, ts int64) []event.Event {
 func files(t *testing.T, dir string) []string {
 	t.Helper()
 	var out []string
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error { // skips what it cannot read
 		if err == nil && !d.IsDir() {
 			r, _ := filepath.Rel(dir, p)
 			out = append(out, r)
@@ -367,7 +367,9 @@ func TestRecoveryFinishesTornFiles(t *testing.T) {
 				_ = data
 				third := events(20, 10, 1)
 				for i := range third {
-					b.enc.add(&third[i], 1)
+					if err := b.enc.add(&third[i], 1); err != nil {
+						t.Fatal(err)
+					}
 				}
 				torn, _ := b.enc.endBatch()
 				b.f.Write(torn[:len(torn)/2])
@@ -493,7 +495,7 @@ func TestConfigErrors(t *testing.T) {
 		{map[string]string{"hdfs.path": "/x", "hdfs.timeZone": "Mars/Olympus"}, "not a time zone"},
 	} {
 		p := config.FromMap("a1.sinks.k1.", tc.props)
-		New(flow.Env{Agent: "a1", Name: "k1"}, p)
+		_, _ = New(flow.Env{Agent: "a1", Name: "k1"}, p) // the problems are recorded in p
 		if err := p.Err(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want %q", tc.props, err, tc.want)
 		}
@@ -508,7 +510,7 @@ func TestConfigErrors(t *testing.T) {
 func TestSerializerWithSequenceFile(t *testing.T) {
 	props := map[string]string{"hdfs.path": "/x", "serializer": "avro_event", "serializer.compressionCodec": "snappy"}
 	p := config.FromMap("a1.sinks.k1.", props)
-	New(flow.Env{Agent: "a1", Name: "k1"}, p)
+	_, _ = New(flow.Env{Agent: "a1", Name: "k1"}, p) // the problems are recorded in p
 	p.Unused()
 	ps := p.Problems().Sorted()
 	if len(ps) != 1 || ps[0].Key != "a1.sinks.k1.serializer" || ps[0].Severity != config.Warning ||
@@ -517,7 +519,7 @@ func TestSerializerWithSequenceFile(t *testing.T) {
 	}
 	props["hdfs.fileType"] = "DataStream"
 	p = config.FromMap("a1.sinks.k1.", props)
-	New(flow.Env{Agent: "a1", Name: "k1"}, p)
+	_, _ = New(flow.Env{Agent: "a1", Name: "k1"}, p) // the problems are recorded in p
 	p.Unused()
 	if ps := p.Problems().Sorted(); len(ps) != 0 {
 		t.Fatalf("DataStream: problems %v", ps)

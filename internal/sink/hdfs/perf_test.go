@@ -85,7 +85,9 @@ func TestPerfHDFSBesideFileRoll(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ch.Start(context.Background())
+			if err := ch.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 			evs := make([]event.Event, batch)
 			for n := 0; n < events; n += batch {
 				for j := range evs {

@@ -197,7 +197,7 @@ func (s *s3Store) finish(ctx context.Context, rec *record, j *journal) error {
 	} else if err := s.multipart(ctx, rec, j, f, size); err != nil {
 		return err
 	}
-	f.Close()
+	_ = f.Close() // read only; closed before it is removed
 	if err := os.Remove(rec.InUse); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}

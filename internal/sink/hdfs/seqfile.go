@@ -234,7 +234,10 @@ func seqHeaderLen(data []byte) (int, bool) {
 		pos += n + int(l)
 		return true
 	}
-	if !text() || !text() || pos+2 > len(data) {
+	if !text() { // the key's class name
+		return 0, false
+	}
+	if !text() || pos+2 > len(data) { // the value's, and the two flags
 		return 0, false
 	}
 	compressed := data[pos] != 0

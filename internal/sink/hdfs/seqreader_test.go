@@ -13,6 +13,7 @@ import (
 	"compress/gzip"
 	"compress/zlib"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 
@@ -201,8 +202,11 @@ func readSeqFile(data []byte) (*seqFile, error) {
 		return nil, err
 	}
 	for range nmeta {
-		readHadoopText(r)
-		readHadoopText(r)
+		for range 2 { // a key and a value
+			if _, err := readHadoopText(r); err != nil {
+				return nil, err
+			}
+		}
 	}
 	sync := make([]byte, 16)
 	if _, err := io.ReadFull(r, sync); err != nil {
@@ -219,7 +223,7 @@ func readSeqFile(data []byte) (*seqFile, error) {
 	}
 	for {
 		var l int32
-		if err := binary.Read(r, binary.BigEndian, &l); err == io.EOF {
+		if err := binary.Read(r, binary.BigEndian, &l); errors.Is(err, io.EOF) {
 			return f, nil
 		} else if err != nil {
 			return nil, fmt.Errorf("torn record length: %w", err)
@@ -257,7 +261,7 @@ func readSeqFile(data []byte) (*seqFile, error) {
 func readBlocks(r *bufio.Reader, f *seqFile, sync []byte) error {
 	for {
 		var esc int32
-		if err := binary.Read(r, binary.BigEndian, &esc); err == io.EOF {
+		if err := binary.Read(r, binary.BigEndian, &esc); errors.Is(err, io.EOF) {
 			return nil
 		} else if err != nil {
 			return fmt.Errorf("torn block: %w", err)

@@ -118,7 +118,7 @@ func (w *Writer) Start(ctx context.Context) error {
 	w.fin = newFinisher(w)
 	recs, err := j.list()
 	if err != nil {
-		j.close()
+		_ = j.close()
 		return fmt.Errorf("hdfs: read staging journal: %w", err)
 	}
 	for _, rec := range recs {
@@ -133,7 +133,7 @@ func (w *Writer) Start(ctx context.Context) error {
 			}
 			rec.Closed = true
 			if err := j.put(rec); err != nil {
-				j.close()
+				_ = j.close()
 				return fmt.Errorf("hdfs: update staging journal: %w", err)
 			}
 		}
@@ -155,7 +155,7 @@ func (w *Writer) Start(ctx context.Context) error {
 // finish them, and releases the journal. Files not finished by then stay
 // in the journal and are finished at the next start.
 func (w *Writer) Stop(ctx context.Context) error {
-	w.roller.Stop(context.Background())
+	_ = w.roller.Stop(context.Background()) // fails only when its context ends
 	w.mu.Lock()
 	var errs []error
 	for _, b := range w.buckets {
@@ -172,7 +172,9 @@ func (w *Writer) Stop(ctx context.Context) error {
 		}
 	}
 	if w.j != nil {
-		w.j.close()
+		if err := w.j.close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := w.store.close(); err != nil {
 		errs = append(errs, err)
@@ -375,12 +377,11 @@ func (w *Writer) open(ctx context.Context, b *bucket, now time.Time) error {
 	f, err := w.store.create(cctx, rec)
 	cancel()
 	if err != nil {
-		w.j.remove(rec)
-		return fmt.Errorf("create %s: %w", rec.InUse, err)
+		return fmt.Errorf("create %s: %w", rec.InUse, errors.Join(err, w.j.remove(rec)))
 	}
 	enc, err := w.opt.Format.newEncoder()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // nothing was written to it
 		return err
 	}
 	b.rec, b.f, b.enc = rec, f, enc
@@ -467,7 +468,7 @@ func (w *Writer) abandon(b *bucket) {
 		w.warn.Log(w.log, slog.LevelWarn, "truncate", "hdfs: cannot cut a failed batch from a file; it is left in the staging journal and cut and finished at the next start", "file", b.rec.InUse, "err", err)
 		cut = false
 	}
-	b.f.Close()
+	_ = b.f.Close() // the failure that brought us here is returned by the caller
 	b.batch = false
 	w.queue(b, cut)
 }

@@ -219,7 +219,7 @@ func (w *Writer) post(ctx context.Context, body []byte) (int, error) {
 		return 0, err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBody))
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return resp.StatusCode, nil
 }
 

@@ -170,19 +170,6 @@ func newWriter(opt Options, producer *kafkaconf.Producer, tt topicTemplate, log 
 	return w
 }
 
-// NewWriter returns a Writer, for tests and benchmarks that drive it
-// without a channel.
-func NewWriter(opt Options, producer *kafkaconf.Producer, log *slog.Logger) (*Writer, error) {
-	tt, err := parseTopic(opt.Topic)
-	if err != nil {
-		return nil, err
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	return newWriter(opt, producer, tt, log), nil
-}
-
 // Health returns nil unless, for longer than the grace period, no broker
 // answered or no batch was acknowledged, and then why.
 func (w *Writer) Health() error { return w.health.Err() }
@@ -294,6 +281,7 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 			if ctx.Err() != nil {
 				return fmt.Errorf("kafka sink: stopped while waiting for acknowledgements: %w", ctx.Err())
 			}
+			//nolint:staticcheck // ST1005: "Kafka" is a name; /healthz shows the text as it is
 			w.health.Fail("delivery", fmt.Errorf("Kafka does not acknowledge batches within delivery.timeout.ms (%v)", w.producer.DeliveryTimeout), 0)
 			// Told by the health streak: the runner does not log it again.
 			return logthrottle.AsReported(fmt.Errorf("kafka sink: batch of %d not acknowledged within delivery.timeout.ms (%v)", n, w.producer.DeliveryTimeout))
@@ -312,6 +300,7 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 			}
 		}
 		w.rollback.Add(1)
+		//nolint:staticcheck // ST1005: "Kafka" is a name; /healthz shows the text as it is
 		w.health.Fail("delivery", fmt.Errorf("Kafka refuses batches: %w", res.err), 0)
 		return logthrottle.AsReported(fmt.Errorf("kafka sink: batch of %d not acknowledged: %w", n, res.err))
 	}

@@ -3,7 +3,6 @@ package loggersink
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -93,7 +92,7 @@ func TestTextHandlerOutputIsReadable(t *testing.T) {
 }
 
 func BenchmarkWrite(b *testing.B) {
-	w := NewWriter(slog.New(slog.NewTextHandler(io.Discard, nil)), 16)
+	w := NewWriter(slog.New(slog.DiscardHandler), 16)
 	evs := []event.Event{{Headers: map[string]string{"host": "web1"}, Body: bytes.Repeat([]byte("x"), 256)}}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -19,7 +19,9 @@ func TestSinkLogsEveryEventInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch.Start(ctx)
+	if err := ch.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	defer ch.Stop(ctx)
 	rec := &recorder{level: slog.LevelInfo}
 	p := config.FromMap("a1.sinks.k1.", map[string]string{"maxBytesToLog": "32"})
@@ -27,7 +29,9 @@ func TestSinkLogsEveryEventInOrder(t *testing.T) {
 	if err != nil || p.Err() != nil {
 		t.Fatal(err, p.Err())
 	}
-	s.Start(ctx)
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	evs := testutil.Events("event-", 150)
 	if err := testutil.PutCommit(ch, evs[:100]); err != nil {
 		t.Fatal(err)

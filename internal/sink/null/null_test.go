@@ -20,7 +20,9 @@ func TestDrainsChannelInBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch.Start(ctx)
+	if err := ch.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	defer ch.Stop(ctx)
 	p := config.FromMap("a1.sinks.k1.", map[string]string{"batchSize": "100"})
 	s, err := New(flow.Env{Agent: "a1", Name: "k1", Type: "null", Metrics: reg, Channel: ch}, p)

@@ -3,6 +3,7 @@
 package tcpsink
 
 import (
+	"errors"
 	"net"
 	"syscall"
 
@@ -29,9 +30,9 @@ func peerClosed(c *net.TCPConn) func() peerState {
 				n, _, err = syscall.Recvfrom(int(fd), buf, syscall.MSG_DONTWAIT)
 			}
 			switch {
-			case err == syscall.EINTR:
+			case errors.Is(err, syscall.EINTR):
 				continue
-			case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+			case errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK):
 				st = peerOpen
 			case err == nil && n == 0:
 				st = peerEOF

@@ -25,7 +25,9 @@ func newChannel(t *testing.T) flow.Channel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch.Start(context.Background())
+	if err := ch.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { ch.Stop(context.Background()) })
 	return ch
 }
@@ -215,7 +217,9 @@ func TestRunnerDeliversWhenPeerComesBack(t *testing.T) {
 		t.Fatal(err, p.Err())
 	}
 	ctx := context.Background()
-	s.Start(ctx)
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	defer s.Stop(ctx)
 	evs := testutil.Events("e", 500)
 	if err := testutil.PutCommit(ch, evs); err != nil {
@@ -238,7 +242,9 @@ func TestRunnerDeliversWhenPeerComesBack(t *testing.T) {
 	// Peer gone again: the runner backs off; Stop must not wait it out.
 	peer.close()
 	r2 := flow.NewSinkRunner("k1", s, slog.New(slog.DiscardHandler))
-	testutil.PutCommit(ch, evs[:1])
+	if err := testutil.PutCommit(ch, evs[:1]); err != nil {
+		t.Fatal(err)
+	}
 	r2.Start()
 	<-warned
 	start := time.Now()
@@ -273,12 +279,16 @@ func BenchmarkSink(b *testing.B) {
 	}()
 	ch, _ := memory.New(flow.Env{Name: "c1", Type: "memory"},
 		config.FromMap("a1.channels.c1.", map[string]string{"capacity": "10000", "transactionCapacity": "100"}))
-	ch.Start(ctx)
+	if err := ch.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
 	defer ch.Stop(ctx)
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	s, _ := New(flow.Env{Name: "k1", Type: "tcp", Channel: ch},
 		config.FromMap("a1.sinks.k1.", map[string]string{"hostname": host, "port": port}))
-	s.Start(ctx)
+	if err := s.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
 	defer s.Stop(ctx)
 	evs := make([]event.Event, 100)
 	for i := range evs {
@@ -287,7 +297,9 @@ func BenchmarkSink(b *testing.B) {
 	b.SetBytes(100 * 257)
 	b.ReportAllocs()
 	for b.Loop() {
-		testutil.PutCommit(ch, evs)
+		if err := testutil.PutCommit(ch, evs); err != nil {
+			b.Fatal(err)
+		}
 		if _, err := s.Process(ctx); err != nil {
 			b.Fatal(err)
 		}

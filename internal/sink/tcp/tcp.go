@@ -107,16 +107,16 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 	case peerEOF:
 		// The peer closed with nothing of ours unread: reconnect at once.
 		w.log.Info("tcp sink: peer closed the connection; reconnecting", "addr", w.opt.Addr)
-		w.conn.Close()
+		_ = w.conn.Close()
 	case peerReset:
 		// A reset usually means the peer closed with data unread: the
 		// tail of what was already committed may not have been read.
 		w.log.Warn("tcp sink: peer reset the connection; events it had not read when it closed are lost", "addr", w.opt.Addr)
-		w.conn.Close()
+		_ = w.conn.Close()
 	}
 	return w.conn.Send(ctx, func(lc *lineConn) error {
 		if w.opt.RequestTimeout > 0 {
-			lc.SetWriteDeadline(time.Now().Add(w.opt.RequestTimeout))
+			_ = lc.SetWriteDeadline(time.Now().Add(w.opt.RequestTimeout)) // fails only on a closed conn, which the write reports
 		}
 		// A peer that stops reading blocks the write once the socket
 		// buffers are full. When ctx ends (the agent stops, or a reload
@@ -127,7 +127,7 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 		cut := make(chan struct{})
 		stop := panics.AfterFunc(ctx, "tcp sink: write deadline", func() {
 			defer close(cut)
-			lc.SetWriteDeadline(time.Now())
+			_ = lc.SetWriteDeadline(time.Now())
 		})
 		defer func() {
 			if !stop() {
@@ -166,7 +166,7 @@ func (w *Writer) dial(ctx context.Context) (*lineConn, error) {
 		return nil, err
 	}
 	tc := c.(*net.TCPConn)
-	tc.SetNoDelay(true)
+	_ = tc.SetNoDelay(true) // only latency depends on it
 	if w.onDial != nil {
 		w.onDial(tc)
 	}

@@ -371,7 +371,7 @@ func TestWriterNoticesPeerReset(t *testing.T) {
 	p := newPeer(t, "", func(i int, c net.Conn, p *peer) {
 		if i == 0 {
 			buf := make([]byte, 1)
-			c.Read(buf) // some of the batch arrived; leave the rest unread
+			_, _ = c.Read(buf) // some of the batch arrived; leave the rest unread
 			close(got)
 			return // the deferred Close resets: data is unread
 		}

@@ -100,8 +100,7 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 func (w *Writer) Stop(context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.conn.Stop()
-	return nil
+	return w.conn.Stop()
 }
 
 // New builds a Thrift sink from its properties: hostname and port

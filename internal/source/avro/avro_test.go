@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -194,7 +195,7 @@ func TestBadConnectionDoesNotDisturbOthers(t *testing.T) {
 		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if n, err := c.Read(make([]byte, 1)); err == nil {
 			t.Fatalf("bad input %d: got %d bytes of reply, want the connection closed", i, n)
-		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		} else if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 			t.Fatalf("bad input %d: connection not closed", i)
 		}
 		c.Close()

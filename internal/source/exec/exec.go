@@ -171,11 +171,11 @@ func (s *Source) runOnce(ctx context.Context, p flow.Processor, log *slog.Logger
 	rerr := s.read(ctx, stdout, p)
 	if rerr != nil && ctx.Err() == nil {
 		// Stop reading means the command would block forever: end it.
-		syscall.Kill(-pid, syscall.SIGTERM)
+		_ = syscall.Kill(-pid, syscall.SIGTERM) // fails only when the group is gone already
 	}
 	werr := cmd.Wait()
 	// Whatever the leader left behind in its group goes too.
-	syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(-pid, syscall.SIGKILL) // usually nothing is left: ESRCH
 	stderr.flush()
 	code := -1
 	if cmd.ProcessState != nil {

@@ -258,7 +258,7 @@ func (s *Source) Stop(ctx context.Context) error {
 		err = nil // the group closed the listener first
 	}
 	if err != nil || gerr != nil {
-		srv.Close()
+		_ = srv.Close() // after a failed Shutdown; err says why
 		g.CloseAll()
 		err = fmt.Errorf("http %s: stop: %w", s.env.Name, errors.Join(err, gerr))
 	}
@@ -391,7 +391,6 @@ func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	body = nil
 	for i := range events {
 		events[i].ReceivedAt = now
 	}

@@ -60,7 +60,9 @@ func benchNetcat(b *testing.B, conns int, props map[string]string) {
 				tx.Rollback()
 				break
 			}
-			tx.Commit()
+			if err := tx.Commit(); err != nil {
+				break
+			}
 			n += len(got)
 			clear(got)
 		}

@@ -76,9 +76,8 @@ func TestHonestClientServedAtLimit(t *testing.T) {
 	pl := sourcetest.NewPipeline(t, 1000, 100, time.Second)
 	s := newTCP(t, map[string]string{"max-connections": "20"})
 	start(t, s, pl.Processor)
-	var idle []net.Conn
 	for range 25 {
-		idle = append(idle, dial(t, s.Addr()))
+		dial(t, s.Addr()) // held open by its cleanup until the test ends
 	}
 	if !sourcetest.Eventually(func() bool { return s.counters.OpenConnection.Load() == 20 }, 5*time.Second) {
 		t.Fatalf("open connections %d, want 20", s.counters.OpenConnection.Load())
@@ -189,7 +188,9 @@ func rcvbuf(t *testing.T, conn *net.UDPConn) int {
 		t.Fatal(err)
 	}
 	var v int
-	rc.Control(func(fd uintptr) { v, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF) })
+	if cerr := rc.Control(func(fd uintptr) { v, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF) }); cerr != nil {
+		t.Fatal(cerr)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -310,7 +310,7 @@ func (h *handler) drain(ctx context.Context) error {
 			h.s.counters.EventReadFail.Add(1)
 			h.s.rejects.Add(reasonLineTooLong, h.c.Peer(), "max-line-length", h.s.maxLine)
 			msg := "FAILED: Event exceeds the maximum length (" + strconv.Itoa(h.s.maxLine) + " chars, including newline)\n"
-			h.write([]byte(msg))
+			_ = h.write([]byte(msg)) // the connection is closed next either way
 			h.linger()
 			return errOverlong
 		}
@@ -334,9 +334,10 @@ func (h *handler) linger() {
 	if !ok {
 		return
 	}
-	tc.CloseWrite()
-	tc.SetReadDeadline(time.Now().Add(time.Second))
-	io.CopyN(io.Discard, tc, 1<<20)
+	// Best effort: the connection is closed next whatever these return.
+	_ = tc.CloseWrite()
+	_ = tc.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, tc, 1<<20)
 }
 
 // scan finds the complete lines at the start of data, up to batchSize of
@@ -425,7 +426,7 @@ func (h *handler) put(ctx context.Context, slab []byte) error {
 			// it stops sending here and resends elsewhere or later.
 			h.s.rejects.Add(reasonStopping, h.c.Peer(), "events", n)
 			if h.s.ack {
-				h.write([]byte(strings.Repeat("FAILED: agent is stopping; nothing was kept, send again\n", n)))
+				_ = h.write([]byte(strings.Repeat("FAILED: agent is stopping; nothing was kept, send again\n", n)))
 			}
 			return err
 		}

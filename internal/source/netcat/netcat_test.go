@@ -53,16 +53,6 @@ func readAll(t *testing.T, c net.Conn) string {
 	return string(b)
 }
 
-func readN(t *testing.T, r io.Reader, c net.Conn, n int) string {
-	t.Helper()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		t.Fatalf("read %d reply bytes: %v (got %q)", n, err, b)
-	}
-	return string(b)
-}
-
 func TestLinesBecomeEvents(t *testing.T) {
 	tests := []struct {
 		name  string

@@ -47,7 +47,11 @@ func NewPipeline(tb testing.TB, capacity, txCap int, keepAlive time.Duration) *P
 	if err := ch.Start(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { ch.Stop(context.Background()) })
+	tb.Cleanup(func() {
+		if err := ch.Stop(context.Background()); err != nil {
+			tb.Errorf("stop the channel: %v", err)
+		}
+	})
 	proc, err := newProcessor(ch)
 	if err != nil {
 		tb.Fatal(err)
@@ -64,7 +68,7 @@ func (pl *Pipeline) Take(tb testing.TB, max int, wait time.Duration) []event.Eve
 	tx := pl.Channel.Begin()
 	got, err := tx.Take(ctx, nil, max)
 	if err != nil {
-		tx.Rollback()
+		_ = tx.Rollback() // the take's error is the one to report
 		tb.Fatalf("take: %v", err)
 	}
 	if err := tx.Commit(); err != nil {

@@ -80,7 +80,7 @@ func (r *reader) importFlume() error {
 		return err
 	}
 	target, offset, err := readFlumeMeta(f)
-	f.Close()
+	_ = f.Close() // read only
 	setAside := func() error {
 		if err := os.Rename(path, filepath.Join(r.s.trackerDir, flumeMetaImported)); err != nil {
 			return fmt.Errorf("set Flume's progress file aside: %w", err)

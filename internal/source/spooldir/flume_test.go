@@ -71,8 +71,12 @@ func TestFlumeProgressNotUsable(t *testing.T) {
 	for name, write := range map[string]func(t *testing.T, tracker string){
 		"beyond the end": func(t *testing.T, tracker string) { writeFlumeMeta(t, tracker, "a.log", 0, 999) },
 		"damaged": func(t *testing.T, tracker string) {
-			os.MkdirAll(tracker, 0o755)
-			os.WriteFile(filepath.Join(tracker, flumeMetaName), []byte("Obj\x01garbage"), 0o644)
+			if err := os.MkdirAll(tracker, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(tracker, flumeMetaName), []byte("Obj\x01garbage"), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -33,7 +33,9 @@ func TestPerfSpooldir(t *testing.T) {
 	rounds := testutil.EnvInt("SLUICE_PERF_ROUNDS", 3)
 	base := t.TempDir()
 	src := filepath.Join(base, "src")
-	os.Mkdir(src, 0o755)
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	line := append(bytes.Repeat([]byte("x"), 99), '\n')
 	content := bytes.Repeat(line, perFile)
 	for f := range files {
@@ -47,7 +49,9 @@ func TestPerfSpooldir(t *testing.T) {
 			for _, b := range bins {
 				dir := filepath.Join(base, fmt.Sprintf("run-%d-%d-%s", batch, round, b.name[:4]))
 				spool := filepath.Join(dir, "spool")
-				os.MkdirAll(spool, 0o755)
+				if err := os.MkdirAll(spool, 0o755); err != nil {
+					t.Fatal(err)
+				}
 				for f := range files {
 					name := fmt.Sprintf("f%03d.log", f)
 					if err := os.Link(filepath.Join(src, name), filepath.Join(spool, name)); err != nil {
@@ -55,7 +59,7 @@ func TestPerfSpooldir(t *testing.T) {
 					}
 				}
 				conf := filepath.Join(dir, "agent.properties")
-				os.WriteFile(conf, []byte(fmt.Sprintf(`a1.sources = r1
+				if err := os.WriteFile(conf, []byte(fmt.Sprintf(`a1.sources = r1
 a1.channels = c1
 a1.sinks = k1
 a1.sources.r1.type = spooldir
@@ -69,7 +73,9 @@ a1.channels.c1.transactionCapacity = 1000
 a1.sinks.k1.type = null
 a1.sinks.k1.batchSize = 1000
 a1.sinks.k1.channel = c1
-`, spool, batch)), 0o644)
+`, spool, batch)), 0o644); err != nil {
+					t.Fatal(err)
+				}
 				log := newLogFile(t)
 				t0 := time.Now()
 				a := startAgent(t, b.path, conf, log.f)

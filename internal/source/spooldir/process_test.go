@@ -55,7 +55,7 @@ func newReceiver(t *testing.T, paused bool) *receiver {
 	// A small receive buffer, so little sits in the kernel while paused.
 	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
 		return rc.Control(func(fd uintptr) {
-			syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 64<<10)
+			_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 64<<10) // socket tuning, as in the other tests
 		})
 	}}
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")

@@ -532,7 +532,7 @@ func (lr *lineReader) next() ([]byte, error) {
 			out = append(out, c)
 			chars++
 		} else {
-			lr.r.UnreadByte()
+			_ = lr.r.UnreadByte() // right after a ReadByte: cannot fail
 			p, _ := lr.r.Peek(utf8.UTFMax)
 			ru, size := utf8.DecodeRune(p)
 			if ru == utf8.RuneError && size <= 1 {
@@ -552,14 +552,14 @@ func (lr *lineReader) next() ([]byte, error) {
 					chars++
 				}
 			}
-			lr.r.Discard(size)
+			_, _ = lr.r.Discard(size) // peeked above: cannot fail
 			lr.off += int64(size)
 		}
 		if chars >= lr.max {
 			// Cut here; a newline right after the cut ends this piece
 			// (Flume would send an empty event for it).
 			if b, err := lr.r.Peek(1); err == nil && b[0] == '\n' {
-				lr.r.Discard(1)
+				_, _ = lr.r.Discard(1) // peeked above: cannot fail
 				lr.off++
 			}
 			return out, nil

@@ -80,7 +80,9 @@ func (fx *fixture) write(name, text string, mtime time.Time) string {
 		fx.t.Fatal(err)
 	}
 	if !mtime.IsZero() {
-		os.Chtimes(tmp, mtime, mtime)
+		if err := os.Chtimes(tmp, mtime, mtime); err != nil {
+			fx.t.Fatal(err)
+		}
 	}
 	path := filepath.Join(fx.dir, name)
 	if err := os.Rename(tmp, path); err != nil {
@@ -443,7 +445,9 @@ func TestCannotContinue(t *testing.T) {
 		{"replaced", func(t *testing.T, path string) {
 			data, _ := os.ReadFile(path)
 			tmp := path + ".new"
-			os.WriteFile(tmp, data, 0o644)
+			if err := os.WriteFile(tmp, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
 			// Keep the old inode alive so the new file cannot reuse it.
 			if err := os.Rename(path, filepath.Join(t.TempDir(), "old")); err != nil {
 				t.Fatal(err)
@@ -489,7 +493,9 @@ func TestOlderProgressFile(t *testing.T) {
 	text, want := lines("l", 20)
 	path := fx.write("a", text, time.Time{})
 	pos := len(strings.Join(strings.SplitAfter(text, "\n")[:12], ""))
-	os.MkdirAll(filepath.Join(fx.dir, ".flumespool"), 0o755)
+	if err := os.MkdirAll(filepath.Join(fx.dir, ".flumespool"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	old := fmt.Sprintf(`{"file":%q,"pos":%d,"size":%d,"mtime":1}`, path, pos, len(text)-1)
 	if err := os.WriteFile(filepath.Join(fx.dir, ".flumespool", progressName), []byte(old), 0o644); err != nil {
 		t.Fatal(err)
@@ -504,7 +510,9 @@ func TestOlderProgressFile(t *testing.T) {
 func TestDamagedProgressFile(t *testing.T) {
 	fx := newFixture(t, nil)
 	fx.write("a", "x\n", time.Time{})
-	os.MkdirAll(filepath.Join(fx.dir, ".flumespool"), 0o755)
+	if err := os.MkdirAll(filepath.Join(fx.dir, ".flumespool"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(fx.dir, ".flumespool", progressName), []byte(`{"files":[{"fi`), 0o644); err != nil {
 		t.Fatal(err)
 	}

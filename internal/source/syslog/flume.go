@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/event"
@@ -73,14 +74,17 @@ const (
 		`([\w][\w\d.@-]*)` + jws
 )
 
-var (
-	re5424 = regexp.MustCompile(head5424 + `(` + jdot + `*)\z`)
-	re3164 = regexp.MustCompile(head3164 + `(` + jdot + `*)\z`)
+// flumeRegexps are compiled when a syslog source first parses, not when
+// the agent starts: most agents run none, and the four cost 120 KB.
+var flumeRegexps = sync.OnceValue(func() (r struct{ re5424, re3164, re5424Multi, re3164Multi *regexp.Regexp }) {
+	r.re5424 = regexp.MustCompile(head5424 + `(` + jdot + `*)\z`)
+	r.re3164 = regexp.MustCompile(head3164 + `(` + jdot + `*)\z`)
 	// For octet-counted frames, which Flume never receives and whose text
 	// may span lines, the text may hold any character.
-	re5424Multi = regexp.MustCompile(head5424 + `((?s:.*))\z`)
-	re3164Multi = regexp.MustCompile(head3164 + `((?s:.*))\z`)
-)
+	r.re5424Multi = regexp.MustCompile(head5424 + `((?s:.*))\z`)
+	r.re3164Multi = regexp.MustCompile(head3164 + `((?s:.*))\z`)
+	return r
+})
 
 // FlumeParser turns one syslog message into an event the way Flume's
 // syslogtcp and syslogudp sources (SyslogUtils) do. It is safe for
@@ -225,9 +229,10 @@ func (p *FlumeParser) Event(m Message, slab []byte) (event.Event, []byte) {
 func (p *FlumeParser) format(raw []byte, multiline bool, h map[string]string, slab []byte) ([]byte, bool) {
 	var g [12]int
 	is5424 := true
-	r5424, r3164 := re5424, re3164
+	re := flumeRegexps()
+	r5424, r3164 := re.re5424, re.re3164
 	if multiline {
-		r5424, r3164 = re5424Multi, re3164Multi
+		r5424, r3164 = re.re5424Multi, re.re3164Multi
 	}
 	loc := r5424.FindSubmatchIndex(raw)
 	if loc == nil {

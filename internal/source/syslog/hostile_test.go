@@ -144,7 +144,9 @@ func TestUDPReceiveBuffer(t *testing.T) {
 			t.Fatal(err)
 		}
 		var v int
-		rc.Control(func(fd uintptr) { v, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF) })
+		if cerr := rc.Control(func(fd uintptr) { v, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF) }); cerr != nil {
+			t.Fatal(cerr)
+		}
 		want := tt.want
 		if os.Geteuid() != 0 && max > 0 && max < want {
 			want = max

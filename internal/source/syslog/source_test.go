@@ -370,11 +370,11 @@ func TestConfig(t *testing.T) {
 		env := sourcetest.Env("r1", c.typ)
 		switch c.typ {
 		case "syslogtcp":
-			NewTCP(env, p)
+			_, _ = NewTCP(env, p) // the problems are recorded in p
 		case "syslogudp":
-			NewUDP(env, p)
+			_, _ = NewUDP(env, p)
 		default:
-			NewMultiport(env, p)
+			_, _ = NewMultiport(env, p)
 		}
 		p.Unused()
 		err := p.Err()

@@ -143,7 +143,7 @@ func (s *UDPSource) Stop(ctx context.Context) error {
 	if conn == nil {
 		return nil
 	}
-	conn.Close()
+	_ = conn.Close() // stops the read loop; nothing was written
 	defer s.counters.Stopped()
 	defer s.rejects.Flush()
 	defer stopProc()

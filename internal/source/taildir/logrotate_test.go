@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -226,7 +225,6 @@ func startAgent(t *testing.T, conf string) *agent.Agent {
 type writer struct {
 	t       *testing.T
 	path    string
-	mu      sync.Mutex
 	f       *os.File
 	next    int
 	reopenC chan struct{}

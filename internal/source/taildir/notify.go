@@ -79,6 +79,6 @@ func (n *notifier) take() (map[string]fsnotify.Op, bool) {
 }
 
 func (n *notifier) close() {
-	n.w.Close()
+	_ = n.w.Close() // ends the watcher's goroutine, awaited next
 	<-n.done
 }

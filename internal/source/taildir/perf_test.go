@@ -32,8 +32,12 @@ func TestPerfThroughput(t *testing.T) {
 		t.Run(fmt.Sprintf("batchSize=%d", batch), func(t *testing.T) {
 			base := t.TempDir()
 			logs, out := filepath.Join(base, "logs"), filepath.Join(base, "out")
-			os.Mkdir(logs, 0o755)
-			os.Mkdir(out, 0o755)
+			if err := os.Mkdir(logs, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(out, 0o755); err != nil {
+				t.Fatal(err)
+			}
 			f, err := os.Create(filepath.Join(logs, "app.log"))
 			if err != nil {
 				t.Fatal(err)
@@ -63,7 +67,7 @@ a1.sinks.k1.sink.rollInterval = 0
 a1.sinks.k1.sink.batchSize = %d
 `, logs, base, batch, batch, out, batch))
 			var ru0 syscall.Rusage
-			syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0) // cannot fail for RUSAGE_SELF
 			start := time.Now()
 			a := startAgent(t, conf)
 			defer a.Stop(t.Context())
@@ -72,7 +76,7 @@ a1.sinks.k1.sink.batchSize = %d
 			}
 			el := time.Since(start)
 			var ru1 syscall.Rusage
-			syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 			cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
 			t.Logf("taildir -> memory -> file_roll, 256-byte lines, batchSize %d: %d MiB in %v = %.1f MiB/s (%.0f lines/s), CPU %.2f s (%.0f%% of one core)",
 				batch, total>>20, el.Round(time.Millisecond), float64(total)/(1<<20)/el.Seconds(), float64(total/256)/el.Seconds(), cpu.Seconds(), 100*cpu.Seconds()/el.Seconds())
@@ -89,8 +93,12 @@ func TestPerfIdleFiles(t *testing.T) {
 		t.Run(fmt.Sprintf("watchFiles=%v", watch), func(t *testing.T) {
 			base := t.TempDir()
 			logs, out := filepath.Join(base, "logs"), filepath.Join(base, "out")
-			os.Mkdir(logs, 0o755)
-			os.Mkdir(out, 0o755)
+			if err := os.Mkdir(logs, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(out, 0o755); err != nil {
+				t.Fatal(err)
+			}
 			for i := 0; i < files; i++ {
 				writeFile(t, filepath.Join(logs, fmt.Sprintf("app-%04d.log", i)), "one line\n")
 			}
@@ -118,9 +126,9 @@ a1.sinks.k1.sink.rollInterval = 0
 			time.Sleep(time.Second)
 			const idle = 20 * time.Second
 			var ru0, ru1 syscall.Rusage
-			syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0) // cannot fail for RUSAGE_SELF
 			time.Sleep(idle)
-			syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 			cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
 			t.Logf("%d idle files, watchFiles=%v: %v CPU in %v = %.2f%% of one core", files, watch, cpu.Round(time.Millisecond), idle, 100*cpu.Seconds()/idle.Seconds())
 		})

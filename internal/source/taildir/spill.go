@@ -146,7 +146,7 @@ func (t *tailer) openSpill(path string) (*tailFile, error) {
 		st, err = f.Stat()
 	}
 	if err != nil {
-		f.Close()
+		_ = f.Close() // read only
 		return nil, fmt.Errorf("not a spill file: %w", err)
 	}
 	start := int64(len(line))
@@ -168,7 +168,7 @@ func (t *tailer) finishSpill(tf *tailFile) {
 
 // dropSpill stops following a spill file and deletes it.
 func (t *tailer) dropSpill(tf *tailFile) {
-	tf.f.Close()
+	_ = tf.f.Close() // read only
 	tf.f = nil
 	delete(t.files, tf.key)
 	delete(t.dirty, tf)
@@ -177,5 +177,8 @@ func (t *tailer) dropSpill(tf *tailFile) {
 			"copy", tf.spill, "err", err)
 		return
 	}
-	atomicfile.SyncDir(filepath.Dir(tf.spill))
+	if err := atomicfile.SyncDir(filepath.Dir(tf.spill)); err != nil {
+		t.log.Warn("taildir source cannot sync the directory of a file of lines it deleted; after a crash the file may be back and its lines sent again",
+			"copy", tf.spill, "err", err)
+	}
 }

@@ -150,7 +150,7 @@ func (t *tailer) close() {
 	}
 	for _, tf := range t.files {
 		if tf.f != nil {
-			tf.f.Close()
+			_ = tf.f.Close() // read only
 			tf.f = nil
 		}
 	}
@@ -450,7 +450,7 @@ func (t *tailer) recoverRotated() {
 			key := keyOf(st)
 			tf := &tailFile{key: key, path: path, dir: dir, f: f, pos: p.Pos, size: -1, lastGrowth: time.Now(), gone: true}
 			if !t.sameFile(tf, p) {
-				f.Close()
+				_ = f.Close() // read only
 				continue
 			}
 			t.log.Info("taildir source reads the rest of a file rotated while it was stopped", "file", path, "was", p.File, "pos", p.Pos)
@@ -621,7 +621,7 @@ func (t *tailer) reopen(tf *tailFile) bool {
 	}
 	st, err := f.Stat()
 	if err != nil || keyOf(st) != tf.key {
-		f.Close()
+		_ = f.Close() // read only
 		t.rescan[tf.dir] = true
 		return false
 	}
@@ -665,7 +665,7 @@ func (t *tailer) findCopy(tf *tailFile) {
 			continue
 		}
 		if !tf.sig.matches(f, tf.pos) {
-			f.Close()
+			_ = f.Close() // read only
 			continue
 		}
 		t.log.Info("taildir source reads the rest of a truncated file from its copy", "file", tf.path, "copy", path, "pos", tf.pos)
@@ -736,7 +736,8 @@ func splitLines(data []byte, max, limit, piece int, partial bool) (chunks []chun
 	for len(chunks) < max && pos < len(data) {
 		// Looking limit+2 bytes ahead is enough: a longer line is cut anyway.
 		window := data[pos:min(len(data), pos+limit+2)]
-		end, next := -1, -1
+		var end int
+		next := -1
 		if i := bytes.IndexByte(window, '\n'); i >= 0 {
 			end, next = pos+i, pos+i+1
 			if end > pos && data[end-1] == '\r' {
@@ -889,7 +890,7 @@ func (t *tailer) checkIdle() {
 		if t.dirty[tf] {
 			continue
 		}
-		tf.f.Close()
+		_ = tf.f.Close() // read only
 		tf.f, tf.flush = nil, false
 		t.log.Debug("taildir source closed an idle file", "file", tf.path, "pos", tf.pos)
 		if tf.gone {

@@ -166,7 +166,7 @@ func (p *Peer) Serve(t testing.TB, opt ServerOptions) *Server {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	_ = ln.Close()
 	return p.ServeOnPort(t, strconv.Itoa(port), opt)
 }
 
@@ -221,7 +221,7 @@ func (p *Peer) ServeOnPort(t testing.TB, port string, opt ServerOptions) *Server
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
 	t.Cleanup(func() {
-		stdin.Close()
+		_ = stdin.Close() // tells the peer to exit, awaited next
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
