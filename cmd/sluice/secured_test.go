@@ -199,15 +199,18 @@ func TestSecuredClusterAgent(t *testing.T) {
 	cmd2 := exec.Command(bin, "agent", "-f", file, "-n", "a1", "--no-reload-conf",
 		"-Djava.security.auth.login.config="+jaas, "-Djava.security.krb5.conf="+k.Krb5Conf)
 	cmd2.Stderr = &out2
-	_ = cmd2.Start()
+	if err := cmd2.Start(); err != nil {
+		t.Fatal(err)
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd2.Wait() }()
-	defer cmd2.Process.Kill()
+	defer func() { _ = cmd2.Process.Kill() }()
 	deadline := time.After(20 * time.Second)
 wait:
 	for !strings.Contains(out2.String(), "KDC_ERR_PREAUTH_FAILED") {
 		select {
-		case <-exited:
+		case err := <-exited:
+			t.Logf("agent exited: %v", err) // the refusal, asserted below
 			break wait
 		case <-deadline:
 			t.Fatalf("no KDC_ERR_PREAUTH_FAILED line; log:\n%s", out2.String())

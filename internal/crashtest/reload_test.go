@@ -275,7 +275,7 @@ func TestReloadRetriesBusyPort(t *testing.T) {
 		i := strings.Index(body, "(attempt ")
 		n := 0
 		if i >= 0 {
-			fmt.Sscanf(body[i:], "(attempt %d)", &n)
+			_, _ = fmt.Sscanf(body[i:], "(attempt %d)", &n) // n stays 0 when it does not parse
 		}
 		return n >= 4
 	})

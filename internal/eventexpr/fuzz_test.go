@@ -1,6 +1,7 @@
 package eventexpr
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -56,9 +57,7 @@ func FuzzCompile(f *testing.F) {
 }
 
 func asError(err error, e **Error) bool {
-	x, ok := err.(*Error)
-	*e = x
-	return ok
+	return errors.As(err, e)
 }
 
 // helperExprs run on fuzzed bodies and headers.

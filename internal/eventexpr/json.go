@@ -318,9 +318,10 @@ func tooManyValues(s string, limit int) bool {
 		case esc:
 			esc = false
 		case in:
-			if c == '\\' {
+			switch c {
+			case '\\':
 				esc = true
-			} else if c == '"' {
+			case '"':
 				in = false
 			}
 		case c == '"':

@@ -218,7 +218,7 @@ type panicker struct {
 func (p *panicker) Write(ctx context.Context, evs []event.Event) error {
 	if p.panicking.Load() {
 		var m map[string]int
-		m["boom"]++ // a runtime error, as a bug would make
+		m["boom"]++ //nolint:staticcheck // SA5000: a runtime error, as a bug would make
 	}
 	return p.recorder.Write(ctx, evs)
 }

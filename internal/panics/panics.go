@@ -70,9 +70,9 @@ func AfterFunc(ctx context.Context, name string, f func()) (stop func() bool) {
 	})
 }
 
-// Guard, deferred first in a goroutine (defer panics.Guard("what it is")),
-// turns a panic of that goroutine into one ERROR line and the exit status
-// ExitStatus. It does nothing when the goroutine returns normally. name says
+// Guard turns, when deferred first in a goroutine (defer
+// panics.Guard("what it is")), a panic of that goroutine into one ERROR
+// line and the exit status ExitStatus. It does nothing when the goroutine returns normally. name says
 // which goroutine it was, with the component's name where there is one
 // ("sink k1: roll timer").
 func Guard(name string) {

@@ -104,20 +104,20 @@ func (c *gssConn) Read(p []byte) (int, error) {
 		switch key {
 		case 17, 36: // SaslHandshake, SaslAuthenticate
 			if err := c.sasl(frame); err != nil {
-				c.Conn.Close()
+				_ = c.Close() // the error returned is what counts
 				return 0, err
 			}
 			continue
 		case 18: // ApiVersions
 		default:
 			if !c.authed {
-				c.Conn.Close()
+				_ = c.Close() // the error returned is what counts
 				return 0, fmt.Errorf("request %d before SASL authentication", key)
 			}
 			if !c.expiry.IsZero() && time.Now().After(c.expiry) {
 				// KIP-368: the session ended and the client did not
 				// re-authenticate; the broker closes the connection.
-				c.Conn.Close()
+				_ = c.Close() // the error returned is what counts
 				return 0, errors.New("session expired")
 			}
 		}

@@ -63,7 +63,7 @@ func newHDFSStore(loc location, hc map[string]string, a auth) (*hdfsStore, error
 		return nil, errors.New("core-site.xml (HADOOP_CONF_DIR) sets hadoop.security.authentication = kerberos; set hdfs.kerberosPrincipal and hdfs.kerberosKeytab to the agent's principal and keytab (sluice logs in from a keytab, not a ticket cache)")
 	}
 	if a.kerberos && opts.KerberosServicePrincipleName == "" {
-		return nil, errors.New("Kerberos needs the namenode's principal: set dfs.namenode.kerberos.principal (such as nn/_HOST@EXAMPLE.COM) in hdfs-site.xml under HADOOP_CONF_DIR")
+		return nil, errors.New("kerberos needs the namenode's principal: set dfs.namenode.kerberos.principal (such as nn/_HOST@EXAMPLE.COM) in hdfs-site.xml under HADOOP_CONF_DIR")
 	}
 	if loc.host != "" {
 		opts.Addresses = []string{loc.host}

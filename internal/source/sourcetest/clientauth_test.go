@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -85,7 +86,7 @@ func sendSyslog(ctx context.Context, addr string, cfg *tls.Config, body string) 
 		// after the client's handshake: read for it.
 		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 		if _, rerr := c.Read(make([]byte, 1)); rerr != nil {
-			if ne, ok := rerr.(net.Error); !ok || !ne.Timeout() {
+			if ne, ok := errors.AsType[net.Error](rerr); !ok || !ne.Timeout() {
 				err = rerr
 			}
 		}

@@ -244,7 +244,7 @@ func (s *Source) serve(ctx context.Context, c net.Conn) {
 	}()
 	log := s.env.Log()
 	peer := c.RemoteAddr().String()
-	var nc net.Conn = c // c stays the key of s.conns, closed by the defer
+	nc := net.Conn(c) // c stays the key of s.conns, closed by the defer
 	if s.tcfg != nil {
 		// A failed handshake is counted (TLSHandshakeFailCount) and told
 		// there, throttled, as the listener sources do.
@@ -252,7 +252,7 @@ func (s *Source) serve(ctx context.Context, c net.Conn) {
 		if err != nil {
 			return
 		}
-		defer tc.Close() // before c: it says close_notify
+		defer func() { _ = tc.Close() }() // before c: it says close_notify
 		nc = tc
 	}
 	log.Debug("thrift source: connection opened", "source", s.env.Name, "peer", peer)

@@ -157,7 +157,7 @@ func (k *KDC) startKDC(t testing.TB, port int) error {
 		default:
 		}
 		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond); err == nil {
-			c.Close()
+			_ = c.Close() // only a probe
 			break
 		}
 		if time.Now().After(deadline) {
@@ -189,7 +189,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	pc.Close()
+	_ = pc.Close() // only a probe
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
