@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/bench"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -507,9 +508,13 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 	c.noteFlumeBinding(log, addr)
 	a, err := agent.New(opts)
 	if err != nil {
-		printProblems(stderr, err)
+		printProblems(stderr, err, redact.New(opts.Secrets()...))
 		return exitFailed
 	}
+	// Whatever logs through the default logger (a library, a component's
+	// fallback) masks the agent's secrets too.
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(a.Logger())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx, reload) }()
 	select {
@@ -533,17 +538,26 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 // validate prints every problem, warning and note of the configuration,
 // one per line, and returns 1 when it has an error, or a warning with
 // --strict.
+//
+// Problems come with the configuration's secrets masked; the command line's
+// (--conf-password, a URI's password) are masked in every line too.
 func validate(ctx context.Context, c *cli, stdout io.Writer) int {
-	probs, err := agent.Check(ctx, c.options())
+	opts := c.options()
+	red := redact.New(opts.Secrets()...)
+	probs, err := agent.Check(ctx, opts)
 	var ps *config.Problems
 	if err != nil && !errors.As(err, &ps) {
-		fmt.Fprintf(stdout, "sluice: %v\n", err)
+		fmt.Fprintf(stdout, "sluice: %v\n", red.Error(err))
 		return 1
 	}
 	for _, p := range probs.Sorted() {
 		fmt.Fprintln(stdout, p.String())
 	}
-	what := strings.Join(append(append([]string(nil), c.files...), c.uris...), ", ")
+	var names []string
+	for _, l := range append(append([]string(nil), c.files...), c.uris...) {
+		names = append(names, config.Name(l))
+	}
+	what := red.String(strings.Join(names, ", "))
 	warnings := probs.Count(config.Warning)
 	switch {
 	case err != nil:
@@ -567,16 +581,17 @@ func plural(n int, what string) string {
 }
 
 // printProblems prints a configuration's errors and warnings, one per line,
-// or the error that kept it from being read.
-func printProblems(w io.Writer, err error) {
+// or the error that kept it from being read, with the secrets red knows
+// masked.
+func printProblems(w io.Writer, err error, red *redact.Redactor) {
 	var probs *config.Problems
 	if errors.As(err, &probs) {
 		for _, p := range probs.Sorted() {
 			if p.Severity != config.Note {
-				fmt.Fprintln(w, p.String())
+				fmt.Fprintln(w, red.String(p.String()))
 			}
 		}
 		return
 	}
-	fmt.Fprintf(w, "sluice: %v\n", err)
+	fmt.Fprintf(w, "sluice: %v\n", red.Error(err))
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/status"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
@@ -110,6 +112,24 @@ func javaTrustStore(sys map[string]string) (*tls.Config, error) {
 	return c, nil
 }
 
+// Secrets returns the credentials the options hold, which must never be
+// printed: --conf-user and --conf-password, the passwords of the URIs'
+// user information, the monitoring endpoint's password, and the values of
+// -D properties whose name says password (javax.net.ssl.trustStorePassword).
+// The configuration adds its own (see config.Problems.Secrets).
+func (o *Options) Secrets() []string {
+	out := []string{o.ConfUser, o.ConfPass, o.HTTPPassword}
+	for _, u := range o.URIs {
+		out = append(out, redact.URLPasswords(u)...)
+	}
+	for k, v := range o.Sys {
+		if strings.Contains(strings.ToLower(k), "password") {
+			out = append(out, v)
+		}
+	}
+	return slices.DeleteFunc(out, func(s string) bool { return s == "" })
+}
+
 func (o *Options) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -142,14 +162,15 @@ func Check(ctx context.Context, opts Options) (*config.Problems, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, probs, err := load(srcs, opts.Name, opts.Sys, metrics.NewRegistry(opts.Name), slog.New(slog.DiscardHandler), nil, nil)
+	_, probs, err := load(srcs, &opts, metrics.NewRegistry(opts.Name), slog.New(slog.DiscardHandler), nil, nil)
 	return probs, err
 }
 
-// load parses the sources and builds their graph; problems of both steps
-// are reported together.
-func load(srcs []config.Source, name string, sys map[string]string, reg *metrics.Registry, log *slog.Logger, keep *graph, taps *flow.Taps) (*graph, *config.Problems, error) {
-	cfg, err := config.LoadSources(srcs, name, config.Lookup{Sys: sys, Exec: config.RunCommand})
+// load parses the sources of the agent opts names and builds their graph;
+// problems of both steps are reported together, with the secrets of the
+// configuration and of opts masked.
+func load(srcs []config.Source, opts *Options, reg *metrics.Registry, log *slog.Logger, keep *graph, taps *flow.Taps) (*graph, *config.Problems, error) {
+	cfg, err := config.LoadSources(srcs, opts.Name, config.Lookup{Sys: opts.Sys, Exec: config.RunCommand})
 	var probs *config.Problems
 	if err != nil && (!errors.As(err, &probs) || cfg == nil) {
 		return nil, nil, err
@@ -157,6 +178,9 @@ func load(srcs []config.Source, name string, sys map[string]string, reg *metrics
 	// Component constructors record into the same Problems through their
 	// Props, so structural and component problems are reported together.
 	probs = cfg.Problems
+	for _, s := range opts.Secrets() {
+		probs.Secret(s)
+	}
 	b := &builder{cfg: cfg, reg: reg, log: log, probs: probs, keep: keep, taps: taps}
 	g := b.build()
 	if err := probs.Err(); err != nil {
@@ -176,11 +200,15 @@ type Agent struct {
 	mu sync.Mutex
 	// stmu guards what Status reads (g, state, nodes' life), for moments
 	// only, so /healthz answers while mu is held by a drain.
-	stmu    sync.Mutex
-	g       *graph
-	state   string // "starting", "running", "stopping", "stopped"
-	fetch   *config.Fetcher
-	secrets *redactor // replaces config-filter secrets in the log
+	stmu  sync.Mutex
+	g     *graph
+	state string // "starting", "running", "stopping", "stopped"
+	fetch *config.Fetcher
+	// secrets masks every secret the agent knows (its options' and its
+	// configuration's) in everything it says: the log, /healthz, /metrics,
+	// /api/status and the tap.
+	secrets *redact.Redactor
+	known   []string // what secrets masks; grows with reloads (see learn)
 	polls   *logthrottle.Throttle
 
 	// intakeClosed is set once a stop was asked for: from then on no
@@ -213,10 +241,13 @@ func (a *Agent) setGraph(g *graph) {
 // warnings and notes are logged; its errors are returned.
 func New(opts Options) (*Agent, error) {
 	opts.defaults()
-	red := &redactor{}
-	log := slog.New(&redactHandler{h: opts.Logger.Handler(), r: red})
-	a := &Agent{opts: opts, log: log, reg: metrics.NewRegistry(opts.Name), state: "stopped", taps: flow.NewTaps(),
-		secrets: red, polls: logthrottle.New(10*time.Minute, 1),
+	known := opts.Secrets()
+	red := redact.New(known...)
+	log := slog.New(red.Handler(opts.Logger.Handler()))
+	reg := metrics.NewRegistry(opts.Name)
+	reg.Redact = red
+	a := &Agent{opts: opts, log: log, reg: reg, state: "stopped", taps: flow.NewTaps(),
+		secrets: red, known: known, polls: logthrottle.New(10*time.Minute, 1),
 		startLog: logthrottle.New(5*time.Minute, 3), retryWake: make(chan struct{}, 1)}
 	f, err := opts.fetcher()
 	if err != nil {
@@ -239,24 +270,41 @@ func New(opts Options) (*Agent, error) {
 // configuration leaves no trace, then builds them for real and logs their
 // warnings and notes.
 func (a *Agent) build(srcs []config.Source) (*graph, error) {
-	_, probs, err := load(srcs, a.opts.Name, a.opts.Sys, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil, nil)
+	_, probs, err := load(srcs, &a.opts, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil, nil)
 	if probs != nil {
-		a.secrets.set(probs.Secrets())
+		a.learn(probs.Secrets())
 	}
 	if err != nil {
 		return nil, err
 	}
-	g, probs, err := load(srcs, a.opts.Name, a.opts.Sys, a.reg, a.log, nil, a.taps)
+	g, probs, err := load(srcs, &a.opts, a.reg, a.log, nil, a.taps)
 	if err != nil {
 		return nil, err
 	}
-	a.secrets.set(probs.Secrets())
+	a.learn(probs.Secrets())
 	a.logProblems(probs)
 	return g, nil
 }
 
-// Logger returns the agent's logger: the one given in Options, with the
-// configuration's secrets (values read through config filters) replaced.
+// learn adds secrets to those the agent masks. A secret stays masked for
+// the agent's life: after a reload that drops it (or a refused one that
+// brought it), a component draining or a late message may still quote it.
+// Called before Start or with mu held.
+func (a *Agent) learn(secrets []string) {
+	n := len(a.known)
+	for _, s := range secrets {
+		if !slices.Contains(a.known, s) {
+			a.known = append(a.known, s)
+		}
+	}
+	if len(a.known) > n {
+		a.secrets.Set(a.known)
+	}
+}
+
+// Logger returns the agent's logger: the one given in Options, with every
+// secret the agent knows masked (see Options.Secrets and
+// config.Problems.Secrets).
 func (a *Agent) Logger() *slog.Logger { return a.log }
 
 // Metrics returns the agent's metrics registry.
@@ -282,8 +330,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.setState("starting")
 	if a.opts.HTTPAddr != "" {
 		a.sampler = status.NewSampler(a, a.reg, 0)
+		// Every answer masks the agent's secrets: the status page's and
+		// the tap's through Redact, the metrics' and /healthz's through
+		// the registry's.
 		var h http.Handler = status.Handler(status.Config{Sampler: a.sampler, Taps: a.taps, AllowTap: a.opts.AllowTap,
-			Log: a.log, Next: metrics.HandlerWithStatus(a.reg, a.Status)})
+			Log: a.log, Redact: a.secrets, Next: metrics.HandlerWithStatus(a.reg, a.Status)})
 		if a.opts.HTTPUser != "" {
 			h = metrics.BasicAuth(h, a.opts.HTTPUser, a.opts.HTTPPassword)
 		}
@@ -412,9 +463,9 @@ func (a *Agent) lookup() config.Lookup {
 func (a *Agent) reloadFrom(ctx context.Context, srcs []config.Source) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_, probs, err := load(srcs, a.opts.Name, a.opts.Sys, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil, nil)
+	_, probs, err := load(srcs, &a.opts, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil, nil)
 	if probs != nil {
-		a.secrets.set(probs.Secrets())
+		a.learn(probs.Secrets())
 	}
 	if err != nil {
 		a.log.Error("configuration not reloaded: it has problems", "file", a.configName(), "problems", err.Error())
@@ -427,7 +478,7 @@ func (a *Agent) reloadFrom(ctx context.Context, srcs []config.Source) error {
 	// Build what changed (kept nodes are the old ones) before stopping
 	// anything, so a configuration that cannot be built leaves the agent as
 	// it was.
-	g, probs, err := load(srcs, a.opts.Name, a.opts.Sys, a.reg, a.log, old, a.taps)
+	g, probs, err := load(srcs, &a.opts, a.reg, a.log, old, a.taps)
 	if err != nil {
 		a.log.Error("configuration not reloaded", "file", a.configName(), "err", err)
 		return err

@@ -40,6 +40,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // Component kinds.
@@ -454,6 +456,9 @@ func (l *loader) value(e fileEntry, lk Lookup) (Value, bool) {
 	}
 	text = javaTrim(text)
 	for _, s := range x.secrets {
+		l.probs.Secret(s)
+	}
+	for _, s := range redact.URLPasswords(text) {
 		l.probs.Secret(s)
 	}
 	return Value{Text: text, Line: e.Line, File: e.file, Secret: x.secret}, text != ""

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // Severity says what a Problem does to a configuration.
@@ -61,8 +63,9 @@ func (p Problem) String() string {
 // problem about the same key, which could only follow from it, is dropped,
 // so that each problem gives one line.
 //
-// Values read through config filters are secrets: Sorted, and so Error,
-// replace them in messages, so that no problem line prints one.
+// Values read through config filters, and the passwords of URLs written
+// with user information, are secrets: Sorted, and so Error, mask them in
+// messages (see internal/redact), so that no problem line prints one.
 type Problems struct {
 	List []Problem
 
@@ -160,8 +163,7 @@ func (ps *Problems) Sorted() []Problem {
 		}
 		dedup = append(dedup, p)
 	}
-	if len(ps.secrets) > 0 {
-		r := Redactor(ps.Secrets())
+	if r := redact.Replacer(ps.secrets); r != nil {
 		for i := range dedup {
 			dedup[i].Msg = r.Replace(dedup[i].Msg)
 		}
@@ -183,20 +185,4 @@ func (ps *Problems) Error() string {
 		b.WriteString(p.String())
 	}
 	return b.String()
-}
-
-// Redacted is what a secret is replaced with in messages and logs.
-const Redacted = "<secret>"
-
-// Redactor returns a replacer of every secret (longest first) with
-// Redacted. Secrets shorter than 3 characters are left alone: replacing
-// every "1" or "a" would garble messages more than it protects.
-func Redactor(secrets []string) *strings.Replacer {
-	var pairs []string
-	for _, s := range secrets {
-		if len(s) >= 3 {
-			pairs = append(pairs, s, Redacted)
-		}
-	}
-	return strings.NewReplacer(pairs...)
 }
