@@ -16,7 +16,9 @@
 //   - Rejects: every refused input (or connection) logged at WARN with the
 //     peer and reason, throttled, and counted in a metric per reason.
 //   - ListenUDP: a UDP socket with a receive buffer as large as the kernel
-//     allows (up to a few MiB) and kernel drop counting.
+//     allows (up to a few MiB); WatchDrops counts what the kernel drops on
+//     it (the burst's tail too), and DrainUDP reads what it still holds when
+//     its source stops.
 package listener
 
 import (
