@@ -30,8 +30,9 @@ var version = "dev"
 
 const usage = `usage:
   sluice agent -f FILE -n NAME [options]     run the agent NAME defined in FILE
-  sluice validate -f FILE -n NAME [options]  check FILE: print each problem, warning and note;
-                                             exit 1 on an error (with --strict, on a warning too)
+  sluice validate -f FILE -n NAME [options]  check FILE: print its errors, warnings and notes (the first
+                                             100 of each, --max-problems); exit 1 on an error (with
+                                             --strict, on a warning too)
   sluice bench PRESET | [options]            generate load, receive it, report loss and latency
                                              (sluice bench --help)
   sluice top [--http ADDR]                   the components of a running agent, live, in the terminal
@@ -54,6 +55,8 @@ agent and validate options (flume-ng's names work too):
                            -Djavax.net.ssl.trustStore=F (trustStoreType PKCS12 or PEM,
                            trustStorePassword) is whom https URIs are trusted to be
   --strict                 validate only: warnings (keys sluice ignores) are errors too
+  --max-problems N         print (or log) the first N errors, warnings and notes of each kind, in
+                           file order, then how many more (default 100; 0: all)
   --http ADDR              serve the status page (/), /metrics (Flume JSON), /metrics/prometheus
                            and /healthz on ADDR; a port alone (:41414) and -Dflume.monitoring.port
                            listen on loopback (127.0.0.1) only: give 0.0.0.0:PORT to serve other
@@ -130,6 +133,7 @@ type cli struct {
 	logFormat          string
 	noReload           bool
 	strict             bool
+	maxProblems        int           // 0: the default; -1: all
 	pollInterval       time.Duration // 0: the default
 	shutdownTimeout    time.Duration // 0: the default
 	httpUser           string
@@ -221,6 +225,18 @@ func parse(args []string) (*cli, error) {
 			c.logFormat, err = next()
 		case "--no-reload-conf", "-no-reload-conf":
 			c.noReload = true
+		case "--max-problems", "-max-problems":
+			var v string
+			if v, err = next(); err == nil {
+				var n int
+				if n, err = strconv.Atoi(v); err != nil || n < 0 {
+					err = fmt.Errorf("--max-problems %q: want a number of problems of each kind to print (0: all)", v)
+				}
+				c.maxProblems = n
+				if n == 0 {
+					c.maxProblems = -1
+				}
+			}
 		case "--strict", "-strict":
 			if c.cmd != "validate" {
 				err = fmt.Errorf("--strict is an option of validate")
@@ -271,7 +287,7 @@ func parse(args []string) (*cli, error) {
 // options are the agent options the command line gives.
 func (c *cli) options() agent.Options {
 	o := agent.Options{Name: c.name, Sys: c.sys, URIs: c.uris, ConfUser: c.confUser, ConfPass: c.confPass,
-		ShutdownTimeout: c.shutdownTimeout}
+		ShutdownTimeout: c.shutdownTimeout, MaxProblems: c.maxProblems}
 	if len(c.files) > 0 {
 		o.File, o.Files = c.files[0], c.files[1:]
 	}
@@ -550,8 +566,8 @@ func validate(ctx context.Context, c *cli, stdout io.Writer) int {
 		fmt.Fprintf(stdout, "sluice: %v\n", red.Error(err))
 		return 1
 	}
-	for _, p := range probs.Sorted() {
-		fmt.Fprintln(stdout, p.String())
+	for _, line := range probs.Lines(true) {
+		fmt.Fprintln(stdout, red.String(line))
 	}
 	var names []string
 	for _, l := range append(append([]string(nil), c.files...), c.uris...) {
@@ -586,10 +602,8 @@ func plural(n int, what string) string {
 func printProblems(w io.Writer, err error, red *redact.Redactor) {
 	var probs *config.Problems
 	if errors.As(err, &probs) {
-		for _, p := range probs.Sorted() {
-			if p.Severity != config.Note {
-				fmt.Fprintln(w, red.String(p.String()))
-			}
+		for _, line := range probs.Lines(false) {
+			fmt.Fprintln(w, red.String(line))
 		}
 		return
 	}

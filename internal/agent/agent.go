@@ -61,6 +61,11 @@ type Options struct {
 	// StopTimeout bounds how long each component may take to start or stop
 	// once asked. 0 means DefaultStopTimeout.
 	StopTimeout time.Duration
+	// MaxProblems is how many problems of each severity (errors, warnings,
+	// notes) a load keeps to print or log, the first in file and line
+	// order; the others are counted ("... and N more warnings"). 0 means
+	// config.DefaultKeep, a negative number all of them.
+	MaxProblems int
 	// PollInterval is how often the configuration is read again to see
 	// whether it changed; 0 turns polling off (SIGHUP still reloads). A
 	// failed read keeps the running configuration.
@@ -170,7 +175,8 @@ func Check(ctx context.Context, opts Options) (*config.Problems, error) {
 // problems of both steps are reported together, with the secrets of the
 // configuration and of opts masked.
 func load(srcs []config.Source, opts *Options, reg *metrics.Registry, log *slog.Logger, keep *graph, taps *flow.Taps) (*graph, *config.Problems, error) {
-	cfg, err := config.LoadSources(srcs, opts.Name, config.Lookup{Sys: opts.Sys, Exec: config.RunCommand})
+	cfg, err := config.LoadSourcesInto(&config.Problems{Keep: opts.MaxProblems}, srcs, opts.Name,
+		config.Lookup{Sys: opts.Sys, Exec: config.RunCommand})
 	var probs *config.Problems
 	if err != nil && (!errors.As(err, &probs) || cfg == nil) {
 		return nil, nil, err
@@ -509,15 +515,26 @@ func (a *Agent) reloadFrom(ctx context.Context, srcs []config.Source) error {
 }
 
 // logProblems logs a loaded configuration's warnings (WARN) and notes
-// (INFO), one line each.
+// (INFO), one line each, the first MaxProblems of each in file and line
+// order, then how many more there are.
 func (a *Agent) logProblems(probs *config.Problems) {
+	kept := map[config.Severity]int{}
 	for _, p := range probs.Sorted() {
+		kept[p.Severity]++
 		switch p.Severity {
 		case config.Warning:
 			a.log.Warn(p.String())
 		case config.Note:
 			a.log.Info(p.String())
 		}
+	}
+	if more := probs.Count(config.Warning) - kept[config.Warning]; more > 0 {
+		a.log.Warn("... and more warnings, not logged: sluice validate --max-problems 0 lists them all",
+			"file", a.configName(), "warnings", more)
+	}
+	if more := probs.Count(config.Note) - kept[config.Note]; more > 0 {
+		a.log.Info("... and more notes, not logged: sluice validate --max-problems 0 lists them all",
+			"file", a.configName(), "notes", more)
 	}
 }
 
