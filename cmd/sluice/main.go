@@ -555,8 +555,9 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 // one per line, and returns 1 when it has an error, or a warning with
 // --strict.
 //
-// Problems come with the configuration's secrets masked; the command line's
-// (--conf-password, a URI's password) are masked in every line too.
+// Problems come with the configuration's secrets and the command line's
+// (--conf-password, a URI's password) masked; the other lines mask the
+// command line's.
 func validate(ctx context.Context, c *cli, stdout io.Writer) int {
 	opts := c.options()
 	red := redact.New(opts.Secrets()...)
@@ -566,8 +567,8 @@ func validate(ctx context.Context, c *cli, stdout io.Writer) int {
 		fmt.Fprintf(stdout, "sluice: %v\n", red.Error(err))
 		return 1
 	}
-	for _, line := range probs.Lines(true) {
-		fmt.Fprintln(stdout, red.String(line))
+	for _, line := range probs.Lines(true) { // secrets masked, the options' too
+		fmt.Fprintln(stdout, line)
 	}
 	var names []string
 	for _, l := range append(append([]string(nil), c.files...), c.uris...) {
@@ -596,14 +597,14 @@ func plural(n int, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
-// printProblems prints a configuration's errors and warnings, one per line,
-// or the error that kept it from being read, with the secrets red knows
-// masked.
+// printProblems prints a configuration's errors and warnings, one per line
+// (their secrets and the options' masked by the Problems), or the error
+// that kept it from being read, with the secrets red knows masked.
 func printProblems(w io.Writer, err error, red *redact.Redactor) {
 	var probs *config.Problems
 	if errors.As(err, &probs) {
 		for _, line := range probs.Lines(false) {
-			fmt.Fprintln(w, red.String(line))
+			fmt.Fprintln(w, line)
 		}
 		return
 	}

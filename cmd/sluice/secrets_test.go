@@ -208,7 +208,11 @@ func TestSecretsNeverLeaveTheProcess(t *testing.T) {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
-		_, _ = io.WriteString(w, secretsConf(helper, dead, kafka.Brokers(), 0))
+		conf := secretsConf(helper, dead, kafka.Brokers(), 0)
+		if strings.HasSuffix(r.URL.Path, "/bad.properties") {
+			conf += "a1.channels.ck.capacity = " + leakConfPW + "\n" // a problem quoting it
+		}
+		_, _ = io.WriteString(w, conf)
 	}))
 	defer srv.Close()
 	uri := strings.Replace(srv.URL, "http://", "http://bob:"+leakURLPass+"@", 1) + "/agent.properties"
@@ -219,6 +223,14 @@ func TestSecretsNeverLeaveTheProcess(t *testing.T) {
 		t.Fatalf("validate: %v\n%s", err, valOut)
 	}
 	outputs["validate"] = string(valOut)
+	bad := exec.Command(bin, "validate", "--conf-uri", strings.Replace(uri, "agent.properties", "bad.properties", 1),
+		"--conf-user", "alice", "--conf-password", leakConfPW, "-n", "a1")
+	bad.Env = env
+	badOut, err := bad.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("validate of a bad value: %v, want exit 1\n%s", err, badOut)
+	}
+	outputs["validate, a bad value"] = string(badOut)
 
 	names := slices.Sorted(maps.Keys(outputs))
 	for _, name := range names {
@@ -242,6 +254,7 @@ func TestSecretsNeverLeaveTheProcess(t *testing.T) {
 		"log":                               "token=<secret>",
 		"failed start":                      "listen <secret>:",
 		"validate":                          "http://127.0.0.1:",
+		"validate, a bad value":             `a1.channels.ck.capacity: "<secret>" is not a whole number`,
 	} {
 		if got := jsonText(outputs[name]); !strings.Contains(got, want) {
 			t.Errorf("%s lacks %q:\n%s", name, want, got)
