@@ -104,13 +104,15 @@ func (e *redacted) Unwrap() error { return e.err }
 // masked whole.
 func Replacer(secrets []string) *strings.Replacer {
 	var forms []string
+	seen := map[string]bool{}
 	for _, s := range secrets {
 		if len(s) < MinLen {
 			continue
 		}
 		j, _ := json.Marshal(s)
 		for _, f := range []string{s, unquoted(strconv.Quote(s)), unquoted(string(j)), url.QueryEscape(s), url.PathEscape(s)} {
-			if !slices.Contains(forms, f) {
+			if !seen[f] {
+				seen[f] = true
 				forms = append(forms, f)
 			}
 		}
