@@ -213,9 +213,10 @@ type Agent struct {
 	// secrets masks every secret the agent knows (its options' and its
 	// configuration's) in everything it says: the log, /healthz, /metrics,
 	// /api/status and the tap.
-	secrets *redact.Redactor
-	known   []string // what secrets masks; grows with reloads (see learn)
-	polls   *logthrottle.Throttle
+	secrets  *redact.Redactor
+	known    []string        // what secrets masks; grows with reloads (see learn)
+	knownSet map[string]bool // known, as a set
+	polls    *logthrottle.Throttle
 
 	// intakeClosed is set once a stop was asked for: from then on no
 	// source starts and every source's processor refuses puts.
@@ -247,14 +248,14 @@ func (a *Agent) setGraph(g *graph) {
 // warnings and notes are logged; its errors are returned.
 func New(opts Options) (*Agent, error) {
 	opts.defaults()
-	known := opts.Secrets()
-	red := redact.New(known...)
+	red := redact.New()
 	log := slog.New(red.Handler(opts.Logger.Handler()))
 	reg := metrics.NewRegistry(opts.Name)
 	reg.Redact = red
 	a := &Agent{opts: opts, log: log, reg: reg, state: "stopped", taps: flow.NewTaps(),
-		secrets: red, known: known, polls: logthrottle.New(10*time.Minute, 1),
+		secrets: red, knownSet: map[string]bool{}, polls: logthrottle.New(10*time.Minute, 1),
 		startLog: logthrottle.New(5*time.Minute, 3), retryWake: make(chan struct{}, 1)}
+	a.learn(opts.Secrets())
 	f, err := opts.fetcher()
 	if err != nil {
 		return nil, err
@@ -299,7 +300,8 @@ func (a *Agent) build(srcs []config.Source) (*graph, error) {
 func (a *Agent) learn(secrets []string) {
 	n := len(a.known)
 	for _, s := range secrets {
-		if !slices.Contains(a.known, s) {
+		if !a.knownSet[s] {
+			a.knownSet[s] = true
 			a.known = append(a.known, s)
 		}
 	}
