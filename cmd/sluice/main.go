@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bench"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/panics"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
@@ -31,8 +32,9 @@ var version = "dev"
 
 const usage = `usage:
   sluice agent -f FILE -n NAME [options]     run the agent NAME defined in FILE
-  sluice validate -f FILE -n NAME [options]  check FILE: print each problem, warning and note;
-                                             exit 1 on an error (with --strict, on a warning too)
+  sluice validate -f FILE -n NAME [options]  check FILE: print its errors, warnings and notes (the first
+                                             100 of each, --max-problems); exit 1 on an error (with
+                                             --strict, on a warning too)
   sluice bench PRESET | [options]            generate load, receive it, report loss and latency
                                              (sluice bench --help)
   sluice top [--http ADDR]                   the components of a running agent, live, in the terminal
@@ -55,6 +57,8 @@ agent and validate options (flume-ng's names work too):
                            -Djavax.net.ssl.trustStore=F (a JKS, PKCS12 or PEM store,
                            trustStorePassword) is whom https URIs are trusted to be
   --strict                 validate only: warnings (keys sluice ignores) are errors too
+  --max-problems N         print (or log) the first N errors, warnings and notes of each kind, in
+                           file order, then how many more (default 100; 0: all)
   --http ADDR              serve the status page (/), /metrics (Flume JSON), /metrics/prometheus
                            and /healthz on ADDR; a port alone (:41414) and -Dflume.monitoring.port
                            listen on loopback (127.0.0.1) only: give 0.0.0.0:PORT to serve other
@@ -138,6 +142,7 @@ type cli struct {
 	logFormat          string
 	noReload           bool
 	strict             bool
+	maxProblems        int           // 0: the default; -1: all
 	pollInterval       time.Duration // 0: the default
 	shutdownTimeout    time.Duration // 0: the default
 	httpUser           string
@@ -232,6 +237,18 @@ func parse(args []string) (*cli, error) {
 			c.logFormat, err = next()
 		case "--no-reload-conf", "-no-reload-conf":
 			c.noReload = true
+		case "--max-problems", "-max-problems":
+			var v string
+			if v, err = next(); err == nil {
+				var n int
+				if n, err = strconv.Atoi(v); err != nil || n < 0 {
+					err = fmt.Errorf("--max-problems %q: want a number of problems of each kind to print (0: all)", v)
+				}
+				c.maxProblems = n
+				if n == 0 {
+					c.maxProblems = -1
+				}
+			}
 		case "--strict", "-strict":
 			if c.cmd != "validate" {
 				err = fmt.Errorf("--strict is an option of validate")
@@ -282,7 +299,7 @@ func parse(args []string) (*cli, error) {
 // options are the agent options the command line gives.
 func (c *cli) options() agent.Options {
 	o := agent.Options{Name: c.name, Sys: c.sys, URIs: c.uris, ConfUser: c.confUser, ConfPass: c.confPass,
-		ShutdownTimeout: c.shutdownTimeout}
+		ShutdownTimeout: c.shutdownTimeout, MaxProblems: c.maxProblems}
 	if len(c.files) > 0 {
 		o.File, o.Files = c.files[0], c.files[1:]
 	}
@@ -532,10 +549,14 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 	c.noteFlumeBinding(log, addr)
 	a, err := agent.New(opts)
 	if err != nil {
-		printProblems(stderr, err)
+		printProblems(stderr, err, redact.New(opts.Secrets()...))
 		return exitFailed
 	}
 	panics.SetLogger(a.Logger()) // redacts the configuration's secrets
+	// Whatever logs through the default logger (a library, a component's
+	// fallback) masks the agent's secrets too.
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(a.Logger())
 	done := make(chan error, 1)
 	panics.Go("agent", func() { done <- a.Run(ctx, reload) })
 	select {
@@ -559,17 +580,27 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 // validate prints every problem, warning and note of the configuration,
 // one per line, and returns 1 when it has an error, or a warning with
 // --strict.
+//
+// Problems come with the configuration's secrets and the command line's
+// (--conf-password, a URI's password) masked; the other lines mask the
+// command line's.
 func validate(ctx context.Context, c *cli, stdout io.Writer) int {
-	probs, err := agent.Check(ctx, c.options())
+	opts := c.options()
+	red := redact.New(opts.Secrets()...)
+	probs, err := agent.Check(ctx, opts)
 	var ps *config.Problems
 	if err != nil && !errors.As(err, &ps) {
-		fmt.Fprintf(stdout, "sluice: %v\n", err)
+		fmt.Fprintf(stdout, "sluice: %v\n", red.Error(err))
 		return 1
 	}
-	for _, p := range probs.Sorted() {
-		fmt.Fprintln(stdout, p.String())
+	for _, line := range probs.Lines(true) { // secrets masked, the options' too
+		fmt.Fprintln(stdout, line)
 	}
-	what := strings.Join(append(append([]string(nil), c.files...), c.uris...), ", ")
+	var names []string
+	for _, l := range append(append([]string(nil), c.files...), c.uris...) {
+		names = append(names, config.Name(l))
+	}
+	what := red.String(strings.Join(names, ", "))
 	warnings := probs.Count(config.Warning)
 	switch {
 	case err != nil:
@@ -592,17 +623,16 @@ func plural(n int, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
-// printProblems prints a configuration's errors and warnings, one per line,
-// or the error that kept it from being read.
-func printProblems(w io.Writer, err error) {
+// printProblems prints a configuration's errors and warnings, one per line
+// (their secrets and the options' masked by the Problems), or the error
+// that kept it from being read, with the secrets red knows masked.
+func printProblems(w io.Writer, err error, red *redact.Redactor) {
 	var probs *config.Problems
 	if errors.As(err, &probs) {
-		for _, p := range probs.Sorted() {
-			if p.Severity != config.Note {
-				fmt.Fprintln(w, p.String())
-			}
+		for _, line := range probs.Lines(false) {
+			fmt.Fprintln(w, line)
 		}
 		return
 	}
-	fmt.Fprintf(w, "sluice: %v\n", err)
+	fmt.Fprintf(w, "sluice: %v\n", red.Error(err))
 }

@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func TestParse(t *testing.T) {
@@ -156,5 +160,72 @@ func TestVersionAndUsage(t *testing.T) {
 	}
 	if code, _, errOut := runCLI("nope"); code != 2 || !strings.Contains(errOut, "usage:") {
 		t.Errorf("unknown command: %d %q", code, errOut)
+	}
+}
+
+// TestValidateManyProblems: validate prints the errors first, then the
+// first 100 warnings in file order and how many more there are (all of
+// them with --max-problems 0), then its verdict with the full count; the
+// agent's start logs as many.
+func TestValidateManyProblems(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("a1.sources = r1\na1.channels = c1\na1.sinks = k1\n" +
+		"a1.sources.r1.type = seq\na1.sources.r1.channels = c1\na1.channels.c1.type = memory\n" +
+		"a1.sinks.k1.type = null\na1.sinks.k1.channel = c1\n")
+	for i := range 250 {
+		fmt.Fprintf(&b, "a1.sinks.k1.unknown%03d = x\n", 249-i) // written last first: kept by line, not name
+	}
+	b.WriteString("a1.channels.c1.capacity = lots\n")
+	file := filepath.Join(t.TempDir(), "many.properties")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runCLI("validate", "-f", file, "-n", "a1")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 1 || len(lines) != 102 {
+		t.Fatalf("exit %d, %d lines, want 1 and 102:\n%s", code, len(lines), out)
+	}
+	want := []string{file + `:259: a1.channels.c1.capacity: "lots" is not a whole number`,
+		file + ":9: a1.sinks.k1.unknown249: ignored: sluice does not read it"}
+	if lines[0] != want[0] || lines[1] != want[1] || !strings.HasPrefix(lines[100], file+":108: ") || lines[101] != "... and 150 more warnings" {
+		t.Errorf("output:\n%s", out)
+	}
+	code, out, _ = runCLI("validate", "-f", file, "-n", "a1", "--max-problems", "0")
+	if n := strings.Count(out, "ignored: sluice does not read it"); code != 1 || n != 250 || strings.Contains(out, "more warnings") {
+		t.Errorf("--max-problems 0: exit %d, %d warnings printed:\n%s", code, n, out)
+	}
+	code, out, _ = runCLI("validate", "-f", file, "-n", "a1", "--max-problems", "3")
+	if lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); code != 1 || len(lines) != 5 || lines[4] != "... and 247 more warnings" {
+		t.Errorf("--max-problems 3: exit %d:\n%s", code, out)
+	}
+	if code, _, errOut := runCLI("validate", "-f", file, "-n", "a1", "--max-problems", "-1"); code != 2 || !strings.Contains(errOut, "--max-problems") {
+		t.Errorf("--max-problems -1: exit %d, %s", code, errOut)
+	}
+
+	// Without the error, the agent runs and logs 100 warnings and the count.
+	if err := os.WriteFile(file, []byte(strings.Replace(b.String(), "capacity = lots", "capacity = 1000", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runCLI("validate", "-f", file, "-n", "a1")
+	if code != 0 || !strings.HasSuffix(out, "... and 150 more warnings\n"+file+": agent a1 is valid, with 250 warnings\n") {
+		t.Errorf("exit %d:\n%s", code, out)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr testutil.LogBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"agent", "-f", file, "-n", "a1", "--no-reload-conf"}, nil, io.Discard, &stderr)
+	}()
+	for !strings.Contains(stderr.String(), "agent started") {
+		select {
+		case c := <-done:
+			t.Fatalf("exit %d:\n%s", c, stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	<-done
+	if n := stderr.Count("ignored: sluice does not read it"); n != 100 || stderr.Count("warnings=150") != 1 {
+		t.Errorf("%d warnings logged, want 100 and a count of 150 more:\n%s", n, stderr.String())
 	}
 }

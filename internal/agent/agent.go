@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/panics"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/status"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
@@ -60,6 +62,11 @@ type Options struct {
 	// StopTimeout bounds how long each component may take to start or stop
 	// once asked. 0 means DefaultStopTimeout.
 	StopTimeout time.Duration
+	// MaxProblems is how many problems of each severity (errors, warnings,
+	// notes) a load keeps to print or log, the first in file and line
+	// order; the others are counted ("... and N more warnings"). 0 means
+	// config.DefaultKeep, a negative number all of them.
+	MaxProblems int
 	// PollInterval is how often the configuration is read again to see
 	// whether it changed; 0 turns polling off (SIGHUP still reloads). A
 	// failed read keeps the running configuration.
@@ -111,6 +118,24 @@ func javaTrustStore(sys map[string]string) (*tls.Config, error) {
 	return c, nil
 }
 
+// Secrets returns the credentials the options hold, which must never be
+// printed: --conf-user and --conf-password, the passwords of the URIs'
+// user information, the monitoring endpoint's password, and the values of
+// -D properties whose name says password (javax.net.ssl.trustStorePassword).
+// The configuration adds its own (see config.Problems.Secrets).
+func (o *Options) Secrets() []string {
+	out := []string{o.ConfUser, o.ConfPass, o.HTTPPassword}
+	for _, u := range o.URIs {
+		out = append(out, redact.URLPasswords(u)...)
+	}
+	for k, v := range o.Sys {
+		if strings.Contains(strings.ToLower(k), "password") {
+			out = append(out, v)
+		}
+	}
+	return slices.DeleteFunc(out, func(s string) bool { return s == "" })
+}
+
 func (o *Options) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -143,14 +168,16 @@ func Check(ctx context.Context, opts Options) (*config.Problems, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, probs, err := load(srcs, opts.Name, opts.Sys, metrics.NewRegistry(opts.Name), slog.New(slog.DiscardHandler), nil, nil)
+	_, probs, err := load(srcs, &opts, metrics.NewRegistry(opts.Name), slog.New(slog.DiscardHandler), nil, nil)
 	return probs, err
 }
 
-// load parses the sources and builds their graph; problems of both steps
-// are reported together.
-func load(srcs []config.Source, name string, sys map[string]string, reg *metrics.Registry, log *slog.Logger, keep *graph, taps *flow.Taps) (*graph, *config.Problems, error) {
-	cfg, err := config.LoadSources(srcs, name, config.Lookup{Sys: sys, Exec: config.RunCommand})
+// load parses the sources of the agent opts names and builds their graph;
+// problems of both steps are reported together, with the secrets of the
+// configuration and of opts masked.
+func load(srcs []config.Source, opts *Options, reg *metrics.Registry, log *slog.Logger, keep *graph, taps *flow.Taps) (*graph, *config.Problems, error) {
+	cfg, err := config.LoadSourcesInto(&config.Problems{Keep: opts.MaxProblems}, srcs, opts.Name,
+		config.Lookup{Sys: opts.Sys, Exec: config.RunCommand})
 	var probs *config.Problems
 	if err != nil && (!errors.As(err, &probs) || cfg == nil) {
 		return nil, nil, err
@@ -158,7 +185,10 @@ func load(srcs []config.Source, name string, sys map[string]string, reg *metrics
 	// Component constructors record into the same Problems through their
 	// Props, so structural and component problems are reported together.
 	probs = cfg.Problems
-	b := &builder{cfg: cfg, reg: reg, log: log, probs: probs, keep: keep, taps: taps, sys: sys}
+	for _, s := range opts.Secrets() {
+		probs.Secret(s)
+	}
+	b := &builder{cfg: cfg, reg: reg, log: log, probs: probs, keep: keep, taps: taps, sys: opts.Sys}
 	g := b.build()
 	if err := probs.Err(); err != nil {
 		return nil, probs, err
@@ -177,12 +207,17 @@ type Agent struct {
 	mu sync.Mutex
 	// stmu guards what Status reads (g, state, nodes' life), for moments
 	// only, so /healthz answers while mu is held by a drain.
-	stmu    sync.Mutex
-	g       *graph
-	state   string // "starting", "running", "stopping", "stopped"
-	fetch   *config.Fetcher
-	secrets *redactor           // replaces config-filter secrets in the log
-	polls   *logthrottle.Streak // configuration polls that fail
+	stmu  sync.Mutex
+	g     *graph
+	state string // "starting", "running", "stopping", "stopped"
+	fetch *config.Fetcher
+	// secrets masks every secret the agent knows (its options' and its
+	// configuration's) in everything it says: the log, /healthz, /metrics,
+	// /api/status and the tap.
+	secrets  *redact.Redactor
+	known    []string            // what secrets masks; grows with reloads (see learn)
+	knownSet map[string]bool     // known, as a set
+	polls    *logthrottle.Streak // configuration polls that fail
 
 	// drains are the parts reloads removed that still drain in the
 	// background, oldest first (see drainPart); guarded by mu and stmu.
@@ -217,11 +252,13 @@ func (a *Agent) setGraph(g *graph) {
 // warnings and notes are logged; its errors are returned.
 func New(opts Options) (*Agent, error) {
 	opts.defaults()
-	red := &redactor{}
-	log := slog.New(&redactHandler{h: opts.Logger.Handler(), r: red})
-	a := &Agent{opts: opts, log: log, reg: metrics.NewRegistry(opts.Name), state: "stopped", taps: flow.NewTaps(),
-		secrets:   red,
-		retryWake: make(chan struct{}, 1)}
+	red := redact.New()
+	log := slog.New(red.Handler(opts.Logger.Handler()))
+	reg := metrics.NewRegistry(opts.Name)
+	reg.Redact = red
+	a := &Agent{opts: opts, log: log, reg: reg, state: "stopped", taps: flow.NewTaps(),
+		secrets: red, knownSet: map[string]bool{}, retryWake: make(chan struct{}, 1)}
+	a.learn(opts.Secrets())
 	f, err := opts.fetcher()
 	if err != nil {
 		return nil, err
@@ -245,24 +282,42 @@ func New(opts Options) (*Agent, error) {
 // configuration leaves no trace, then builds them for real and logs their
 // warnings and notes.
 func (a *Agent) build(srcs []config.Source) (*graph, error) {
-	_, probs, err := load(srcs, a.opts.Name, a.opts.Sys, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil, nil)
+	_, probs, err := load(srcs, &a.opts, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil, nil)
 	if probs != nil {
-		a.secrets.set(probs.Secrets())
+		a.learn(probs.Secrets())
 	}
 	if err != nil {
 		return nil, err
 	}
-	g, probs, err := load(srcs, a.opts.Name, a.opts.Sys, a.reg, a.log, nil, a.taps)
+	g, probs, err := load(srcs, &a.opts, a.reg, a.log, nil, a.taps)
 	if err != nil {
 		return nil, err
 	}
-	a.secrets.set(probs.Secrets())
+	a.learn(probs.Secrets())
 	a.logProblems(probs)
 	return g, nil
 }
 
-// Logger returns the agent's logger: the one given in Options, with the
-// configuration's secrets (values read through config filters) replaced.
+// learn adds secrets to those the agent masks. A secret stays masked for
+// the agent's life: after a reload that drops it (or a refused one that
+// brought it), a component draining or a late message may still quote it.
+// Called before Start or with mu held.
+func (a *Agent) learn(secrets []string) {
+	n := len(a.known)
+	for _, s := range secrets {
+		if !a.knownSet[s] {
+			a.knownSet[s] = true
+			a.known = append(a.known, s)
+		}
+	}
+	if len(a.known) > n {
+		a.secrets.Set(a.known)
+	}
+}
+
+// Logger returns the agent's logger: the one given in Options, with every
+// secret the agent knows masked (see Options.Secrets and
+// config.Problems.Secrets).
 func (a *Agent) Logger() *slog.Logger { return a.log }
 
 // Metrics returns the agent's metrics registry.
@@ -288,8 +343,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.setState("starting")
 	if a.opts.HTTPAddr != "" {
 		a.sampler = status.NewSampler(a, a.reg, 0)
-		h := status.Handler(status.Config{Sampler: a.sampler, Taps: a.taps, AllowTap: a.opts.AllowTap,
-			Log: a.log, Next: metrics.HandlerWithStatus(a.reg, a.Status)})
+		// Every answer masks the agent's secrets: the status page's and
+		// the tap's through Redact, the metrics' and /healthz's through
+		// the registry's.
+		var h http.Handler = status.Handler(status.Config{Sampler: a.sampler, Taps: a.taps, AllowTap: a.opts.AllowTap,
+			Log: a.log, Redact: a.secrets, Next: metrics.HandlerWithStatus(a.reg, a.Status)})
 		if a.opts.HTTPUser != "" {
 			h = metrics.BasicAuth(h, a.opts.HTTPUser, a.opts.HTTPPassword)
 		}
@@ -420,9 +478,9 @@ func (a *Agent) Reload(ctx context.Context) error {
 func (a *Agent) reloadFrom(ctx context.Context, srcs []config.Source) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_, probs, err := load(srcs, a.opts.Name, a.opts.Sys, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil, nil)
+	_, probs, err := load(srcs, &a.opts, metrics.NewRegistry(a.opts.Name), slog.New(slog.DiscardHandler), nil, nil)
 	if probs != nil {
-		a.secrets.set(probs.Secrets())
+		a.learn(probs.Secrets())
 	}
 	if err != nil {
 		a.log.Error("configuration not reloaded: it has problems", "file", a.configName(), "problems", err.Error())
@@ -435,7 +493,7 @@ func (a *Agent) reloadFrom(ctx context.Context, srcs []config.Source) error {
 	// Build what changed (kept nodes are the old ones) before stopping
 	// anything, so a configuration that cannot be built leaves the agent as
 	// it was.
-	g, probs, err := load(srcs, a.opts.Name, a.opts.Sys, a.reg, a.log, old, a.taps)
+	g, probs, err := load(srcs, &a.opts, a.reg, a.log, old, a.taps)
 	if err != nil {
 		a.log.Error("configuration not reloaded", "file", a.configName(), "err", err)
 		return err
@@ -476,15 +534,26 @@ func (a *Agent) reloadFrom(ctx context.Context, srcs []config.Source) error {
 }
 
 // logProblems logs a loaded configuration's warnings (WARN) and notes
-// (INFO), one line each.
+// (INFO), one line each, the first MaxProblems of each in file and line
+// order, then how many more there are.
 func (a *Agent) logProblems(probs *config.Problems) {
+	kept := map[config.Severity]int{}
 	for _, p := range probs.Sorted() {
+		kept[p.Severity]++
 		switch p.Severity {
 		case config.Warning:
 			a.log.Warn(p.String())
 		case config.Note:
 			a.log.Info(p.String())
 		}
+	}
+	if more := probs.Count(config.Warning) - kept[config.Warning]; more > 0 {
+		a.log.Warn("... and more warnings, not logged: sluice validate --max-problems 0 lists them all",
+			"file", a.configName(), "warnings", more)
+	}
+	if more := probs.Count(config.Note) - kept[config.Note]; more > 0 {
+		a.log.Info("... and more notes, not logged: sluice validate --max-problems 0 lists them all",
+			"file", a.configName(), "notes", more)
 	}
 }
 

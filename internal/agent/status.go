@@ -17,6 +17,10 @@ import (
 // serves. It never waits for a stop or a reload in progress, and says
 // nothing that is no longer true: every reason is computed from the
 // components' state at the call.
+//
+// Reasons quote the components' errors, which may hold secrets: what serves
+// or prints the status masks them (the monitoring handlers, through the
+// registry's and the status page's Redact; Health).
 func (a *Agent) Status() metrics.Status {
 	a.stmu.Lock()
 	defer a.stmu.Unlock()
@@ -201,11 +205,11 @@ func eventsLeft(n int) string {
 }
 
 // Health returns nil when the agent runs and every component can work, or
-// one line per problem (see Status).
+// one line per problem (see Status), secrets masked.
 func (a *Agent) Health() error {
 	st := a.Status()
 	if st.Healthy() {
 		return nil
 	}
-	return errors.New(strings.Join(st.Problems(), "\n"))
+	return errors.New(a.secrets.String(strings.Join(st.Problems(), "\n")))
 }

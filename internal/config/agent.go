@@ -34,12 +34,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // Component kinds.
@@ -115,30 +118,31 @@ type SinkGroup struct {
 	File      string // file of the group's sinks key
 }
 
-// Fingerprint returns a string that changes exactly when the component's
-// type or any of its properties changes (after substitution), so that a
-// reload can keep the components whose configuration did not change. Lines
-// do not count.
+// Fingerprint returns a hash (hex SHA-256) that changes exactly when the
+// component's type or any of its properties changes (after substitution),
+// so that a reload can keep the components whose configuration did not
+// change. Lines do not count.
 func (c *Component) Fingerprint() string {
-	var b strings.Builder
-	b.WriteString(c.Kind)
-	b.WriteByte(' ')
-	b.WriteString(strconv.Quote(c.Type))
-	writeProps(&b, c.Props)
-	return b.String()
+	h := sha256.New()
+	buf := append([]byte(c.Kind), ' ')
+	h.Write(strconv.AppendQuote(buf, c.Type))
+	writeProps(h, c.Props)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
-// Fingerprint returns a string that changes exactly when the group's sinks
-// or processor properties change.
+// Fingerprint returns a hash (hex SHA-256) that changes exactly when the
+// group's sinks or processor properties change.
 func (g *SinkGroup) Fingerprint() string {
-	var b strings.Builder
-	b.WriteString("sinkgroup ")
-	b.WriteString(strconv.Quote(strings.Join(g.Sinks, " ")))
-	writeProps(&b, g.Processor)
-	return b.String()
+	h := sha256.New()
+	h.Write(strconv.AppendQuote([]byte("sinkgroup "), strings.Join(g.Sinks, " ")))
+	writeProps(h, g.Processor)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
-func writeProps(b *strings.Builder, p *Props) {
+// writeProps writes p's keys and values, sorted by key, to a fingerprint's
+// hash: the hash, not the text, is kept, so a large component costs 64
+// bytes, and a secret's value enters only as its own hash.
+func writeProps(h hash.Hash, p *Props) {
 	if p == nil {
 		return
 	}
@@ -147,17 +151,19 @@ func writeProps(b *strings.Builder, p *Props) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	var buf []byte
 	for _, k := range keys {
-		b.WriteByte('\n')
-		b.WriteString(strconv.Quote(k))
-		b.WriteByte('=')
+		buf = append(buf[:0], '\n')
+		buf = strconv.AppendQuote(buf, k)
+		buf = append(buf, '=')
 		if v := p.vals[k]; v.Secret {
-			// Only a hash: a fingerprint must not carry a secret.
 			sum := sha256.Sum256([]byte(v.Text))
-			b.WriteString("secret:" + hex.EncodeToString(sum[:]))
+			buf = append(buf, "secret:"...)
+			buf = hex.AppendEncode(buf, sum[:])
 		} else {
-			b.WriteString(strconv.Quote(v.Text))
+			buf = strconv.AppendQuote(buf, v.Text)
 		}
+		h.Write(buf)
 	}
 }
 
@@ -199,10 +205,15 @@ func LoadReader(file string, r io.Reader, agentName string, lk Lookup) (*Agent, 
 // name and line of the source that set it, so that its problems name that
 // source. There must be at least one source.
 func LoadSources(srcs []Source, agentName string, lk Lookup) (*Agent, error) {
+	return LoadSourcesInto(&Problems{}, srcs, agentName, lk)
+}
+
+// LoadSourcesInto is LoadSources recording into probs (so that the caller
+// sets how many problems it keeps).
+func LoadSourcesInto(probs *Problems, srcs []Source, agentName string, lk Lookup) (*Agent, error) {
 	if len(srcs) == 0 {
 		return nil, errors.New("config: no configuration source")
 	}
-	probs := &Problems{}
 	var all []fileEntry
 	names := make([]string, len(srcs))
 	for i, src := range srcs {
@@ -454,6 +465,9 @@ func (l *loader) value(e fileEntry, lk Lookup) (Value, bool) {
 	}
 	text = javaTrim(text)
 	for _, s := range x.secrets {
+		l.probs.Secret(s)
+	}
+	for _, s := range redact.URLPasswords(text) {
 		l.probs.Secret(s)
 	}
 	return Value{Text: text, Line: e.Line, File: e.file, Secret: x.secret}, text != ""

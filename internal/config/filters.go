@@ -33,8 +33,10 @@ import (
 //	hadoop    Flume's Hadoop credential store: refused (no Hadoop here).
 //
 // Every value a filter supplies is a secret (Value.Secret): problems never
-// quote it, fingerprints keep only its hash, and the agent's log and
-// validate output replace it (Problems.Secrets).
+// quote it, fingerprints keep only its hash, and everything the agent
+// prints or serves masks it (Problems.Secrets feeds the agent's
+// redact.Redactor: its log, /healthz, /metrics, /api/status, the tap, and
+// validate's output).
 
 // filterTimeout bounds how long an external filter's command may run for
 // one key. Flume waits for ever; a secret helper that hangs should fail the

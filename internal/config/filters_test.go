@@ -190,3 +190,21 @@ func TestSecretFingerprint(t *testing.T) {
 		t.Fatalf("fingerprints %q, %q", one, two)
 	}
 }
+
+// TestURLPasswordsAreSecrets: the password of a URL written with user
+// information is a secret wherever the URL is written, though no filter
+// read it: problems mask it.
+func TestURLPasswordsAreSecrets(t *testing.T) {
+	conf := filterBase + "a1.sinks.k1.endpoint = http://bob:pa55-w0rd@collector:8080/x\n"
+	a, err := LoadReader("f.properties", strings.NewReader(conf), "a1", filterLookup(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := a.Secrets(); len(s) != 1 || s[0] != "pa55-w0rd" {
+		t.Errorf("secrets %q", s)
+	}
+	a.Sinks[0].Props.Errorf("endpoint", "%q refused", a.Sinks[0].Props.String("endpoint", ""))
+	if out := a.Problems.Error(); strings.Contains(out, "pa55-w0rd") || !strings.Contains(out, `"http://bob:<secret>@collector:8080/x" refused`) {
+		t.Errorf("problems:\n%s", out)
+	}
+}

@@ -86,7 +86,7 @@ func FuzzParseProperties(f *testing.F) {
 			prev = e.Line
 		}
 		if ps != nil {
-			for _, p := range ps.List {
+			for _, p := range ps.Sorted() {
 				if p.File != "f" || p.Line < 1 || p.Line > maxLine {
 					t.Fatalf("bad problem %v", p)
 				}
@@ -123,7 +123,7 @@ func FuzzLoad(f *testing.F) {
 			if !errors.As(err, &ps) || ps != a.Problems {
 				t.Fatalf("error %v is not the agent's *Problems", err)
 			}
-			for _, p := range ps.List {
+			for _, p := range ps.Sorted() {
 				if p.File != "f" || p.Line < 0 || p.Key == "" || p.Msg == "" {
 					t.Fatalf("bad problem %#v", p)
 				}

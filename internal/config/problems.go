@@ -1,10 +1,14 @@
 package config
 
 import (
+	"container/heap"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // Severity says what a Problem does to a configuration.
@@ -53,21 +57,78 @@ func (p Problem) String() string {
 	return fmt.Sprintf("%s:%d: %s: %s", p.File, p.Line, p.Key, p.Msg)
 }
 
+// DefaultKeep is how many problems of each severity a Problems keeps to
+// print: the first in file and line order. The others are counted.
+const DefaultKeep = 100
+
 // Problems collects every problem found so they can be reported at once.
 // The zero value is ready to use. It is an error when it holds an Error.
+//
+// Its memory is bounded whatever the configuration: of each severity it
+// keeps the first Keep problems in file and line order (what validate and
+// the agent print, errors first) and only counts the others, once each
+// (a problem recorded twice counts once). A 15 MB file with 300,000 unknown
+// keys costs it a counter and an 8-byte hash a problem, not their text.
 //
 // A key whose value could not be resolved (an unset ${env:X}, a failing
 // config filter) is broken: its own problem is reported, and any later
 // problem about the same key, which could only follow from it, is dropped,
 // so that each problem gives one line.
 //
-// Values read through config filters are secrets: Sorted, and so Error,
-// replace them in messages, so that no problem line prints one.
+// Values read through config filters, and the passwords of URLs written
+// with user information, are secrets: Sorted, Lines and Error mask them in
+// messages (see internal/redact), so that no problem line prints one.
 type Problems struct {
-	List []Problem
+	// Keep is how many problems of each severity are kept to print; 0
+	// means DefaultKeep, a negative number all of them. Set it before the
+	// first problem is recorded.
+	Keep int
 
-	broken  map[string]bool
-	secrets []string
+	kept  [numSeverities]keptHeap
+	count [numSeverities]int
+	seen  map[uint64]struct{} // hashes of the problems recorded, for counting each once
+	seed  maphash.Seed
+	seq   int // problems recorded, to order those on one key by when they came
+
+	broken     map[string]bool
+	secrets    []string
+	secretSeen map[string]bool
+}
+
+const numSeverities = int(Note) + 1
+
+// kept is a problem held to print, with the order it was recorded in.
+type kept struct {
+	p   Problem
+	seq int
+}
+
+func (a kept) before(b kept) bool {
+	if a.p.File != b.p.File {
+		return a.p.File < b.p.File
+	}
+	if a.p.Line != b.p.Line {
+		return a.p.Line < b.p.Line
+	}
+	if a.p.Key != b.p.Key {
+		return a.p.Key < b.p.Key
+	}
+	return a.seq < b.seq
+}
+
+// keptHeap is a max-heap in print order: its root is the problem printed
+// last, the one a problem printed earlier replaces when the heap is full.
+type keptHeap []kept
+
+func (h keptHeap) Len() int           { return len(h) }
+func (h keptHeap) Less(i, j int) bool { return h[j].before(h[i]) }
+func (h keptHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *keptHeap) Push(x any)        { *h = append(*h, x.(kept)) }
+func (h *keptHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // Add records an error.
@@ -89,7 +150,32 @@ func (ps *Problems) add(sev Severity, file string, line int, key, format string,
 	if ps.broken[key] {
 		return
 	}
-	ps.List = append(ps.List, Problem{File: file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...), Severity: sev})
+	p := Problem{File: file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...), Severity: sev}
+	if ps.seen == nil {
+		ps.seen, ps.seed = map[uint64]struct{}{}, maphash.MakeSeed()
+	}
+	h := maphash.Comparable(ps.seed, p)
+	if _, dup := ps.seen[h]; dup {
+		return
+	}
+	ps.seen[h] = struct{}{}
+	ps.count[sev]++
+	ps.seq++
+	k, hp := kept{p, ps.seq}, &ps.kept[sev]
+	switch limit := ps.keep(); {
+	case limit < 0 || hp.Len() < limit:
+		heap.Push(hp, k)
+	case hp.Len() > 0 && k.before((*hp)[0]):
+		(*hp)[0] = k
+		heap.Fix(hp, 0)
+	}
+}
+
+func (ps *Problems) keep() int {
+	if ps.Keep == 0 {
+		return DefaultKeep
+	}
+	return ps.Keep
 }
 
 // Broken marks key as broken: later problems about it are dropped.
@@ -105,9 +191,14 @@ func (ps *Problems) IsBroken(key string) bool { return ps.broken[key] }
 
 // Secret records a value that must never be printed.
 func (ps *Problems) Secret(s string) {
-	if s != "" && !slices.Contains(ps.secrets, s) {
-		ps.secrets = append(ps.secrets, s)
+	if s == "" || ps.secretSeen[s] {
+		return
 	}
+	if ps.secretSeen == nil {
+		ps.secretSeen = map[string]bool{}
+	}
+	ps.secretSeen[s] = true
+	ps.secrets = append(ps.secrets, s)
 }
 
 // Secrets returns the values recorded as secret, longest first.
@@ -125,78 +216,73 @@ func (ps *Problems) Err() error {
 	return ps
 }
 
-// Count returns how many problems of severity sev ps holds.
+// Count returns how many problems of severity sev were recorded (each
+// once), kept or not.
 func (ps *Problems) Count(sev Severity) int {
 	if ps == nil {
 		return 0
 	}
-	n := 0
-	for _, p := range ps.Sorted() {
-		if p.Severity == sev {
-			n++
-		}
-	}
-	return n
+	return ps.count[sev]
 }
 
-// Sorted returns the problems ordered by file, line and key, without
-// duplicates, with secrets replaced in their messages.
+// Sorted returns the problems kept (all of them, unless there are more
+// than Keep of a severity) ordered by file, line and key, with secrets
+// masked in their messages.
 func (ps *Problems) Sorted() []Problem {
-	out := append([]Problem(nil), ps.List...)
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.File != b.File {
-			return a.File < b.File
+	if ps == nil {
+		return nil
+	}
+	var all []kept
+	for sev := range ps.kept {
+		all = append(all, ps.kept[sev]...)
+	}
+	return ps.print(all)
+}
+
+// print orders ks and masks the secrets in their messages.
+func (ps *Problems) print(ks []kept) []Problem {
+	slices.SortFunc(ks, func(a, b kept) int {
+		if a.before(b) {
+			return -1
 		}
-		if a.Line != b.Line {
-			return a.Line < b.Line
-		}
-		return a.Key < b.Key
+		return 1
 	})
-	dedup := out[:0]
-	for i, p := range out {
-		if i > 0 && p == out[i-1] {
+	out := make([]Problem, len(ks))
+	r := redact.Replacer(ps.secrets)
+	for i, k := range ks {
+		out[i] = k.p
+		if r != nil {
+			out[i].Msg = r.Replace(out[i].Msg)
+		}
+	}
+	return out
+}
+
+// Lines returns the problems as validate prints them, one a line
+// (FILE:LINE: key: message): the errors, then the warnings, then (with
+// notes) the notes, each in file and line order; after the kept ones of a
+// severity, a line "... and N more warnings" counts those not kept.
+func (ps *Problems) Lines(notes bool) []string {
+	if ps == nil {
+		return nil
+	}
+	var out []string
+	for _, sev := range []Severity{Error, Warning, Note} {
+		if sev == Note && !notes {
 			continue
 		}
-		dedup = append(dedup, p)
-	}
-	if len(ps.secrets) > 0 {
-		r := Redactor(ps.Secrets())
-		for i := range dedup {
-			dedup[i].Msg = r.Replace(dedup[i].Msg)
+		for _, p := range ps.print(append([]kept(nil), ps.kept[sev]...)) {
+			out = append(out, p.String())
+		}
+		switch more := ps.count[sev] - len(ps.kept[sev]); {
+		case more == 1:
+			out = append(out, fmt.Sprintf("... and 1 more %s", sev))
+		case more > 1:
+			out = append(out, fmt.Sprintf("... and %d more %ss", more, sev))
 		}
 	}
-	return dedup
+	return out
 }
 
-// Error prints one problem per line as FILE:LINE: key: message, errors and
-// warnings in file and line order (notes are left out).
-func (ps *Problems) Error() string {
-	var b strings.Builder
-	for _, p := range ps.Sorted() {
-		if p.Severity == Note {
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(p.String())
-	}
-	return b.String()
-}
-
-// Redacted is what a secret is replaced with in messages and logs.
-const Redacted = "<secret>"
-
-// Redactor returns a replacer of every secret (longest first) with
-// Redacted. Secrets shorter than 3 characters are left alone: replacing
-// every "1" or "a" would garble messages more than it protects.
-func Redactor(secrets []string) *strings.Replacer {
-	var pairs []string
-	for _, s := range secrets {
-		if len(s) >= 3 {
-			pairs = append(pairs, s, Redacted)
-		}
-	}
-	return strings.NewReplacer(pairs...)
-}
+// Error prints Lines without notes: the errors, then the warnings.
+func (ps *Problems) Error() string { return strings.Join(ps.Lines(false), "\n") }

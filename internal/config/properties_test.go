@@ -85,7 +85,7 @@ func TestParseProperties(t *testing.T) {
 			var lines []int
 			var ps *Problems
 			if errors.As(err, &ps) {
-				for _, p := range ps.List {
+				for _, p := range ps.Sorted() {
 					lines = append(lines, p.Line)
 					if p.File != "t.properties" || !strings.Contains(p.Msg, `\uXXXX`) {
 						t.Errorf("problem %v", p)

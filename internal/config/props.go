@@ -324,6 +324,7 @@ func (p *Props) Unused() {
 		}
 	}
 	sort.Strings(keys)
+	known := p.knownNames()
 	for _, k := range keys {
 		v := p.vals[k]
 		file := v.File
@@ -331,7 +332,7 @@ func (p *Props) Unused() {
 			file = p.File
 		}
 		suggest := ""
-		if s := p.closest(k); s != "" {
+		if s := closest(k, known); s != "" {
 			suggest = "did you mean " + p.root + s + "?"
 		}
 		if securityKey(k) {
@@ -371,27 +372,85 @@ func securityKey(k string) bool {
 	return false
 }
 
-// closest returns the key a getter asked for that is nearest to k in edit
-// distance, if close, or else one that k ends with (or that ends with k)
-// after a dot.
-func (p *Props) closest(k string) string {
+// knownName is a key a getter asked for, and its lower case.
+type knownName struct{ name, lower string }
+
+// knownNames returns the keys the getters asked for, sorted, each with its
+// lower case, for closest.
+func (p *Props) knownNames() []knownName {
+	out := make([]knownName, 0, len(p.asked))
+	for u := range p.asked {
+		out = append(out, knownName{u, strings.ToLower(u)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// closest returns the known key nearest to k in edit distance, if close,
+// or else one that k ends with (or that ends with k) after a dot. Ties go
+// to the first in sorted order. It is linear in the known keys for each k
+// (a key whose length is too far off is not compared), so that a file of
+// many unknown keys costs no more than reading them.
+func closest(k string, known []knownName) string {
 	best, bestD := "", 3
 	lk := strings.ToLower(k)
-	for u := range p.asked {
-		if d := EditDistance(lk, strings.ToLower(u)); d < bestD || (d == bestD && u < best && best != "") {
-			best, bestD = u, d
+	var rows editRows
+	for _, u := range known {
+		if abs(len(lk)-len(u.lower)) >= bestD {
+			continue // the distance is at least the difference in length
+		}
+		if d := rows.distance(lk, u.lower, bestD); d < bestD {
+			best, bestD = u.name, d
 		}
 	}
 	if best != "" {
 		return best
 	}
-	for u := range p.asked {
-		lu := strings.ToLower(u)
-		if (strings.HasSuffix(lk, "."+lu) || strings.HasSuffix(lu, "."+lk)) && (best == "" || u < best) {
-			best = u
+	for _, u := range known {
+		if strings.HasSuffix(lk, "."+u.lower) || strings.HasSuffix(u.lower, "."+lk) {
+			return u.name
 		}
 	}
-	return best
+	return ""
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// editRows are the two rows of EditDistance's table, reused across calls.
+type editRows struct{ prev, cur []int }
+
+// distance is EditDistance(a, b) when it is below limit, else limit or
+// more: it stops as soon as every entry of a row reaches limit.
+func (r *editRows) distance(a, b string, limit int) int {
+	if cap(r.prev) < len(b)+1 {
+		r.prev, r.cur = make([]int, len(b)+1), make([]int, len(b)+1)
+	}
+	prev, cur := r.prev[:len(b)+1], r.cur[:len(b)+1]
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		rowMin := cur[0]
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+			rowMin = min(rowMin, cur[j])
+		}
+		if rowMin >= limit {
+			return limit
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // EditDistance is the Levenshtein distance between a and b (in bytes): the

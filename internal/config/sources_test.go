@@ -35,8 +35,9 @@ func TestLoadSources(t *testing.T) {
 	}
 	r1 := a.Sources[0].Props
 	r1.Int("batchSize", 0)
-	want := "http://conf.example/site.properties:2: a1.channels.c1.capacity: ignored: set again on line 3, and the later value wins, as in Flume\n" +
-		`http://conf.example/site.properties:4: a1.sources.r1.batchSize: "lots" is not a whole number`
+	// Errors first, then warnings.
+	want := `http://conf.example/site.properties:4: a1.sources.r1.batchSize: "lots" is not a whole number` + "\n" +
+		"http://conf.example/site.properties:2: a1.channels.c1.capacity: ignored: set again on line 3, and the later value wins, as in Flume"
 	if got := a.Problems.Error(); got != want {
 		t.Errorf("problems:\n%s\nwant:\n%s", got, want)
 	}

@@ -13,10 +13,10 @@ import (
 func TestZooKeeperKeys(t *testing.T) {
 	for _, tc := range []struct {
 		props map[string]string
-		want  []string // substrings of the problems, in order
+		want  []string // substrings of the problems, in file, line and key order
 	}{
 		{map[string]string{"kafka.bootstrap.servers": "b:9092", "zookeeperConnect": "zk:2181", "migrateZookeeperOffsets": "true"},
-			[]string{"zookeeperConnect: ignored (not needed by sluice): Flume reads it only", "migrateZookeeperOffsets: ignored (not needed by sluice)"}},
+			[]string{"migrateZookeeperOffsets: ignored (not needed by sluice)", "zookeeperConnect: ignored (not needed by sluice): Flume reads it only"}},
 		{map[string]string{"zookeeperConnect": "zk:2181"},
 			[]string{"zookeeperConnect: sluice does not look the brokers up in ZooKeeper; set kafka.bootstrap.servers"}},
 		{map[string]string{}, []string{"kafka.bootstrap.servers: missing required property"}},
@@ -25,7 +25,7 @@ func TestZooKeeperKeys(t *testing.T) {
 		Brokers(p, "")
 		ReadZooKeeperKeys(p)
 		p.Unused()
-		got := p.Problems().List
+		got := p.Problems().Sorted()
 		if len(got) != len(tc.want) {
 			t.Errorf("%v: problems %v, want %d", tc.props, got, len(tc.want))
 			continue

@@ -20,7 +20,9 @@
 //     Group, so that their failed handshakes and slow requests are counted
 //     and told like every other refusal.
 //   - ListenUDP: a UDP socket with a receive buffer as large as the kernel
-//     allows (up to a few MiB) and kernel drop counting.
+//     allows (up to a few MiB); WatchDrops counts what the kernel drops on
+//     it (the burst's tail too), and DrainUDP reads what it still holds when
+//     its source stops.
 package listener
 
 import (

@@ -2,7 +2,11 @@
 
 package listener
 
-import "net"
+import (
+	"net"
+	"net/netip"
+	"syscall"
+)
 
 // setRecvBuffer asks for n bytes; the size granted is not read back here.
 func setRecvBuffer(c *net.UDPConn, n int) (forced bool, got int) {
@@ -10,5 +14,10 @@ func setRecvBuffer(c *net.UDPConn, n int) (forced bool, got int) {
 	return false, 0
 }
 
-// dropCount: kernel drop counts are read on Linux only.
-func dropCount([]byte) (uint32, bool) { return 0, false }
+// socketDrops: the kernel's drop count is read on Linux only.
+func socketDrops(*net.UDPConn) (uint32, bool) { return 0, false }
+
+// readQueued: a stopping source drains its socket on Linux only.
+func readQueued(syscall.RawConn, []byte) (int, netip.AddrPort, bool) {
+	return 0, netip.AddrPort{}, false
+}

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // DefaultReceiveBuffer is the UDP receive buffer a source asks for when
@@ -29,8 +32,7 @@ func (b RecvBuffer) Capped() bool { return b.Got > 0 && b.Got < b.Asked }
 // ListenUDP binds the UDP address addr with a receive buffer of want bytes
 // (0: DefaultReceiveBuffer). A process allowed to (CAP_NET_ADMIN) sets it
 // past net.core.rmem_max; otherwise the kernel caps it there, which
-// RecvBuffer.Capped tells. It also asks the kernel to report, with each
-// datagram, how many it dropped for lack of buffer (see Drops).
+// RecvBuffer.Capped tells. WatchDrops counts what the kernel drops on it.
 func ListenUDP(addr string, want int) (*net.UDPConn, RecvBuffer, error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
@@ -76,23 +78,110 @@ func rmemMax() int {
 	return n
 }
 
-// Drops turns the kernel's running count of datagrams it dropped on a
-// socket (a control message with each read, see ListenUDP) into increments.
-type Drops struct {
+// DropCheckInterval is how often a DropWatch reads its socket's drop count.
+const DropCheckInterval = time.Second
+
+// DropWatch counts the datagrams the kernel dropped on a UDP socket for
+// lack of receive buffer. It reads the socket's own drop counter (on Linux,
+// SO_MEMINFO's SK_MEMINFO_DROPS) every DropCheckInterval and once more at
+// Stop, so that drops are counted even when no datagram follows them: the
+// count that arrives with a datagram (SO_RXQ_OVFL) misses the tail of a
+// burst, which is exactly what a burst loses. Delivered plus dropped then
+// accounts for every datagram that reached the socket.
+type DropWatch struct {
+	conn   *net.UDPConn
+	report func(n int64)
+
+	mu   sync.Mutex // serialises reads of the counter and reports
 	last uint32
+	ok   bool // the kernel reports the counter
+
+	stop chan struct{}
+	done chan struct{}
 }
 
-// Update reads the count in the control messages oob of one read and
-// returns how many datagrams were dropped since the last read that carried it.
-func (d *Drops) Update(oob []byte) int64 {
-	v, ok := dropCount(oob)
-	if !ok {
-		return 0
+// WatchDrops starts watching conn's drop count, calling report with each
+// increase (from the watch's goroutine, or Stop's caller). The caller owns
+// the watch: it calls Stop before closing conn.
+func WatchDrops(conn *net.UDPConn, report func(n int64)) *DropWatch {
+	w := &DropWatch{conn: conn, report: report, stop: make(chan struct{}), done: make(chan struct{})}
+	w.last, w.ok = socketDrops(conn) // a new socket's: 0
+	go func() {
+		defer close(w.done)
+		if !w.ok {
+			return
+		}
+		t := time.NewTicker(DropCheckInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-t.C:
+				w.Check()
+			}
+		}
+	}()
+	return w
+}
+
+// Supported reports whether the kernel reports the socket's drop count.
+func (w *DropWatch) Supported() bool { return w.ok }
+
+// Check reads the drop count now and reports its increase.
+func (w *DropWatch) Check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ok {
+		return
 	}
-	delta := v - d.last // wraps as the kernel's uint32 does
-	d.last = v
-	return int64(delta)
+	v, ok := socketDrops(w.conn)
+	if !ok {
+		return // closed meanwhile
+	}
+	// The counter is the kernel's uint32, which wraps; reads are
+	// serialised, so it never goes back.
+	if d := v - w.last; d > 0 {
+		w.last = v
+		w.report(int64(d))
+	}
 }
 
-// OOBSize is the control-message buffer a read needs for the drop count.
-const OOBSize = 64
+// Stop ends the periodic reads and reads the count a last time; call it
+// after the last read of the socket and before closing it.
+func (w *DropWatch) Stop() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+	w.Check()
+}
+
+// DrainUDP reads the datagrams queued on conn when its reader was stopped
+// (its read deadline set to the past), without waiting for more, and calls
+// fn with each, in the reader's goroutine. A stopping source calls it so
+// that what the kernel accepted before the stop is delivered or counted,
+// never lost in silence with the socket. It reads for at most max, so a
+// sender that keeps sending cannot hold a stop.
+func DrainUDP(conn *net.UDPConn, buf []byte, max time.Duration, fn func(datagram []byte, from netip.AddrPort)) {
+	if err := conn.SetReadDeadline(time.Time{}); err != nil {
+		return
+	}
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return
+	}
+	end := time.Now().Add(max)
+	for i := 0; ; i++ {
+		if i%256 == 255 && time.Now().After(end) {
+			return
+		}
+		n, from, ok := readQueued(rc, buf)
+		if !ok {
+			return
+		}
+		fn(buf[:n], from)
+	}
+}

@@ -15,9 +15,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/internal/panics"
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 const indexHTML = `<!DOCTYPE html>
@@ -88,6 +91,41 @@ func (s Status) Healthy() bool {
 	return true
 }
 
+// Redacted returns s with every secret red holds masked in its texts.
+func (s Status) Redacted(red *redact.Redactor) Status {
+	s.Agent = red.String(s.Agent)
+	cs := make([]ComponentStatus, len(s.Components))
+	for i, c := range s.Components {
+		cs[i] = ComponentStatus{Kind: c.Kind, Name: red.String(c.Name), Type: red.String(c.Type),
+			State: c.State, Reason: red.String(c.Reason)}
+	}
+	if s.Components != nil {
+		s.Components = cs
+	}
+	return s
+}
+
+// redactedGatherer masks secrets in the label values of every metric g
+// gathers (Prometheus text has no other free text but help, which is code's).
+type redactedGatherer struct {
+	g   prometheus.Gatherer
+	red *redact.Redactor
+}
+
+func (rg redactedGatherer) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := rg.g.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v := rg.red.String(l.GetValue()); v != l.GetValue() {
+					l.Value = &v
+				}
+			}
+		}
+	}
+	return mfs, err
+}
+
 // Problems returns one line per component that is not running or cannot
 // work ("source r1: ..."), or the agent's state when it is not running.
 func (s Status) Problems() []string {
@@ -130,8 +168,11 @@ func (s Status) Notes() []string {
 //	/                    an HTML page linking to the above
 //
 // Other paths are 404; TRACE and OPTIONS are 403, as in Flume.
+//
+// Everything it serves passes r.Redact: a reason or a label value that
+// quotes a secret shows Mask in its place.
 func HandlerWithStatus(r *Registry, status func() Status) http.Handler {
-	prom := promhttp.HandlerFor(r.Prometheus(), promhttp.HandlerOpts{
+	prom := promhttp.HandlerFor(redactedGatherer{r.Prometheus(), r.Redact}, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError,
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -150,17 +191,17 @@ func HandlerWithStatus(r *Registry, status func() Status) http.Handler {
 		case strings.EqualFold(p, "/metrics/prometheus"):
 			prom.ServeHTTP(w, req)
 		case strings.EqualFold(p, "/healthz"):
-			serveHealth(w, req, status)
+			serveHealth(w, req, status, r.Redact)
 		default:
 			http.NotFound(w, req)
 		}
 	})
 }
 
-func serveHealth(w http.ResponseWriter, req *http.Request, status func() Status) {
+func serveHealth(w http.ResponseWriter, req *http.Request, status func() Status, red *redact.Redactor) {
 	st := Status{State: "running"}
 	if status != nil {
-		st = status()
+		st = status().Redacted(red)
 	}
 	code := http.StatusOK
 	if !st.Healthy() {

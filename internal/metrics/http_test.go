@@ -11,6 +11,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // serve starts Handler on 127.0.0.1:0 and returns its base URL.
@@ -265,5 +269,39 @@ func TestHealthNotes(t *testing.T) {
 	mu.Unlock()
 	if code, body := get(t, base); code != 503 || body != "agent a1 is stopping\nsource r1: stopping\nchannel c2: removed by a reload; draining: 1234 events left; deadline in 12s\n" {
 		t.Errorf("stopping: %d %q", code, body)
+	}
+}
+
+// TestHandlerMasksSecrets: a reason, a component name and a label value
+// (of a collector a component registered) that quote a secret the
+// registry's Redact knows show <secret>, in every format.
+func TestHandlerMasksSecrets(t *testing.T) {
+	const secret = "s3cret-7a1b"
+	r := NewRegistry("a1")
+	r.Redact = redact.New(secret)
+	r.Add(NewSourceCounters("r-"+secret, "netcat").Set)
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "x_lag"}, []string{"topic"})
+	g.WithLabelValues("t-" + secret).Set(1)
+	r.Prometheus().MustRegister(g)
+	base := serve(t, r, func() Status {
+		return Status{Agent: "a1", State: "running", Components: []ComponentStatus{
+			{Kind: "sink", Name: "k1", Type: "http", State: "running", Reason: "POST to http://h/?token=" + secret + ": refused"},
+		}}
+	})
+	for path, want := range map[string]string{
+		"/metrics":             `"SOURCE.r-\u003csecret\u003e"`,
+		"/metrics/prometheus":  `x_lag{topic="t-<secret>"} 1`,
+		"/healthz":             "sink k1: POST to http://h/?token=<secret>: refused",
+		"/healthz?format=json": `"reason":"POST to http://h/?token=\u003csecret\u003e: refused"`,
+	} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(b), secret) || !strings.Contains(string(b), want) {
+			t.Errorf("%s: want %s and no secret:\n%s", path, want, b)
+		}
 	}
 }

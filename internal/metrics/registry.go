@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // Stage names a part of the path an event takes, for latency histograms.
@@ -28,6 +30,11 @@ const (
 // tests in one process do not collide.
 type Registry struct {
 	Agent string
+	// Redact, when set (before the registry is served), masks secrets in
+	// everything the registry shows: component names and attribute values
+	// in Flume's JSON, label values in Prometheus (those of collectors that
+	// components register too), and the reasons of Handler's /healthz.
+	Redact *redact.Redactor
 
 	mu    sync.Mutex
 	sets  map[string]*Set  // by Kind + "." + Name

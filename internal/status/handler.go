@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 //go:embed web
@@ -22,6 +23,10 @@ type Config struct {
 	Taps     *flow.Taps
 	AllowTap bool
 	Log      *slog.Logger
+	// Redact masks the agent's secrets in every answer: the status (a
+	// reason quoting a component's error), the graph, and the tap's events
+	// and error messages.
+	Redact *redact.Redactor
 	// Next serves every other path (the metrics endpoints).
 	Next http.Handler
 }
@@ -68,7 +73,7 @@ func Handler(cfg Config) http.Handler {
 			w.Header().Set("Cache-Control", "no-cache")
 			static.ServeHTTP(w, req)
 		case p == "/api/status":
-			snap := cfg.Sampler.Snapshot()
+			snap := cfg.Sampler.Snapshot().redacted(cfg.Redact)
 			snap.Tap = cfg.AllowTap
 			writeJSON(w, snap)
 		case p == "/api/history":
@@ -77,6 +82,7 @@ func Handler(cfg Config) http.Handler {
 				http.Error(w, "no such node; ids are kind/name as /api/status lists them", http.StatusNotFound)
 				return
 			}
+			h.ID = cfg.Redact.String(h.ID)
 			writeJSON(w, h)
 		case p == "/api/tap":
 			serveTap(w, req, cfg)
@@ -84,6 +90,44 @@ func Handler(cfg Config) http.Handler {
 			cfg.Next.ServeHTTP(w, req)
 		}
 	})
+}
+
+// redacted returns s with every secret red holds masked in its texts. The
+// node IDs are masked as the edges' ends are, so the graph still joins.
+func (s Snapshot) redacted(red *redact.Redactor) Snapshot {
+	str := red.String
+	s.Agent = str(s.Agent)
+	probs := make([]string, len(s.Problems))
+	for i, p := range s.Problems {
+		probs[i] = str(p)
+	}
+	s.Problems = probs
+	nodes := make([]Node, len(s.Nodes))
+	for i, n := range s.Nodes {
+		n.ID, n.Name, n.Type, n.Reason, n.Detail = str(n.ID), str(n.Name), str(n.Type), str(n.Reason), str(n.Detail)
+		if n.Interceptors != nil {
+			ics := make([]Named, len(n.Interceptors))
+			for j, ic := range n.Interceptors {
+				ics[j] = Named{Name: str(ic.Name), Type: str(ic.Type)}
+			}
+			n.Interceptors = ics
+		}
+		if n.Counters != nil {
+			cs := make(map[string]string, len(n.Counters))
+			for k, v := range n.Counters {
+				cs[k] = str(v)
+			}
+			n.Counters = cs
+		}
+		nodes[i] = n
+	}
+	s.Nodes = nodes
+	edges := make([]Edge, len(s.Edges))
+	for i, e := range s.Edges {
+		edges[i] = Edge{From: str(e.From), To: str(e.To), Label: str(e.Label), Optional: e.Optional}
+	}
+	s.Edges = edges
+	return s
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

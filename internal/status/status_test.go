@@ -2,6 +2,7 @@ package status
 
 import (
 	"bufio"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"io/fs"
@@ -16,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // fakeAgent is an Agent whose graph and status the test sets.
@@ -447,5 +449,35 @@ func TestTapOutlivesServerTimeouts(t *testing.T) {
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || !strings.Contains(string(b), `"body":"late"`) {
 		t.Fatalf("tap after the server's timeouts: %q, %v", b, err)
+	}
+}
+
+// TestRedacted: what /api/status and the tap serve masks the agent's
+// secrets: reasons, problems, names and event data, binary bodies too.
+func TestRedacted(t *testing.T) {
+	const secret = "tok-91ab"
+	red := redact.New(secret)
+	snap := Snapshot{Agent: "a1", Problems: []string{"sink k1: POST ?token=" + secret},
+		Nodes: []Node{{ID: "sink/k-" + secret, Name: "k-" + secret, Reason: "POST ?token=" + secret,
+			Counters: map[string]string{"X": secret}}},
+		Edges: []Edge{{From: "channel/c1", To: "sink/k-" + secret, Label: "h=" + secret}}}
+	b, _ := json.Marshal(snap.redacted(red))
+	if strings.Contains(string(b), secret) || strings.Count(string(b), `\u003csecret\u003e`) != 7 {
+		t.Errorf("snapshot: %s", b)
+	}
+	if !strings.Contains(snap.Problems[0], secret) {
+		t.Error("redacted changed the snapshot it was given")
+	}
+	for _, body := range [][]byte{[]byte("body " + secret), append([]byte{0xff, 0}, secret...)} {
+		e := event.Event{Headers: map[string]string{"auth": secret}, Body: body}
+		l := tapLine("channel", "c1", e, red)
+		b, _ := json.Marshal(l)
+		raw, _ := base64.StdEncoding.DecodeString(l.BodyBase64)
+		if strings.Contains(string(b), secret) || strings.Contains(string(raw), secret) || l.Headers["auth"] != redact.Mask {
+			t.Errorf("tap line: %s", b)
+		}
+		if e.Headers["auth"] != secret {
+			t.Error("tapLine changed the event's headers")
+		}
 	}
 }

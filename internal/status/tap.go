@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // Tap limits: the default and highest sample rates, and how many samples
@@ -98,7 +99,7 @@ func serveTap(w http.ResponseWriter, req *http.Request, cfg Config) {
 		if strings.HasPrefix(err.Error(), "agent has no") {
 			code = http.StatusNotFound
 		}
-		http.Error(w, err.Error(), code)
+		http.Error(w, cfg.Redact.String(err.Error()), code)
 		return
 	}
 	rate := float64(DefaultTapRate)
@@ -147,7 +148,7 @@ func serveTap(w http.ResponseWriter, req *http.Request, cfg Config) {
 		case <-req.Context().Done():
 			return
 		case e := <-r.Events():
-			if !write(tapLine(kind, name, e)) {
+			if !write(tapLine(kind, name, e, cfg.Redact)) {
 				return
 			}
 			sent++
@@ -169,16 +170,26 @@ func serveTap(w http.ResponseWriter, req *http.Request, cfg Config) {
 	}
 }
 
-func tapLine(kind, name string, e event.Event) TapLine {
-	l := TapLine{Time: time.Now().UnixMilli(), Kind: kind, Component: name, Headers: e.Headers}
+// tapLine is the line of event e. The event's headers and body are masked
+// as the agent's log masks a logged event: an interceptor or a sender may
+// have put a secret the agent knows into them.
+func tapLine(kind, name string, e event.Event, red *redact.Redactor) TapLine {
+	l := TapLine{Time: time.Now().UnixMilli(), Kind: kind, Component: red.String(name)}
 	if e.ReceivedAt != 0 {
 		l.Received = e.ReceivedAt / 1e6
 	}
-	if utf8.Valid(e.Body) {
-		s := string(e.Body)
+	if e.Headers != nil {
+		l.Headers = make(map[string]string, len(e.Headers))
+		for k, v := range e.Headers {
+			l.Headers[red.String(k)] = red.String(v)
+		}
+	}
+	body := red.Bytes(e.Body)
+	if utf8.Valid(body) {
+		s := string(body)
 		l.Body = &s
 	} else {
-		l.BodyBase64 = base64.StdEncoding.EncodeToString(e.Body)
+		l.BodyBase64 = base64.StdEncoding.EncodeToString(body)
 	}
 	return l
 }

@@ -46,7 +46,7 @@ func capacity(reg *metrics.Registry) string {
 
 func notes(p *config.Props) string {
 	var b strings.Builder
-	for _, pr := range p.Problems().List {
+	for _, pr := range p.Problems().Sorted() {
 		b.WriteString(pr.String() + "\n")
 	}
 	return b.String()

@@ -266,7 +266,7 @@ func TestJettyTuningIsANote(t *testing.T) {
 		t.Fatalf("Jetty tuning keys refused: %v", err)
 	}
 	notes := 0
-	for _, pr := range p.Problems().List {
+	for _, pr := range p.Problems().Sorted() {
 		if pr.Severity != config.Note || !strings.Contains(pr.Msg, "is not Jetty") {
 			t.Errorf("unexpected problem %+v", pr)
 			continue

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -27,6 +28,12 @@ const maxDatagram = 65535
 // UDPSource is the netcatudp source: one datagram is one event, whose body is
 // the datagram up to its first newline (the rest is ignored, as Flume does).
 // Build it with NewUDP.
+//
+// While the channel is full the reader retries the put and the kernel's
+// socket buffer takes the overflow; datagrams the kernel then drops are
+// counted (on Linux) in DatagramDropCount, read from the socket every second
+// and at stop (listener.WatchDrops), so events delivered plus
+// DatagramDropCount is every datagram sent, the tail of a burst included.
 type UDPSource struct {
 	env          flow.Env
 	bind         string
@@ -39,6 +46,7 @@ type UDPSource struct {
 
 	mu     sync.Mutex // guards the fields below
 	conn   *net.UDPConn
+	drops  *listener.DropWatch
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -49,7 +57,7 @@ var (
 	reasonKernelDrop = listener.Reason{Counter: "DatagramDropCount", Level: slog.LevelWarn,
 		Msg: "the kernel dropped datagrams: the socket's receive buffer was full (raise receiveBufferSize, or make the sinks faster)"}
 	reasonStopDrop = listener.Reason{Counter: "DatagramDropCount", Level: slog.LevelWarn,
-		Msg: "netcatudp dropped datagrams that arrived while the agent was stopping"}
+		Msg: "netcatudp dropped datagrams that arrived while the agent was stopping, or were still queued when it stopped"}
 	reasonPutDrop = listener.Reason{Counter: "DatagramDropCount", Level: slog.LevelError,
 		Msg: "netcatudp source dropped an event it could not put"}
 )
@@ -95,10 +103,11 @@ func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
 	rb.Note(s.env.Log(), "netcatudp", s.env.Name, s.recvBufSet)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	s.mu.Lock()
-	s.conn, s.cancel, s.done = conn, cancel, done
-	s.mu.Unlock()
 	s.counters.Started()
+	drops := listener.WatchDrops(conn, func(n int64) { s.rejects.AddN(reasonKernelDrop, n, "") })
+	s.mu.Lock()
+	s.conn, s.drops, s.cancel, s.done = conn, drops, cancel, done
+	s.mu.Unlock()
 	s.env.Log().Info("netcatudp source listening", "source", s.env.Name, "addr", conn.LocalAddr().String())
 	panics.Go("netcatudp source "+s.env.Name, func() {
 		defer close(done)
@@ -107,48 +116,45 @@ func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
 	return nil
 }
 
-// Stop closes the socket and waits for the reader to exit.
+// Stop stops the reader: a put waiting for room gives up, and the
+// datagrams the socket still holds are read (for at most udpDrainMax) and
+// counted as dropped (DatagramDropCount); the socket's drop count is read a
+// last time before it closes.
 func (s *UDPSource) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	conn, cancel, done := s.conn, s.cancel, s.done
-	s.conn, s.cancel, s.done = nil, nil, nil
+	conn, drops, cancel, done := s.conn, s.drops, s.cancel, s.done
+	s.conn, s.drops, s.cancel, s.done = nil, nil, nil, nil
 	s.mu.Unlock()
 	if conn == nil {
 		return nil
 	}
 	cancel()
-	_ = conn.Close() // stops the read loop; nothing was written
+	_ = conn.SetReadDeadline(time.Now()) // the reader drains the socket and returns
 	defer s.counters.Stopped()
 	defer s.rejects.Flush()
+	var err error
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("netcatudp %s: stop: %w", s.env.Name, ctx.Err())
+		err = fmt.Errorf("netcatudp %s: stop: %w", s.env.Name, ctx.Err())
 	}
+	drops.Stop()
+	_ = conn.Close() // read-only; its drop count was read last
+	return err
 }
+
+// udpDrainMax bounds how long a stopping netcatudp source reads what its
+// socket still holds, so that a sender that keeps sending cannot hold the
+// stop.
+const udpDrainMax = time.Second
 
 func (s *UDPSource) run(ctx context.Context, conn *net.UDPConn, p flow.Processor) {
 	log := s.env.Log()
 	buf := make([]byte, maxDatagram)
-	oob := make([]byte, listener.OOBSize)
-	var drops listener.Drops
 	batch := make([]event.Event, 1)
 	var sender []byte // "/ip:port" as Java's InetSocketAddress prints it
-	for {
-		n, oobn, _, from, err := conn.ReadMsgUDPAddrPort(buf, oob)
-		if d := drops.Update(oob[:oobn]); d > 0 {
-			s.rejects.AddN(reasonKernelDrop, d, "")
-		}
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			s.counters.EventReadFail.Add(1)
-			log.Warn("netcatudp source could not read a datagram", "source", s.env.Name, "err", err)
-			continue
-		}
-		line := buf[:n]
+	datagram := func(d []byte, from netip.AddrPort) {
+		line := d
 		if i := bytes.IndexByte(line, '\n'); i >= 0 {
 			line = line[:i]
 		}
@@ -162,8 +168,24 @@ func (s *UDPSource) run(ctx context.Context, conn *net.UDPConn, p flow.Processor
 		}
 		s.counters.EventReceived.Add(1)
 		if !s.put(ctx, p, ev, batch) {
-			return
+			s.rejects.Add(reasonStopDrop, "") // stopping: UDP cannot hand it back
 		}
+	}
+	for {
+		n, from, err := conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				listener.DrainUDP(conn, buf, udpDrainMax, datagram)
+				return
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.counters.EventReadFail.Add(1)
+			log.Warn("netcatudp source could not read a datagram", "source", s.env.Name, "err", err)
+			continue
+		}
+		datagram(buf[:n], from)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -30,7 +31,10 @@ const maxDatagram = 1 << 16
 // queued event (up to batchSize) as one batch. While the channel is full the
 // putter retries, the queue fills, the reader waits, and the kernel's socket
 // buffer takes the overflow; datagrams the kernel then drops are counted
-// (on Linux) in DatagramDropCount, since UDP cannot push back.
+// (on Linux) in DatagramDropCount, since UDP cannot push back. The count is
+// the socket's own, read every second and at stop (listener.WatchDrops), so
+// events delivered plus DatagramDropCount is every datagram sent, the tail
+// of a burst included.
 type UDPSource struct {
 	env        flow.Env
 	host       string
@@ -46,8 +50,10 @@ type UDPSource struct {
 
 	mu       sync.Mutex // guards the fields below
 	conn     *net.UDPConn
+	drops    *listener.DropWatch
 	stopProc context.CancelFunc
-	done     chan struct{}
+	readDone chan struct{} // closed when the reader returned
+	done     chan struct{} // closed when the reader and the putter returned
 }
 
 var (
@@ -118,58 +124,80 @@ func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
 	}
 	rb.Note(s.env.Log(), "syslogudp", s.env.Name, s.recvBufSet)
 	procCtx, stopProc := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	s.mu.Lock()
-	s.conn, s.stopProc, s.done = conn, stopProc, done
-	s.mu.Unlock()
+	readDone, done := make(chan struct{}), make(chan struct{})
 	s.counters.Started()
+	drops := listener.WatchDrops(conn, func(n int64) { s.rejects.AddN(reasonKernelDrop, n, "") })
+	s.mu.Lock()
+	s.conn, s.drops, s.stopProc, s.readDone, s.done = conn, drops, stopProc, readDone, done
+	s.mu.Unlock()
 	s.env.Log().Info("syslogudp source listening", "source", s.env.Name, "addr", conn.LocalAddr().String())
 	queue := make(chan event.Event, 4*s.batchSize)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	panics.Go("syslogudp source "+s.env.Name+": reader", func() { defer wg.Done(); s.read(conn, queue) })
+	panics.Go("syslogudp source "+s.env.Name+": reader", func() { defer wg.Done(); defer close(readDone); s.read(conn, queue) })
 	panics.Go("syslogudp source "+s.env.Name+": putter", func() { defer wg.Done(); s.putLoop(procCtx, queue, p) })
 	panics.Go("syslogudp source "+s.env.Name+": stop", func() { wg.Wait(); close(done) })
 	return nil
 }
 
-// Stop closes the socket, lets the events already read reach the channel
-// (for as long as ctx allows) and waits for both goroutines.
+// Stop stops reading: the datagrams the socket still holds are read (for
+// at most udpDrainMax) and go the way of every other, and the socket's drop
+// count is read a last time before it closes. Then the events already read
+// reach the channel (for as long as ctx allows: then what is left is
+// counted as dropped) and both goroutines are waited for.
 func (s *UDPSource) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	conn, stopProc, done := s.conn, s.stopProc, s.done
+	conn, drops, stopProc, readDone, done := s.conn, s.drops, s.stopProc, s.readDone, s.done
 	s.conn = nil
 	s.mu.Unlock()
 	if conn == nil {
 		return nil
 	}
-	_ = conn.Close() // stops the read loop; nothing was written
 	defer s.counters.Stopped()
 	defer s.rejects.Flush()
 	defer stopProc()
+	var err error
+	_ = conn.SetReadDeadline(time.Now()) // the reader drains the socket and returns
+	select {
+	case <-readDone:
+	case <-ctx.Done():
+		// The reader waits for room in the queue: the putter gives up,
+		// counting what it holds, and the reader counts the rest.
+		stopProc()
+		<-readDone
+		err = fmt.Errorf("syslogudp %s: stop: %w", s.env.Name, ctx.Err())
+	}
+	drops.Stop()
+	conn.Close()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		stopProc()
 		<-done
-		return fmt.Errorf("syslogudp %s: stop: %w", s.env.Name, ctx.Err())
+		err = fmt.Errorf("syslogudp %s: stop: %w", s.env.Name, ctx.Err())
 	}
+	return err
 }
 
-// read parses datagrams into queue until the socket is closed, then closes queue.
+// udpDrainMax bounds how long a stopping UDP source reads what its socket
+// still holds, so that a sender that keeps sending cannot hold the stop.
+const udpDrainMax = time.Second
+
+// read parses datagrams into queue until Stop sets the socket's read
+// deadline; then it reads what the socket still holds and closes queue.
 func (s *UDPSource) read(conn *net.UDPConn, queue chan<- event.Event) {
 	defer close(queue)
 	buf := make([]byte, maxDatagram)
-	oob := make([]byte, listener.OOBSize)
 	hosts := newHostCache()
-	var drops listener.Drops
 	for {
-		n, oobn, _, from, err := conn.ReadMsgUDPAddrPort(buf, oob)
-		if d := drops.Update(oob[:oobn]); d > 0 {
-			s.rejects.AddN(reasonKernelDrop, d, "")
-		}
+		n, from, err := conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				listener.DrainUDP(conn, buf, udpDrainMax, func(d []byte, from netip.AddrPort) {
+					s.datagram(d, from, hosts, queue)
+				})
+				return
+			}
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
@@ -177,29 +205,34 @@ func (s *UDPSource) read(conn *net.UDPConn, queue chan<- event.Event) {
 			s.env.Log().Warn("syslogudp source could not read a datagram", "source", s.env.Name, "err", err)
 			continue
 		}
-		m, ok := ScanDatagram(buf[:n], true)
-		if !ok {
-			// Flume fails to build an event from a datagram with no
-			// priority digits (Integer.parseInt("")) and counts it.
-			s.counters.EventReadFail.Add(1)
-			s.rejects.Add(reasonUnreadable, from.String())
-			continue
-		}
-		ev, _ := s.parser.Event(m, make([]byte, 0, len(m.Raw)+16))
-		if m.Bad {
-			s.counters.EventReadFail.Add(1)
-			s.rejects.Add(reasonInvalid, from.String())
-		}
-		ev.ReceivedAt = event.Now()
-		if s.ipHeader != "" {
-			ev.Headers[s.ipHeader] = javaHostAddress(from.Addr())
-		}
-		if s.hostHeader != "" {
-			ev.Headers[s.hostHeader] = hosts.get(from.Addr())
-		}
-		s.counters.EventReceived.Add(1)
-		queue <- ev
+		s.datagram(buf[:n], from, hosts, queue)
 	}
+}
+
+// datagram parses one datagram into an event for queue.
+func (s *UDPSource) datagram(d []byte, from netip.AddrPort, hosts *hostCache, queue chan<- event.Event) {
+	m, ok := ScanDatagram(d, true)
+	if !ok {
+		// Flume fails to build an event from a datagram with no
+		// priority digits (Integer.parseInt("")) and counts it.
+		s.counters.EventReadFail.Add(1)
+		s.rejects.Add(reasonUnreadable, from.String())
+		return
+	}
+	ev, _ := s.parser.Event(m, make([]byte, 0, len(m.Raw)+16))
+	if m.Bad {
+		s.counters.EventReadFail.Add(1)
+		s.rejects.Add(reasonInvalid, from.String())
+	}
+	ev.ReceivedAt = event.Now()
+	if s.ipHeader != "" {
+		ev.Headers[s.ipHeader] = javaHostAddress(from.Addr())
+	}
+	if s.hostHeader != "" {
+		ev.Headers[s.hostHeader] = hosts.get(from.Addr())
+	}
+	s.counters.EventReceived.Add(1)
+	queue <- ev
 }
 
 // putLoop puts queued events in batches until queue is closed and empty.
