@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -196,7 +197,7 @@ func TestSecretsNeverLeaveTheProcess(t *testing.T) {
 	failing := exec.Command(bin, "agent", "-f", file, "-n", "a1", "--no-reload-conf", "--shutdown-timeout", "0.5")
 	failing.Env = env
 	failOut, err := failing.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+	if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("a start on a busy port: %v, want exit 1\n%s", err, failOut)
 	}
 	outputs["failed start"] = string(failOut)
@@ -227,7 +228,7 @@ func TestSecretsNeverLeaveTheProcess(t *testing.T) {
 		"--conf-user", "alice", "--conf-password", leakConfPW, "-n", "a1")
 	bad.Env = env
 	badOut, err := bad.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+	if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("validate of a bad value: %v, want exit 1\n%s", err, badOut)
 	}
 	outputs["validate, a bad value"] = string(badOut)

@@ -346,7 +346,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		// Every answer masks the agent's secrets: the status page's and
 		// the tap's through Redact, the metrics' and /healthz's through
 		// the registry's.
-		var h http.Handler = status.Handler(status.Config{Sampler: a.sampler, Taps: a.taps, AllowTap: a.opts.AllowTap,
+		h := status.Handler(status.Config{Sampler: a.sampler, Taps: a.taps, AllowTap: a.opts.AllowTap,
 			Log: a.log, Redact: a.secrets, Next: metrics.HandlerWithStatus(a.reg, a.Status)})
 		if a.opts.HTTPUser != "" {
 			h = metrics.BasicAuth(h, a.opts.HTTPUser, a.opts.HTTPPassword)

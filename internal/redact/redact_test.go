@@ -86,7 +86,7 @@ func TestBytesAndError(t *testing.T) {
 	if r.Error(nil) != nil {
 		t.Error("Error(nil) is not nil")
 	}
-	if plain := errors.New("plain"); r.Error(plain) != plain {
+	if plain := errors.New("plain"); !errors.Is(r.Error(plain), plain) {
 		t.Error("an error without secrets was wrapped")
 	}
 }
