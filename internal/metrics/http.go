@@ -96,8 +96,10 @@ func (s Status) Redacted(red *redact.Redactor) Status {
 	s.Agent = red.String(s.Agent)
 	cs := make([]ComponentStatus, len(s.Components))
 	for i, c := range s.Components {
-		cs[i] = ComponentStatus{Kind: c.Kind, Name: red.String(c.Name), Type: red.String(c.Type),
-			State: c.State, Reason: red.String(c.Reason)}
+		// Every field is kept; the free texts are masked.
+		c.Name, c.Type = red.String(c.Name), red.String(c.Type)
+		c.Reason, c.Note = red.String(c.Reason), red.String(c.Note)
+		cs[i] = c
 	}
 	if s.Components != nil {
 		s.Components = cs

@@ -286,13 +286,14 @@ func TestHandlerMasksSecrets(t *testing.T) {
 	base := serve(t, r, func() Status {
 		return Status{Agent: "a1", State: "running", Components: []ComponentStatus{
 			{Kind: "sink", Name: "k1", Type: "http", State: "running", Reason: "POST to http://h/?token=" + secret + ": refused"},
+			{Kind: "sink", Name: "k2", Type: "http", State: "draining", Note: "draining to http://h/?token=" + secret},
 		}}
 	})
 	for path, want := range map[string]string{
 		"/metrics":             `"SOURCE.r-\u003csecret\u003e"`,
 		"/metrics/prometheus":  `x_lag{topic="t-<secret>"} 1`,
-		"/healthz":             "sink k1: POST to http://h/?token=<secret>: refused",
-		"/healthz?format=json": `"reason":"POST to http://h/?token=\u003csecret\u003e: refused"`,
+		"/healthz":             "sink k1: POST to http://h/?token=<secret>: refused\nsink k2: draining to http://h/?token=<secret>",
+		"/healthz?format=json": `"reason":"POST to http://h/?token=\u003csecret\u003e: refused"},{"kind":"sink","name":"k2","type":"http","state":"draining","note":"draining to http://h/?token=\u003csecret\u003e"`,
 	} {
 		resp, err := http.Get(base + path)
 		if err != nil {

@@ -102,9 +102,15 @@ func (s Snapshot) redacted(red *redact.Redactor) Snapshot {
 		probs[i] = str(p)
 	}
 	s.Problems = probs
+	notes := make([]string, len(s.Notes))
+	for i, n := range s.Notes {
+		notes[i] = str(n)
+	}
+	s.Notes = notes
 	nodes := make([]Node, len(s.Nodes))
 	for i, n := range s.Nodes {
 		n.ID, n.Name, n.Type, n.Reason, n.Detail = str(n.ID), str(n.Name), str(n.Type), str(n.Reason), str(n.Detail)
+		n.Note = str(n.Note)
 		if n.Interceptors != nil {
 			ics := make([]Named, len(n.Interceptors))
 			for j, ic := range n.Interceptors {

@@ -458,11 +458,12 @@ func TestRedacted(t *testing.T) {
 	const secret = "tok-91ab"
 	red := redact.New(secret)
 	snap := Snapshot{Agent: "a1", Problems: []string{"sink k1: POST ?token=" + secret},
+		Notes: []string{"sink k-" + secret + ": draining"},
 		Nodes: []Node{{ID: "sink/k-" + secret, Name: "k-" + secret, Reason: "POST ?token=" + secret,
-			Counters: map[string]string{"X": secret}}},
+			Note: "draining to ?token=" + secret, Counters: map[string]string{"X": secret}}},
 		Edges: []Edge{{From: "channel/c1", To: "sink/k-" + secret, Label: "h=" + secret}}}
 	b, _ := json.Marshal(snap.redacted(red))
-	if strings.Contains(string(b), secret) || strings.Count(string(b), `\u003csecret\u003e`) != 7 {
+	if strings.Contains(string(b), secret) || strings.Count(string(b), `\u003csecret\u003e`) != 9 {
 		t.Errorf("snapshot: %s", b)
 	}
 	if !strings.Contains(snap.Problems[0], secret) {
