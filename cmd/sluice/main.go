@@ -12,8 +12,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,9 +21,6 @@ import (
 	"github.com/sluicehq/sluice/internal/bench"
 	"github.com/sluicehq/sluice/internal/config"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 const usage = `usage:
   sluice agent -f FILE -n NAME [options]     run the agent NAME defined in FILE
@@ -37,7 +32,7 @@ const usage = `usage:
                                              (sluice top --help)
   sluice tap COMPONENT [--http ADDR]         events passing a source's output or a channel's take,
                                              sampled (sluice tap --help); the agent needs --allow-tap
-  sluice version                             print the version
+  sluice version [--json]                    print the version, commit, build date and Go version
   sluice COMMAND --help                      print this help
 
 agent and validate options (flume-ng's names work too):
@@ -144,8 +139,6 @@ func parse(args []string) (*cli, error) {
 	c := &cli{cmd: args[0], sys: map[string]string{}, logFormat: "text"}
 	switch c.cmd {
 	case "agent", "validate":
-	case "version", "--version", "-v":
-		c.cmd = "version"
 	case "help", "-h", "--help", "-help":
 		c.cmd = "help"
 		return c, nil
@@ -158,12 +151,6 @@ func parse(args []string) (*cli, error) {
 			c.cmd = "help"
 			return c, nil
 		}
-	}
-	if c.cmd == "version" {
-		if len(rest) > 0 {
-			return nil, fmt.Errorf("version takes no option; got %q", rest[0])
-		}
-		return c, nil
 	}
 	for i := 0; i < len(rest); i++ {
 		arg := rest[i]
@@ -445,14 +432,6 @@ func (c *cli) logger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: use text or json", c.logFormat)
 }
 
-func versionString() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
-	}
-	return fmt.Sprintf("sluice %s (%s %s/%s)", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-}
-
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, reload <-chan struct{}, stdout, stderr io.Writer) int {
 	return runSignals(ctx, args, reload, nil, stdout, stderr)
@@ -470,6 +449,8 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 			return topMain(ctx, args[1:], stdout, stderr)
 		case "tap":
 			return tapMain(ctx, args[1:], stdout, stderr)
+		case "version", "--version", "-v":
+			return versionMain(args[1:], stdout, stderr)
 		}
 	}
 	c, err := parse(args)
@@ -480,9 +461,6 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 	switch c.cmd {
 	case "help":
 		fmt.Fprint(stdout, usage)
-		return 0
-	case "version":
-		fmt.Fprintln(stdout, versionString())
 		return 0
 	case "validate":
 		return validate(ctx, c, stdout)
@@ -503,12 +481,28 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return 2
 	}
+	b := readBuildInfo()
+	log.Info("sluice starting", "version", b.Version, "commit", b.Commit, "go", b.GoVersion)
 	warnExposure(log, opts)
 	c.noteFlumeBinding(log, addr)
+	// Under systemd (Type=notify) the agent says when it is ready, reloading
+	// and stopping, and feeds the watchdog while it answers.
+	notify := notifierFromEnv()
+	if notify != nil {
+		opts.Notify = notify.lifecycle
+	}
 	a, err := agent.New(opts)
 	if err != nil {
 		printProblems(stderr, err)
 		return exitFailed
+	}
+	if notify != nil {
+		notify.health = a.Status
+		wctx, cancel := context.WithCancel(context.Background())
+		watching := make(chan struct{})
+		go func() { defer close(watching); notify.watch(wctx) }()
+		defer func() { cancel(); <-watching }()
+		defer context.AfterFunc(ctx, notify.stopping)()
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx, reload) }()

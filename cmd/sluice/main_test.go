@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +158,27 @@ func TestVersionAndUsage(t *testing.T) {
 	}
 	if code, _, errOut := runCLI("nope"); code != 2 || !strings.Contains(errOut, "usage:") {
 		t.Errorf("unknown command: %d %q", code, errOut)
+	}
+}
+
+// TestVersionJSON: `sluice version --json` names the build; without
+// -ldflags stamps, the version falls back to "dev" (or the module's) and Go's
+// own version is always there.
+func TestVersionJSON(t *testing.T) {
+	code, out, _ := runCLI("version", "--json")
+	var b buildInfo
+	if err := json.Unmarshal([]byte(out), &b); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v: %q", code, err, out)
+	}
+	if b.Version == "" || b.Commit == "" || b.Date == "" || b.GoVersion != runtime.Version() ||
+		b.Platform != runtime.GOOS+"/"+runtime.GOARCH {
+		t.Errorf("version --json: %+v", b)
+	}
+	if code, out, _ := runCLI("version"); code != 0 || !strings.HasPrefix(out, "sluice "+b.Version+"\n") ||
+		!strings.Contains(out, "go:       "+runtime.Version()) {
+		t.Errorf("version: %d %q", code, out)
+	}
+	if code, _, errOut := runCLI("version", "--yaml"); code != exitUsage || !strings.Contains(errOut, "--json") {
+		t.Errorf("version --yaml: %d %q", code, errOut)
 	}
 }
