@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +34,8 @@ const usage = `usage:
   sluice tap COMPONENT [--http ADDR]         events passing a source's output or a channel's take,
                                              sampled (sluice tap --help); the agent needs --allow-tap
   sluice version [--json]                    print the version, commit, build date and Go version
+  sluice flume-ng COMMAND [options]          Flume's launcher: agent, avro-client, version, help
+                                             (also when sluice is called as flume-ng)
   sluice COMMAND --help                      print this help
 
 agent and validate options (flume-ng's names work too):
@@ -109,7 +112,12 @@ func main() {
 			}
 		}
 	}()
-	os.Exit(runSignals(ctx, os.Args[1:], reload, abort, os.Stdout, os.Stderr))
+	args := os.Args[1:]
+	// Installed as /usr/bin/flume-ng (a link), sluice is Flume's launcher.
+	if filepath.Base(os.Args[0]) == "flume-ng" {
+		args = append([]string{"flume-ng"}, args...)
+	}
+	os.Exit(runSignals(ctx, args, reload, abort, os.Stdout, os.Stderr))
 }
 
 // cli is the parsed command line.
@@ -451,6 +459,8 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 			return tapMain(ctx, args[1:], stdout, stderr)
 		case "version", "--version", "-v":
 			return versionMain(args[1:], stdout, stderr)
+		case "flume-ng":
+			return flumeMain(ctx, args[1:], reload, abort, stdout, stderr)
 		}
 	}
 	c, err := parse(args)
