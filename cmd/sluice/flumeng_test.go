@@ -200,9 +200,9 @@ func TestAvroClientRPCProps(t *testing.T) {
 // bin/flume-ng a link to it, conf/ with flume.conf and flume-env.sh.
 type flumeFixture struct {
 	home, conf, state, out string
-	launcher                string
-	port, monPort           int
-	env                     []string
+	launcher               string
+	port, monPort          int
+	env                    []string
 }
 
 func newFlumeFixture(t *testing.T) *flumeFixture {
