@@ -335,7 +335,11 @@ func flumeMain(ctx context.Context, args []string, reload, abort <-chan struct{}
 		note(`the "node" command is deprecated; use "agent"`)
 	}
 	var env *flumeEnv
-	if l.confDir == "" {
+	if l.cmd == "avro-client" {
+		if path := filepath.Join(l.confDir, "flume-env.sh"); l.confDir != "" && fileExists(path) {
+			note(path + " is not read by avro-client: it sets the JVM's options, and avro-client runs no JVM")
+		}
+	} else if l.confDir == "" {
 		note("no configuration directory set (--conf DIR): no flume-env.sh read")
 	} else if path := filepath.Join(l.confDir, "flume-env.sh"); fileExists(path) {
 		note("reading " + path)
