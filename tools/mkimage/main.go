@@ -351,7 +351,7 @@ func build(version, revision, out, certsDir, zoneDir, confFile string, bins map[
 }
 
 // writeArchive writes idx as an OCI image layout in a temporary directory,
-// named version in index.json, then tars it to out (an "oci-archive", as
+// named sluice:version in index.json, then tars it to out (an "oci-archive", as
 // podman load and skopeo read it).
 func writeArchive(out, version string, idx v1.ImageIndex) error {
 	dir, err := os.MkdirTemp("", "sluice-oci-")
@@ -364,7 +364,7 @@ func writeArchive(out, version string, idx v1.ImageIndex) error {
 		return err
 	}
 	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": version,
+		"org.opencontainers.image.ref.name": "sluice:" + version,
 	})); err != nil {
 		return err
 	}

@@ -184,7 +184,7 @@ func TestImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(topm.Manifests) != 1 || topm.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != version {
+	if len(topm.Manifests) != 1 || topm.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "sluice:"+version {
 		t.Fatalf("index.json: %+v", topm.Manifests)
 	}
 	idx, err := top.ImageIndex(topm.Manifests[0].Digest)
