@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -207,5 +208,32 @@ func TestNotifyNoSocket(t *testing.T) {
 	t.Setenv("WATCHDOG_PID", strconv.Itoa(os.Getpid()))
 	if n := notifierFromEnv(); n == nil || n.watchdog != 1500*time.Millisecond {
 		t.Fatalf("notifier %+v: want pings every 1.5 s", n)
+	}
+}
+
+// TestSystemdNotifyBadConfig: a configuration that cannot run never sends
+// READY=1; the agent exits 1 with its FILE:LINE problems on stderr, which
+// systemd puts in the journal, and the unit fails.
+func TestSystemdNotifyBadConfig(t *testing.T) {
+	bin := testutil.AgentBinary(t)
+	sd := newFakeSystemd(t)
+	file := filepath.Join(t.TempDir(), "bad.properties")
+	if err := os.WriteFile(file, []byte(netcatToNull(testutil.FreePort(t))+"a1.channels.c1.capacity = lots\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "agent", "-f", file, "-n", "a1")
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sd.path)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitFailed {
+		t.Fatalf("exit %v, want %d; output:\n%s", err, exitFailed, out)
+	}
+	if !strings.Contains(string(out), file+":11: a1.channels.c1.capacity: ") {
+		t.Errorf("no FILE:LINE problem in the output:\n%s", out)
+	}
+	select {
+	case m := <-sd.msgs:
+		t.Errorf("notified %q", m)
+	case <-time.After(200 * time.Millisecond):
 	}
 }
