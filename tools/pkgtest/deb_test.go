@@ -206,7 +206,7 @@ func TestDebPackage(t *testing.T) {
 	if st := installed(t); strings.HasPrefix(st, "install ok installed") {
 		t.Skipf("a sluice package is installed on this machine (%s): not touching it", st)
 	}
-	v1 := packageBuild(t, "0.0.1", "deb rpm")
+	v1 := packageBuild(t, "0.0.1", "tar sbom deb rpm")
 	v2 := packageBuild(t, "0.0.2", "deb")
 	deb1, deb2 := filepath.Join(v1, "sluice_0.0.1_amd64.deb"), filepath.Join(v2, "sluice_0.0.2_amd64.deb")
 	rpm1 := filepath.Join(v1, "sluice_0.0.1_amd64.rpm")
@@ -217,6 +217,8 @@ func TestDebPackage(t *testing.T) {
 		}
 		t.Logf("%s: %.1f MiB", filepath.Base(f), float64(fi.Size())/(1<<20))
 	}
+
+	t.Run("release", func(t *testing.T) { checkRelease(t, v1, "0.0.1") })
 
 	if _, err := exec.LookPath("rpm"); err == nil {
 		t.Run("rpm", func(t *testing.T) {
@@ -407,5 +409,67 @@ func TestDebPackage(t *testing.T) {
 	}
 	if installed(t) != "" {
 		t.Errorf("still known to dpkg after purge: %s", installed(t))
+	}
+}
+
+// checkRelease checks the release files besides the packages: SHA256SUMS
+// covers them all, the tarball holds the binary, configuration and unit,
+// and the SBOM lists every Go module compiled into the binary.
+func checkRelease(t *testing.T, dist, version string) {
+	cmd := exec.Command("sha256sum", "--strict", "-c", "SHA256SUMS")
+	cmd.Dir = dist
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("sha256sum -c: %v\n%s", err, out)
+	}
+	sums, _ := os.ReadFile(filepath.Join(dist, "SHA256SUMS"))
+	ents, _ := os.ReadDir(dist)
+	for _, e := range ents {
+		if e.Type().IsRegular() && e.Name() != "SHA256SUMS" && !strings.Contains(string(sums), "  "+e.Name()+"\n") {
+			t.Errorf("SHA256SUMS lacks %s", e.Name())
+		}
+	}
+	name := "sluice_" + version + "_linux_amd64"
+	list := run(t, "tar", "-tzf", filepath.Join(dist, name+".tar.gz"))
+	for _, f := range []string{"sluice", "sluice.properties", "sluice.service", "sluice.default", "README.md", "INSTALL.md"} {
+		if !strings.Contains(list, name+"/"+f+"\n") {
+			t.Errorf("the tarball lacks %s:\n%s", f, list)
+		}
+	}
+	var bom struct {
+		BOMFormat string `json:"bomFormat"`
+		Metadata  struct {
+			Component struct{ Name, Version string } `json:"component"`
+		} `json:"metadata"`
+		Components []struct {
+			Name    string `json:"name"`
+			Version string `json:"version"`
+			PURL    string `json:"purl"`
+		} `json:"components"`
+	}
+	b, err := os.ReadFile(filepath.Join(dist, name+".sbom.cdx.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &bom); err != nil || bom.BOMFormat != "CycloneDX" {
+		t.Fatalf("SBOM: %v %q", err, bom.BOMFormat)
+	}
+	inBOM := map[string]bool{}
+	for _, c := range bom.Components {
+		purl, _, _ := strings.Cut(strings.TrimPrefix(c.PURL, "pkg:golang/"), "?")
+		inBOM[purl] = true
+	}
+	// go version -m lists the modules the binary was built from.
+	deps := 0
+	for _, line := range strings.Split(run(t, "go", "version", "-m", filepath.Join(dist, "linux_amd64", "sluice")), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && (f[0] == "dep" || f[0] == "=>") {
+			deps++
+			if purl := f[1] + "@" + f[2]; !inBOM[purl] {
+				t.Errorf("the SBOM lacks %s", purl)
+			}
+		}
+	}
+	if deps == 0 || len(bom.Components) < deps {
+		t.Errorf("SBOM: %d components for %d modules", len(bom.Components), deps)
 	}
 }
