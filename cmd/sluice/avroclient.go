@@ -226,7 +226,7 @@ func (s *avroSender) send(ctx context.Context, batch []event.Event) error {
 			err = fmt.Errorf("%s answered %s", s.client.RemoteAddr(), st)
 		}
 		errs = append(errs, err)
-		s.client.Close()
+		_ = s.client.Close() // broken after any error: a new connection next
 		s.client = nil
 	}
 	return errors.Join(errs...)
@@ -234,7 +234,7 @@ func (s *avroSender) send(ctx context.Context, batch []event.Event) error {
 
 func (s *avroSender) close() {
 	if s.client != nil {
-		s.client.Close()
+		_ = s.client.Close()
 	}
 }
 
@@ -329,7 +329,7 @@ func (s *avroSender) spoolDir(ctx context.Context, dir string) error {
 			return err
 		}
 		err = s.sendLines(ctx, fh)
-		fh.Close()
+		_ = fh.Close() // read only
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.path, err)
 		}
@@ -365,7 +365,7 @@ func avroClientMain(ctx context.Context, args []string, sys map[string]string, s
 		var f *os.File
 		if f, err = os.Open(c.file); err == nil {
 			err = s.sendLines(ctx, f)
-			f.Close()
+			_ = f.Close() // read only
 		}
 	default:
 		err = s.sendLines(ctx, os.Stdin)

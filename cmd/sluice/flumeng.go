@@ -378,7 +378,10 @@ func flumeMain(ctx context.Context, args []string, reload, abort <-chan struct{}
 		return 0
 	}
 	for k, v := range p.env {
-		os.Setenv(k, v)
+		if err := os.Setenv(k, v); err != nil {
+			fmt.Fprintf(stderr, "Error: flume-env.sh's %s: %v\n", k, err)
+			return exitFailed
+		}
 	}
 	if p.memLimit > 0 {
 		debug.SetMemoryLimit(p.memLimit)

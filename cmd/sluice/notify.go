@@ -45,7 +45,7 @@ func notifierFromEnv() *notifier {
 	path := os.Getenv("NOTIFY_SOCKET")
 	usec, pid := os.Getenv("WATCHDOG_USEC"), os.Getenv("WATCHDOG_PID")
 	for _, k := range []string{"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"} {
-		os.Unsetenv(k)
+		_ = os.Unsetenv(k) // fails only for an invalid name
 	}
 	// A path or, with a leading @, a name in Linux's abstract namespace,
 	// which net's unix sockets understand as such.

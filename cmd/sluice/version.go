@@ -66,13 +66,6 @@ func readBuildInfo() buildInfo {
 	return b
 }
 
-// versionString is the one line that names this build, as `sluice version`
-// prints it first and the agent logs it at start.
-func versionString() string {
-	b := readBuildInfo()
-	return fmt.Sprintf("sluice %s (commit %s, built %s, %s %s)", b.Version, b.Commit, b.Date, b.GoVersion, b.Platform)
-}
-
 // versionMain is `sluice version [--json]`.
 func versionMain(args []string, stdout, stderr io.Writer) int {
 	asJSON := false
