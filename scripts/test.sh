@@ -88,4 +88,27 @@ if [ ! -f "$npm_peers/node_modules/avsc/package.json" ]; then
   npm install --prefix "$npm_peers" --no-audit --no-fund --silent avsc@5.7.9
 fi
 
+# The packaging tests (tools/pkgtest) build the .deb and .rpm, install the
+# .deb on this machine (as root), verify the unit with systemd-analyze,
+# inspect the rpm with rpm, and build the image from Debian's
+# ca-certificates and tzdata (apt-get download).
+if [ "$(id -u)" = 0 ]; then
+  if ! command -v rpm >/dev/null; then
+    echo "== installing rpm (the packaging tests inspect the .rpm)"
+    apt_install rpm
+  fi
+  if ! command -v systemd-analyze >/dev/null; then
+    echo "== installing systemd (systemd-analyze verifies the unit; nothing is started)"
+    apt_install systemd
+  fi
+  if [ -z "$apt_updated" ] && ! apt-cache show ca-certificates tzdata >/dev/null 2>&1; then
+    as_root apt-get update -qq
+    apt_updated=1
+  fi
+fi
+
 go test -race -shuffle=on -timeout 20m "$@" ./...
+# The tools module: scripts/package.sh's own tools and the packaging tests
+# (kept out of the agent's go.mod). No -race: it holds no concurrent code of
+# sluice's, and the race detector would double the build of Helm.
+(cd tools && go test -shuffle=on -timeout 20m "$@" ./...)

@@ -12,8 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,9 +26,6 @@ import (
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 const usage = `usage:
   sluice agent -f FILE -n NAME [options]     run the agent NAME defined in FILE
   sluice validate -f FILE -n NAME [options]  check FILE: print its errors, warnings and notes (the first
@@ -41,7 +37,9 @@ const usage = `usage:
                                              (sluice top --help)
   sluice tap COMPONENT [--http ADDR]         events passing a source's output or a channel's take,
                                              sampled (sluice tap --help); the agent needs --allow-tap
-  sluice version                             print the version
+  sluice version [--json]                    print the version, commit, build date and Go version
+  sluice flume-ng COMMAND [options]          Flume's launcher: agent, avro-client, version, help
+                                             (also when sluice is called as flume-ng)
   sluice COMMAND --help                      print this help
 
 agent and validate options (flume-ng's names work too):
@@ -127,7 +125,12 @@ func main() {
 			}
 		}
 	})
-	os.Exit(runSignals(ctx, os.Args[1:], reload, abort, os.Stdout, os.Stderr))
+	args := os.Args[1:]
+	// Installed as /usr/bin/flume-ng (a link), sluice is Flume's launcher.
+	if filepath.Base(os.Args[0]) == "flume-ng" {
+		args = append([]string{"flume-ng"}, args...)
+	}
+	os.Exit(runSignals(ctx, args, reload, abort, os.Stdout, os.Stderr))
 }
 
 // cli is the parsed command line.
@@ -159,8 +162,6 @@ func parse(args []string) (*cli, error) {
 	c := &cli{cmd: args[0], sys: map[string]string{}, logFormat: "text"}
 	switch c.cmd {
 	case "agent", "validate":
-	case "version", "--version", "-v":
-		c.cmd = "version"
 	case "help", "-h", "--help", "-help":
 		c.cmd = "help"
 		return c, nil
@@ -173,12 +174,6 @@ func parse(args []string) (*cli, error) {
 			c.cmd = "help"
 			return c, nil
 		}
-	}
-	if c.cmd == "version" {
-		if len(rest) > 0 {
-			return nil, fmt.Errorf("version takes no option; got %q", rest[0])
-		}
-		return c, nil
 	}
 	for i := 0; i < len(rest); i++ {
 		arg := rest[i]
@@ -486,14 +481,6 @@ func (c *cli) logger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: use text or json", c.logFormat)
 }
 
-func versionString() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
-	}
-	return fmt.Sprintf("sluice %s (%s %s/%s)", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-}
-
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, reload <-chan struct{}, stdout, stderr io.Writer) int {
 	return runSignals(ctx, args, reload, nil, stdout, stderr)
@@ -511,6 +498,10 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 			return topMain(ctx, args[1:], stdout, stderr)
 		case "tap":
 			return tapMain(ctx, args[1:], stdout, stderr)
+		case "version", "--version", "-v":
+			return versionMain(args[1:], stdout, stderr)
+		case "flume-ng":
+			return flumeMain(ctx, args[1:], reload, abort, stdout, stderr)
 		}
 	}
 	c, err := parse(args)
@@ -521,9 +512,6 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 	switch c.cmd {
 	case "help":
 		fmt.Fprint(stdout, usage)
-		return 0
-	case "version":
-		fmt.Fprintln(stdout, versionString())
 		return 0
 	case "validate":
 		return validate(ctx, c, stdout)
@@ -545,8 +533,16 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return 2
 	}
+	b := readBuildInfo()
+	log.Info("sluice starting", "version", b.Version, "commit", b.Commit, "go", b.GoVersion)
 	warnExposure(log, opts)
 	c.noteFlumeBinding(log, addr)
+	// Under systemd (Type=notify) the agent says when it is ready, reloading
+	// and stopping, and feeds the watchdog while it answers.
+	notify := notifierFromEnv()
+	if notify != nil {
+		opts.Notify = notify.lifecycle
+	}
 	a, err := agent.New(opts)
 	if err != nil {
 		printProblems(stderr, err, redact.New(opts.Secrets()...))
@@ -557,6 +553,14 @@ func runSignals(ctx context.Context, args []string, reload, abort <-chan struct{
 	// fallback) masks the agent's secrets too.
 	defer slog.SetDefault(slog.Default())
 	slog.SetDefault(a.Logger())
+	if notify != nil {
+		notify.health = a.Status
+		wctx, cancel := context.WithCancel(context.Background())
+		watching := make(chan struct{})
+		panics.Go("systemd watchdog", func() { defer close(watching); notify.watch(wctx) })
+		defer func() { cancel(); <-watching }()
+		defer panics.AfterFunc(ctx, "systemd notify: stopping", notify.stopping)()
+	}
 	done := make(chan error, 1)
 	panics.Go("agent", func() { done <- a.Run(ctx, reload) })
 	select {

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -227,5 +229,27 @@ func TestValidateManyProblems(t *testing.T) {
 	<-done
 	if n := stderr.Count("ignored: sluice does not read it"); n != 100 || stderr.Count("warnings=150") != 1 {
 		t.Errorf("%d warnings logged, want 100 and a count of 150 more:\n%s", n, stderr.String())
+	}
+}
+
+// TestVersionJSON: `sluice version --json` names the build; without
+// -ldflags stamps, the version falls back to "dev" (or the module's) and Go's
+// own version is always there.
+func TestVersionJSON(t *testing.T) {
+	code, out, _ := runCLI("version", "--json")
+	var b buildInfo
+	if err := json.Unmarshal([]byte(out), &b); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v: %q", code, err, out)
+	}
+	if b.Version == "" || b.Commit == "" || b.Date == "" || b.GoVersion != runtime.Version() ||
+		b.Platform != runtime.GOOS+"/"+runtime.GOARCH {
+		t.Errorf("version --json: %+v", b)
+	}
+	if code, out, _ := runCLI("version"); code != 0 || !strings.HasPrefix(out, "sluice "+b.Version+"\n") ||
+		!strings.Contains(out, "go:       "+runtime.Version()) {
+		t.Errorf("version: %d %q", code, out)
+	}
+	if code, _, errOut := runCLI("version", "--yaml"); code != exitUsage || !strings.Contains(errOut, "--json") {
+		t.Errorf("version --yaml: %d %q", code, errOut)
 	}
 }

@@ -71,6 +71,42 @@ type Options struct {
 	// whether it changed; 0 turns polling off (SIGHUP still reloads). A
 	// failed read keeps the running configuration.
 	PollInterval time.Duration
+	// Notify, when set, is told by Run of the moments a service manager
+	// waits for (systemd's sd_notify): Ready once every component started,
+	// Reloading when a reload begins and Ready again when it ended, with
+	// the reason when the configuration was refused (the running one
+	// stays). It is called from Run's goroutine and must not block.
+	Notify func(ev Lifecycle, err error)
+}
+
+// Lifecycle is a moment of Run that Options.Notify is told of.
+type Lifecycle int
+
+const (
+	Ready     Lifecycle = iota // started, or a reload ended
+	Reloading                  // a reload begins
+)
+
+// reloadNotified runs reload between Options.Notify's Reloading and Ready.
+// Ready carries reload's error only when the configuration was refused and
+// the running one stays (the graph is the same); a reload that applied but
+// left a component failing says so through Status, as /healthz does.
+func (a *Agent) reloadNotified(reload func() error) {
+	if a.opts.Notify == nil {
+		_ = reload()
+		return
+	}
+	a.opts.Notify(Reloading, nil)
+	a.stmu.Lock()
+	before := a.g
+	a.stmu.Unlock()
+	err := reload()
+	a.stmu.Lock()
+	if a.g != before {
+		err = nil
+	}
+	a.stmu.Unlock()
+	a.opts.Notify(Ready, err)
 }
 
 // locations lists the configuration sources in the order they apply.
@@ -579,7 +615,7 @@ func (a *Agent) poll(ctx context.Context) {
 	a.polls.Ok()
 	if changed {
 		a.log.Info("reloading configuration (changed)", "file", a.configName())
-		_ = a.reloadFrom(ctx, srcs)
+		a.reloadNotified(func() error { return a.reloadFrom(ctx, srcs) })
 	}
 }
 
@@ -594,6 +630,9 @@ func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
 		_ = a.Stop(context.Background())
 		return err
 	}
+	if a.opts.Notify != nil {
+		a.opts.Notify(Ready, nil)
+	}
 	var tick <-chan time.Time
 	if a.opts.PollInterval > 0 {
 		t := time.NewTicker(a.opts.PollInterval)
@@ -606,7 +645,7 @@ func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
 			return a.Stop(context.Background())
 		case <-reload:
 			a.log.Info("reloading configuration (signal)")
-			_ = a.Reload(ctx)
+			a.reloadNotified(func() error { return a.Reload(ctx) })
 		case <-tick:
 			a.poll(ctx)
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // DefaultReceiveBuffer is the UDP receive buffer a source asks for when
@@ -106,7 +108,7 @@ type DropWatch struct {
 func WatchDrops(conn *net.UDPConn, report func(n int64)) *DropWatch {
 	w := &DropWatch{conn: conn, report: report, stop: make(chan struct{}), done: make(chan struct{})}
 	w.last, w.ok = socketDrops(conn) // a new socket's: 0
-	go func() {
+	panics.Go("udp drop watch "+conn.LocalAddr().String(), func() {
 		defer close(w.done)
 		if !w.ok {
 			return
@@ -121,7 +123,7 @@ func WatchDrops(conn *net.UDPConn, report func(n int64)) *DropWatch {
 				w.Check()
 			}
 		}
-	}()
+	})
 	return w
 }
 

@@ -167,6 +167,9 @@ func (s Status) Notes() []string {
 //	/healthz             200 "ok" when the status is healthy (or status is nil), else 503 and one
 //	                     line per problem; then one line per note (a drain in progress); ?format=json
 //	                     gives the whole Status as JSON, with the same status code and "healthy" added
+//	/livez               200 "alive" and the agent's state whenever the status can be read, healthy
+//	                     or not: a liveness probe, which a downstream that is down must not fail
+//	                     (restarting the agent would not bring it back)
 //	/                    an HTML page linking to the above
 //
 // Other paths are 404; TRACE and OPTIONS are 403, as in Flume.
@@ -194,6 +197,13 @@ func HandlerWithStatus(r *Registry, status func() Status) http.Handler {
 			prom.ServeHTTP(w, req)
 		case strings.EqualFold(p, "/healthz"):
 			serveHealth(w, req, status, r.Redact)
+		case strings.EqualFold(p, "/livez"):
+			st := Status{State: "running"}
+			if status != nil {
+				st = status()
+			}
+			w.Header().Set("Content-Type", "text/plain;charset=utf-8")
+			_, _ = fmt.Fprintf(w, "alive: %s\n", st.State)
 		default:
 			http.NotFound(w, req)
 		}

@@ -98,6 +98,9 @@ func TestHandler(t *testing.T) {
 	if code != http.StatusServiceUnavailable || body != "sink k1: not running: failed to start: boom second line\n" {
 		t.Errorf("unhealthy /healthz: %d %q, want 503 with one line per problem", code, body)
 	}
+	if code, body := get(t, base+"/livez"); code != http.StatusOK || body != "alive: running\n" {
+		t.Errorf("unhealthy agent: /livez %d %q, want 200: it answers", code, body)
+	}
 	code, body = get(t, base+"/healthz?format=json")
 	var got struct {
 		Healthy bool `json:"healthy"`
