@@ -80,10 +80,10 @@ type Answer func(ld plog.Logs) (plogotlp.ExportResponse, error)
 // server side, that records what it takes. It can be stopped and started
 // again on the same address, to play a downstream that goes away.
 type Receiver struct {
-	t     testing.TB
-	http  bool
-	addr  string
-	tls   *tls.Config
+	t    testing.TB
+	http bool
+	addr string
+	tls  *tls.Config
 	plogotlp.UnimplementedGRPCServer
 
 	mu      sync.Mutex
