@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	_ "google.golang.org/grpc/encoding/gzip" // the sink may compress
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
 )
 
 // collector is a Processor that keeps the records the SDK emits.
@@ -153,7 +154,7 @@ func (r *Receiver) Start() error {
 		go func() { defer r.served.Done(); _ = srv.Serve(ln) }()
 		return nil
 	}
-	var opts []grpc.ServerOption
+	opts := []grpc.ServerOption{grpc.StatsHandler(compressionSeen{})}
 	if r.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(r.tls)))
 	}
@@ -260,7 +261,9 @@ func (r *Receiver) Export(ctx context.Context, req plogotlp.ExportRequest) (plog
 				q.Metadata[k] = v[0]
 			}
 		}
-		q.Gzip = q.Metadata["grpc-encoding"] == "gzip"
+	}
+	if c, ok := ctx.Value(compressedKey{}).(*bool); ok {
+		q.Gzip = *c
 	}
 	return r.take(req.Logs(), q)
 }
@@ -336,3 +339,24 @@ type HTTPError struct {
 }
 
 func (e *HTTPError) Error() string { return e.Msg }
+
+// compressionSeen notes in each call's context whether its request came
+// compressed (gRPC does not show the grpc-encoding header as metadata).
+type compressionSeen struct{}
+
+type compressedKey struct{}
+
+func (compressionSeen) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return context.WithValue(ctx, compressedKey{}, new(bool))
+}
+
+func (compressionSeen) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	if in, ok := s.(*stats.InPayload); ok {
+		if c, ok := ctx.Value(compressedKey{}).(*bool); ok {
+			*c = in.CompressedLength != in.Length
+		}
+	}
+}
+
+func (compressionSeen) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (compressionSeen) HandleConn(context.Context, stats.ConnStats)                       {}
