@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	_ "google.golang.org/grpc/encoding/gzip" // senders may compress
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
@@ -52,8 +53,9 @@ func (s *Source) newGRPCServer(tlsConf *tls.Config) *grpc.Server {
 		// the group would close it outright.
 		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle - min(idle/10, 5*time.Second)}))
 	}
+	opts = append(opts, grpc.ForceServerCodecV2(rawCodec{}))
 	srv := grpc.NewServer(opts...)
-	plogotlp.RegisterGRPCServer(srv, &grpcLogs{s: s})
+	srv.RegisterService(&logsService, s)
 	return srv
 }
 
@@ -250,31 +252,66 @@ func (c *call) end() {
 	c.conn.change(-1, 0)
 }
 
-// grpcLogs is the LogsService the source registers.
-type grpcLogs struct {
-	plogotlp.UnimplementedGRPCServer
-	s *Source
+// The LogsService is registered by hand rather than with plogotlp's
+// RegisterGRPCServer, whose handler gets the request already decoded: here
+// the handler gets the request's bytes (rawCodec), so that the budget is
+// taken for what decoding will allocate before pdata decodes them, as on
+// the HTTP side. The request and answer are pdata's all the same.
+var logsService = grpc.ServiceDesc{
+	ServiceName: "opentelemetry.proto.collector.logs.v1.LogsService",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Export",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var body []byte
+			if err := dec(&body); err != nil {
+				return nil, err
+			}
+			return srv.(*Source).exportGRPC(ctx, body)
+		},
+	}},
+	Metadata: "opentelemetry/proto/collector/logs/v1/logs_service.proto",
 }
 
-// Export takes one request: one transaction.
-func (g *grpcLogs) Export(ctx context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
-	s := g.s
+// rawCodec hands the handler a request's bytes and sends its answer's as
+// they are.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	b, ok := v.([]byte)
+	if !ok {
+		return nil, fmt.Errorf("otlp source: cannot send a %T", v)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	p, ok := v.(*[]byte)
+	if !ok {
+		return fmt.Errorf("otlp source: cannot read into a %T", v)
+	}
+	*p = data.Materialize()
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+// exportGRPC takes one Export call's request: one transaction.
+func (s *Source) exportGRPC(ctx context.Context, body []byte) ([]byte, error) {
 	c, _ := ctx.Value(callKey{}).(*call)
 	if c == nil || !c.handled() {
-		return plogotlp.NewExportResponse(), status.Error(codes.Canceled, "the call ended before it was handled")
+		return nil, status.Error(codes.Canceled, "the call ended before it was handled")
 	}
 	defer c.finish()
 	peerAddr := ""
 	if p, ok := peer.FromContext(ctx); ok {
 		peerAddr = p.Addr.String()
 	}
-	ld := req.Logs()
-	size := int64(protoSize(ld))
 	// The request now holds its real size, not the most it could have been.
-	c.hold.Shrink(c.hold.Bytes() - size)
-	acc, err := s.export(ctx, ld, size, &c.hold, peerAddr)
+	c.hold.Shrink(c.hold.Bytes() - int64(len(body)))
+	acc, err := s.export(ctx, body, false, &c.hold, peerAddr)
 	if err != nil {
-		return plogotlp.NewExportResponse(), grpcError(s, err, peerAddr)
+		return nil, grpcError(s, err, peerAddr)
 	}
 	resp := plogotlp.NewExportResponse()
 	if acc.rejected > 0 {
@@ -282,20 +319,19 @@ func (g *grpcLogs) Export(ctx context.Context, req plogotlp.ExportRequest) (plog
 		ps.SetRejectedLogRecords(acc.rejected)
 		ps.SetErrorMessage(acc.message)
 	}
-	return resp, nil
-}
-
-// protoSize is the size of ld's protobuf encoding.
-func protoSize(ld plog.Logs) int {
-	var m plog.ProtoMarshaler
-	return m.LogsSize(ld)
+	return resp.MarshalProto()
 }
 
 // grpcError is the status a handling error answers.
 func grpcError(s *Source, err error, peerAddr string) error {
 	var tl *tooLargeError
 	var pe *putError
+	var bad *badRequestError
 	switch {
+	case errors.As(err, &bad):
+		s.counters.EventReadFail.Add(1)
+		s.rejects.Add(reasonBadRequest, peerAddr, "err", err)
+		return status.Error(codes.InvalidArgument, bad.Error())
 	case errors.As(err, &tl):
 		s.counters.EventReadFail.Add(1)
 		s.rejects.Add(reasonTooLarge, peerAddr, "err", err)

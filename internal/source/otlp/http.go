@@ -148,7 +148,7 @@ func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Connection", "close")
 			}
 			httpAnswer(w, mt, http.StatusServiceUnavailable, status.New(codes.Unavailable, pe.Error()))
-		default:
+		default: // unreadable: a bad body, a bad encoding
 			c.EventReadFail.Add(1)
 			s.rejects.Add(reasonBadRequest, peer, "err", err)
 			httpAnswer(w, mt, http.StatusBadRequest, status.New(codes.InvalidArgument, err.Error()))
@@ -184,19 +184,8 @@ func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if lc != nil {
 		lc.Busy() // the request has arrived; what follows is the agent's work
 	}
-	req := plogotlp.NewExportRequest()
-	if mt == typeJSON {
-		err = req.UnmarshalJSON(body)
-	} else {
-		err = req.UnmarshalProto(body)
-	}
-	if err != nil {
-		refuse(fmt.Errorf("the body is not an OTLP ExportLogsServiceRequest in %s: %w", mt, err))
-		return
-	}
-	size := int64(len(body))
+	acc, err := s.export(r.Context(), body, mt == typeJSON, &hold, peer)
 	body = nil
-	acc, err := s.export(r.Context(), req.Logs(), size, &hold, peer)
 	if err != nil {
 		refuse(err)
 		return

@@ -31,7 +31,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"google.golang.org/grpc"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -52,13 +52,14 @@ const (
 	// (max_recv_msg_size_mib 4): far above an SDK's batch (512 records).
 	DefaultMaxRequestBytes = 4 << 20
 	// DefaultMaxInFlight bounds what every request being read and decoded
-	// holds at once: several of the largest requests.
+	// holds at once. Decoding a request and making its events takes 1.5 to
+	// 15 times its size, by the size of its records (see estimate.go): a
+	// request of the largest size fits, and a few dozen of an SDK's.
 	DefaultMaxInFlight = 64 << 20
-	// decodeFactor is what decoding a request and making its events holds
-	// per byte of the (uncompressed) request, on top of the request itself:
-	// pdata's records, then the events' bodies and header maps. Measured
-	// by BenchmarkDecodeMemory (about 3.2 for typical SDK records); rounded up.
-	decodeFactor = 4
+	// minInFlightFactor is the least maxBytesInFlight / maxRequestBytes:
+	// a compressed request, its bytes decompressed, and the decoding of
+	// large records.
+	minInFlightFactor = 4
 	// retryDelay is the pause a refused sender is asked to take.
 	retryDelay = time.Second
 )
@@ -159,9 +160,9 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	}
 	s.hygiene = listener.ReadConfig(p, listener.CamelNames, listener.DefaultConfig)
 	s.maxInFlight = listener.ReadBudget(p, listener.CamelNames, DefaultMaxInFlight, 1<<20)
-	if need := s.maxBody * (2 + decodeFactor); s.maxInFlight < need {
-		p.Errorf(listener.CamelNames.MaxBytesInFlight, "%d is less than %d × maxRequestBytes (%d: a compressed request, its decompressed bytes, then its records and events), so the largest request could never be taken; raise it to %d or lower maxRequestBytes",
-			s.maxInFlight, 2+decodeFactor, s.maxBody, need)
+	if need := s.maxBody * minInFlightFactor; s.maxInFlight < need {
+		p.Errorf(listener.CamelNames.MaxBytesInFlight, "%d is less than %d × maxRequestBytes (%d: a compressed request, its decompressed bytes, then its records and events), so the largest requests could never be taken; raise it to %d or lower maxRequestBytes",
+			s.maxInFlight, minInFlightFactor, s.maxBody, need)
 	}
 	s.tls = tlsconf.ReadServer(p)
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
@@ -369,23 +370,54 @@ type accepted struct {
 	message  string
 }
 
-// export puts the records of ld (size bytes uncompressed, already held by
-// hold) into the channels: one event per record, one transaction. It takes
-// the bytes making the events needs from the budget first.
-func (s *Source) export(ctx context.Context, ld plog.Logs, size int64, hold *listener.Hold, peer string) (accepted, error) {
+// badRequestError is a request that cannot be read: not OTLP, or values
+// nested too deeply.
+type badRequestError struct{ err error }
+
+func (e *badRequestError) Error() string { return e.err.Error() }
+func (e *badRequestError) Unwrap() error { return e.err }
+
+// export puts the records of body (an ExportLogsServiceRequest, in JSON
+// when isJSON, else protobuf; already held by hold) into the channels: one
+// event per record, one transaction. Before decoding it takes from the
+// budget what decoding and the events will hold, as a scan of body bounds
+// it.
+func (s *Source) export(ctx context.Context, body []byte, isJSON bool, hold *listener.Hold, peer string) (accepted, error) {
 	c := s.counters
-	n := ld.LogRecordCount()
-	if n == 0 {
-		return accepted{}, nil
-	}
 	s.mu.Lock()
 	p, budget := s.proc, s.budget
 	s.mu.Unlock()
 	if p == nil {
 		return accepted{}, &putError{stopping: true, err: flow.ErrStopping}
 	}
-	if err := reserve(hold, budget, decodeFactor*size); err != nil {
+	var sh shape
+	var err error
+	enc := "protobuf"
+	if isJSON {
+		sh, err = scanJSON(body)
+		enc = "JSON"
+	} else {
+		sh, err = scanProto(body)
+	}
+	if err != nil {
+		return accepted{}, &badRequestError{fmt.Errorf("the body is not an OTLP ExportLogsServiceRequest in %s: %w", enc, err)}
+	}
+	if err := reserve(hold, budget, sh.cost(len(body))); err != nil {
 		return accepted{}, err
+	}
+	req := plogotlp.NewExportRequest()
+	if isJSON {
+		err = req.UnmarshalJSON(body)
+	} else {
+		err = req.UnmarshalProto(body)
+	}
+	if err != nil {
+		return accepted{}, &badRequestError{fmt.Errorf("the body is not an OTLP ExportLogsServiceRequest in %s: %w", enc, err)}
+	}
+	ld := req.Logs()
+	n := ld.LogRecordCount()
+	if n == 0 {
+		return accepted{}, nil
 	}
 	events := s.mapping.Events(make([]event.Event, 0, n), ld, event.Now())
 	var acc accepted

@@ -225,6 +225,26 @@ func pdataLogs(n int, prefix string, bodySize int) plog.Logs {
 	return ld
 }
 
+// emptyRecords is n records with nothing in them: a few bytes each on the
+// wire, hundreds once decoded.
+func emptyRecords(n int) plog.Logs {
+	ld := plog.NewLogs()
+	lrs := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+	for range n {
+		lrs.AppendEmpty()
+	}
+	return ld
+}
+
+// deepJSON is a request whose body nests arrays 100 deep.
+func deepJSON() []byte {
+	inner := `{"stringValue":"x"}`
+	for range 100 {
+		inner = `{"arrayValue":{"values":[` + inner + `]}}`
+	}
+	return []byte(`{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"body":` + inner + `}]}]}]}`)
+}
+
 // post sends body to the source's HTTP listener.
 func post(t *testing.T, url, contentType, encoding string, body []byte) (*http.Response, []byte) {
 	t.Helper()
@@ -293,17 +313,17 @@ func TestHTTPJSON(t *testing.T) {
 
 func credentialsFrom(c *tls.Config) credentials.TransportCredentials { return credentials.NewTLS(c) }
 
-// rawMessage and rawCodec send bytes as they are.
-type rawMessage []byte
+// bytesMessage and bytesCodec send bytes as they are.
+type bytesMessage []byte
 
-type rawCodec struct{}
+type bytesCodec struct{}
 
-func (rawCodec) Marshal(v any) ([]byte, error) { return v.(rawMessage), nil }
-func (rawCodec) Unmarshal(b []byte, v any) error {
+func (bytesCodec) Marshal(v any) ([]byte, error) { return v.(bytesMessage), nil }
+func (bytesCodec) Unmarshal(b []byte, v any) error {
 	*(v.(*[]byte)) = b
 	return nil
 }
-func (rawCodec) Name() string { return "proto" }
+func (bytesCodec) Name() string { return "proto" }
 
 func configFromMap(props map[string]string) *config.Props {
 	all := map[string]string{"bind": "127.0.0.1", "grpcPort": "0", "httpPort": "0"}
@@ -460,12 +480,13 @@ func TestStopping(t *testing.T) {
 // TestBadHTTPRequests: what cannot be read is answered 4xx with a reason,
 // counted, and nothing of it is kept; the budget is whole again after.
 func TestBadHTTPRequests(t *testing.T) {
-	s := newSource(t, map[string]string{"maxRequestBytes": "100000"})
+	s := newSource(t, map[string]string{"maxRequestBytes": "100000", "maxBytesInFlight": "1048576"})
 	pl := sourcetest.NewPipeline(t, 100, 100, time.Second)
 	sourcetest.Start(t, s, pl.Processor)
 	base := "http://" + s.HTTPAddr().String()
 	good, _ := plogotlp.NewExportRequestFromLogs(pdataLogs(2, "g", 0)).MarshalProto()
 	big, _ := plogotlp.NewExportRequestFromLogs(pdataLogs(50, "b", 4000)).MarshalProto()
+	empties, _ := plogotlp.NewExportRequestFromLogs(emptyRecords(10_000)).MarshalProto()
 	for _, tc := range []struct {
 		name, path, method, ctype, enc string
 		body                           []byte
@@ -479,6 +500,8 @@ func TestBadHTTPRequests(t *testing.T) {
 		{"bad gzip", "/v1/logs", "POST", "application/x-protobuf", "gzip", []byte("not gzip"), 400, "not valid gzip"},
 		{"too large", "/v1/logs", "POST", "application/x-protobuf", "", big, 413, "maxRequestBytes"},
 		{"too large once decompressed", "/v1/logs", "POST", "application/x-protobuf", "gzip", gz(t, big), 413, "maxRequestBytes"},
+		{"too many records to decode within the budget", "/v1/logs", "POST", "application/x-protobuf", "", empties, 413, "more than maxBytesInFlight"},
+		{"values nested too deep", "/v1/logs", "POST", "application/json", "", deepJSON(), 400, "nest deeper"},
 		{"wrong path", "/v1/traces", "POST", "application/x-protobuf", "", good, 404, ""},
 		{"GET", "/v1/logs", "GET", "application/x-protobuf", "", nil, 405, ""},
 	} {
@@ -520,7 +543,7 @@ func TestBadHTTPRequests(t *testing.T) {
 // retry (RESOURCE_EXHAUSTED); undecodable bytes too; the budget is whole
 // again after, and a good request goes in.
 func TestGRPCLimits(t *testing.T) {
-	s := newSource(t, map[string]string{"maxRequestBytes": "100000"})
+	s := newSource(t, map[string]string{"maxRequestBytes": "100000", "maxBytesInFlight": "1048576"})
 	pl := sourcetest.NewPipeline(t, 100, 100, time.Second)
 	sourcetest.Start(t, s, pl.Processor)
 	cl, cc := grpcClient(t, s.GRPCAddr().String())
@@ -528,11 +551,20 @@ func TestGRPCLimits(t *testing.T) {
 	if st := status.Convert(err); st.Code() != codes.ResourceExhausted {
 		t.Fatalf("a request too large: %v", err)
 	}
+	// Fewer bytes than the limit, but records that decoding could not fit
+	// in the budget: refused before they are decoded, without a retry.
+	_, err = export(cl, emptyRecords(10_000))
+	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "more than maxBytesInFlight") {
+		t.Fatalf("a request too dear to decode: %v", err)
+	}
 	// Raw bytes that are no ExportLogsServiceRequest.
 	var out []byte
-	err = cc.Invoke(context.Background(), exportMethod, rawMessage("\xff\xff\xff\xff"), &out, grpc.ForceCodec(rawCodec{}))
-	if st := status.Convert(err); st.Code() == codes.OK {
-		t.Fatalf("garbage was accepted")
+	err = cc.Invoke(context.Background(), exportMethod, bytesMessage("\xff\xff\xff\xff"), &out, grpc.ForceCodec(bytesCodec{}))
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument {
+		t.Fatalf("garbage: %v, want INVALID_ARGUMENT", err)
+	}
+	if metric(s, "BadRequestCount") != "1" || metric(s, "RequestTooLargeCount") != "1" {
+		t.Errorf("BadRequestCount %s, RequestTooLargeCount %s", metric(s, "BadRequestCount"), metric(s, "RequestTooLargeCount"))
 	}
 	if _, err := export(cl, pdataLogs(2, "ok", 0)); err != nil {
 		t.Fatal(err)
