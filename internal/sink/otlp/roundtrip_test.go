@@ -26,7 +26,7 @@ import (
 )
 
 // startSource starts an otlp source on loopback into a fresh channel.
-func startSource(t *testing.T) (*otlpsource.Source, *sourcetest.Pipeline) {
+func startSource(t testing.TB) (*otlpsource.Source, *sourcetest.Pipeline) {
 	t.Helper()
 	pl := sourcetest.NewPipeline(t, 1000, 1000, time.Second)
 	s := sourcetest.New(t, otlpsource.New, sourcetest.Env("r1", "otlp"),
