@@ -5,31 +5,47 @@ import (
 	"fmt"
 	"net"
 	"time"
-	"unsafe"
 
-	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/pdata/plog"
-	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // SendOTLP sends OTLP/gRPC logs Export calls (the otlp source), one record
 // per event; ReceiveOTLP is an OTLP/gRPC logs receiver (downstream of an
-// otlp sink). Both are pdata's own client and server.
+// otlp sink). Both write and read the protobuf themselves (protowire), so
+// that the load generator costs little beside the agent it measures.
 const (
 	SendOTLP    = "otlp"
 	ReceiveOTLP = "otlp"
 )
 
+const exportMethod = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
+
+// rawCodec sends and receives messages as the bytes they are.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
 // otlpClient sends each batch in one Export call over one connection.
 type otlpClient struct {
-	cc   *grpc.ClientConn
-	cl   plogotlp.GRPCClient
-	size int
-	line []byte
+	cc         *grpc.ClientConn
+	size       int
+	line       []byte
+	rec, recs  []byte // one LogRecord; the LogRecords of the batch
+	scope, req []byte
 }
 
 func dialOTLP(addr string, size int) (client, error) {
@@ -37,23 +53,49 @@ func dialOTLP(addr string, size int) (client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: otlp client for %s: %w", addr, err)
 	}
-	return &otlpClient{cc: cc, cl: plogotlp.NewGRPCClient(cc), size: size}, nil
+	return &otlpClient{cc: cc, size: size}, nil
 }
 
+// resource is the ResourceLogs.resource of every request: service.name.
+var resource = func() []byte {
+	var v, kv, r []byte
+	v = protowire.AppendTag(v, 1, protowire.BytesType) // AnyValue.string_value
+	v = protowire.AppendString(v, "sluice-bench")
+	kv = protowire.AppendTag(kv, 1, protowire.BytesType) // KeyValue.key
+	kv = protowire.AppendString(kv, "service.name")
+	kv = protowire.AppendTag(kv, 2, protowire.BytesType) // KeyValue.value
+	kv = protowire.AppendBytes(kv, v)
+	r = protowire.AppendTag(r, 1, protowire.BytesType) // Resource.attributes
+	r = protowire.AppendBytes(r, kv)
+	return r
+}()
+
 func (c *otlpClient) send(ctx context.Context, first uint64, n int, sent time.Time) (bool, error) {
-	ld := plog.NewLogs()
-	rl := ld.ResourceLogs().AppendEmpty()
-	rl.Resource().Attributes().PutStr("service.name", "sluice-bench")
-	lrs := rl.ScopeLogs().AppendEmpty().LogRecords()
-	lrs.EnsureCapacity(n)
-	ts := sent.UnixNano()
+	c.recs = c.recs[:0]
+	ts := uint64(sent.UnixNano())
 	for i := range n {
 		c.line = AppendLine(c.line[:0], first+uint64(i), sent, c.size)
-		lr := lrs.AppendEmpty()
-		lr.SetTimestamp(pcommon.Timestamp(ts))
-		lr.Body().SetStr(string(c.line[:len(c.line)-1]))
+		body := c.line[:len(c.line)-1]
+		r := protowire.AppendTag(c.rec[:0], 1, protowire.Fixed64Type) // LogRecord.time_unix_nano
+		r = protowire.AppendFixed64(r, ts)
+		r = protowire.AppendTag(r, 5, protowire.BytesType) // LogRecord.body
+		r = protowire.AppendVarint(r, uint64(protowire.SizeTag(1)+protowire.SizeBytes(len(body))))
+		r = protowire.AppendTag(r, 1, protowire.BytesType) // AnyValue.string_value
+		r = protowire.AppendBytes(r, body)
+		c.rec = r
+		c.recs = protowire.AppendTag(c.recs, 2, protowire.BytesType) // ScopeLogs.log_records
+		c.recs = protowire.AppendBytes(c.recs, r)
 	}
-	_, err := c.cl.Export(ctx, plogotlp.NewExportRequestFromLogs(ld))
+	// ResourceLogs{resource, scope_logs: ScopeLogs{log_records...}} in
+	// ExportLogsServiceRequest.resource_logs.
+	c.scope = protowire.AppendTag(c.scope[:0], 1, protowire.BytesType)
+	c.scope = protowire.AppendBytes(c.scope, resource)
+	c.scope = protowire.AppendTag(c.scope, 2, protowire.BytesType)
+	c.scope = protowire.AppendBytes(c.scope, c.recs)
+	c.req = protowire.AppendTag(c.req[:0], 1, protowire.BytesType)
+	c.req = protowire.AppendBytes(c.req, c.scope)
+	var resp []byte
+	err := c.cc.Invoke(ctx, exportMethod, &c.req, &resp, grpc.ForceCodecV2(rawCodec{}))
 	switch status.Code(err) {
 	case codes.OK:
 		return true, nil
@@ -66,7 +108,7 @@ func (c *otlpClient) send(ctx context.Context, first uint64, n int, sent time.Ti
 func (c *otlpClient) close() { _ = c.cc.Close() }
 
 // ListenOTLP starts a receiver of OTLP/gRPC logs on addr: every record's
-// body is recorded, and each call answered success.
+// body (a string) is recorded, and each call answered success.
 func ListenOTLP(addr string) (*Receiver, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -74,8 +116,20 @@ func ListenOTLP(addr string) (*Receiver, error) {
 	}
 	r := NewReceiver()
 	r.ln = ln
-	srv := grpc.NewServer()
-	plogotlp.RegisterGRPCServer(srv, &otlpReceiver{r: r})
+	srv := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}))
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "opentelemetry.proto.collector.logs.v1.LogsService",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{MethodName: "Export", Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var req []byte
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			recordBodies(r, req, time.Now().UnixNano())
+			empty := []byte{} // an ExportLogsServiceResponse with nothing in it
+			return &empty, nil
+		}}},
+	}, nil)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -85,23 +139,42 @@ func ListenOTLP(addr string) (*Receiver, error) {
 	return r, nil
 }
 
-type otlpReceiver struct {
-	plogotlp.UnimplementedGRPCServer
-	r *Receiver
-}
-
-func (o *otlpReceiver) Export(_ context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
-	now := time.Now().UnixNano()
-	for _, rl := range req.Logs().ResourceLogs().All() {
-		for _, sl := range rl.ScopeLogs().All() {
-			for _, lr := range sl.LogRecords().All() {
-				body := lr.Body().Str()
-				// Read in place: RecordAt only parses it.
-				o.r.RecordAt(unsafe.Slice(unsafe.StringData(body), len(body)), now)
+// recordBodies records the string body of every record of an
+// ExportLogsServiceRequest; what does not parse counts as malformed.
+func recordBodies(r *Receiver, req []byte, now int64) {
+	// resource_logs(1) > scope_logs(2) > log_records(2) > body(5) > string_value(1)
+	path := []protowire.Number{1, 2, 2, 5, 1}
+	var walk func(b []byte, depth int)
+	walk = func(b []byte, depth int) {
+		for len(b) > 0 {
+			num, typ, n := protowire.ConsumeTag(b)
+			if n < 0 {
+				r.rec.malformed()
+				return
+			}
+			b = b[n:]
+			if typ != protowire.BytesType || num != path[depth] {
+				if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+					r.rec.malformed()
+					return
+				}
+				b = b[n:]
+				continue
+			}
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				r.rec.malformed()
+				return
+			}
+			b = b[n:]
+			if depth == len(path)-1 {
+				r.RecordAt(v, now)
+			} else {
+				walk(v, depth+1)
 			}
 		}
 	}
-	return plogotlp.NewExportResponse(), nil
+	walk(req, 0)
 }
 
 // The OTLP presets: the bridge beside the netcat pipeline, each agent a

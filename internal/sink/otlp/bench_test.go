@@ -71,3 +71,45 @@ func BenchmarkBridge(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(1000*b.N), "ns/record")
 }
+
+// BenchmarkBridgeOneByOne sends one record per call and waits for it
+// downstream before the next: the latency path's cost per record.
+func BenchmarkBridgeOneByOne(b *testing.B) {
+	src, pl := startSource(b)
+	down := otlptest.NewGRPCReceiver(b, nil)
+	env := flow.Env{Agent: "a1", Name: "k1", Type: "otlp", Channel: pl.Channel}
+	p := config.FromMap("a1.sinks.k1.", map[string]string{"endpoint": down.Addr(), "compression": "none", "batchSize": "1000"})
+	s, err := New(env, p)
+	if err != nil || p.Err() != nil {
+		b.Fatal(err, p.Err())
+	}
+	if err := s.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	runner := flow.NewSinkRunner("k1", s, nil)
+	runner.Start()
+	defer func() {
+		runner.Stop(context.Background())
+		s.Stop(context.Background())
+	}()
+	cc, err := grpc.NewClient(src.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Close()
+	cl := plogotlp.NewGRPCClient(cc)
+	ld := plog.NewLogs()
+	lr := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+	lr.SetTimestamp(1_700_000_000_000_000_000)
+	lr.Body().SetStr(strings.Repeat("x", 256))
+	req := plogotlp.NewExportRequestFromLogs(ld)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := cl.Export(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+		for down.Count() < i+1 {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
