@@ -95,6 +95,7 @@ type Receiver struct {
 	httpSrv *http.Server
 	ln      net.Listener
 	served  sync.WaitGroup
+	arrived chan struct{} // signalled after each request taken
 }
 
 // NewGRPCReceiver starts a gRPC receiver on 127.0.0.1 (a free port), with
@@ -110,7 +111,7 @@ func NewHTTPReceiver(t testing.TB, conf *tls.Config) *Receiver {
 
 func newReceiver(t testing.TB, isHTTP bool, conf *tls.Config) *Receiver {
 	t.Helper()
-	r := &Receiver{t: t, http: isHTTP, addr: "127.0.0.1:0", tls: conf}
+	r := &Receiver{t: t, http: isHTTP, addr: "127.0.0.1:0", tls: conf, arrived: make(chan struct{}, 1)}
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -219,12 +220,14 @@ func (r *Receiver) Records() []plog.LogRecord {
 
 // WaitCount waits up to d for n records in all.
 func (r *Receiver) WaitCount(n int, d time.Duration) bool {
-	deadline := time.Now().Add(d)
+	t := time.NewTimer(d)
+	defer t.Stop()
 	for r.Count() < n {
-		if time.Now().After(deadline) {
-			return false
+		select {
+		case <-r.arrived:
+		case <-t.C:
+			return r.Count() >= n
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	return true
 }
@@ -249,6 +252,10 @@ func (r *Receiver) take(ld plog.Logs, q Request) (plogotlp.ExportResponse, error
 	r.reqs = append(r.reqs, q)
 	r.records += kept.LogRecordCount()
 	r.mu.Unlock()
+	select {
+	case r.arrived <- struct{}{}:
+	default:
+	}
 	return plogotlp.NewExportResponse(), nil
 }
 
