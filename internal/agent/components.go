@@ -19,6 +19,7 @@ import (
 	kafkasink "github.com/sluicehq/sluice/internal/sink/kafka"
 	loggersink "github.com/sluicehq/sluice/internal/sink/logger"
 	nullsink "github.com/sluicehq/sluice/internal/sink/null"
+	otlpsink "github.com/sluicehq/sluice/internal/sink/otlp"
 	tcpsink "github.com/sluicehq/sluice/internal/sink/tcp"
 	thriftsink "github.com/sluicehq/sluice/internal/sink/thrift"
 	avrosource "github.com/sluicehq/sluice/internal/source/avro"
@@ -26,6 +27,7 @@ import (
 	httpsource "github.com/sluicehq/sluice/internal/source/http"
 	kafkasource "github.com/sluicehq/sluice/internal/source/kafka"
 	"github.com/sluicehq/sluice/internal/source/netcat"
+	otlpsource "github.com/sluicehq/sluice/internal/source/otlp"
 	"github.com/sluicehq/sluice/internal/source/seq"
 	"github.com/sluicehq/sluice/internal/source/spooldir"
 	syslogsource "github.com/sluicehq/sluice/internal/source/syslog"
@@ -49,6 +51,7 @@ var sourceTypes = map[string]flow.SourceFactory{
 	"avro":      avrosource.New,
 	"thrift":    thriftsource.New,
 	"kafka":     kafkasource.New,
+	"otlp":      otlpsource.New,
 
 	"syslogtcp":           syslogsource.NewTCP,
 	"syslogudp":           syslogsource.NewUDP,
@@ -75,6 +78,7 @@ var sinkTypes = map[string]flow.SinkFactory{
 	"kafka":         kafkasink.New,
 	"hdfs":          hdfssink.New,
 	"http":          httpsink.New,
+	"otlp":          otlpsink.New,
 }
 
 // classNames maps Flume's Java class names (lower-cased) to sluice type

@@ -23,19 +23,20 @@ in this process, or its CPU seconds, context switches and peak RSS when a preset
 runs each agent as a process of its own (this binary; rsyslogd for the rsyslog row).
 
 load:
-  --send T        netcat (lines over TCP; alias tcp), avro, http (JSON handler) or
-                  syslog (RFC 5424 over TCP)                       (default netcat)
+  --send T        netcat (lines over TCP; alias tcp), avro, http (JSON handler),
+                  syslog (RFC 5424 over TCP) or otlp (OTLP/gRPC logs)  (default netcat)
   --to ADDR       the source's host:port (default: the agent's ${bench.in.port})
   --rate N        events per second over all connections; 0 = as fast as possible (default 1000)
   --size BYTES    event body size, at least 40                     (default 1024)
   --conns N       connections                                      (default 1)
   --count N       stop after N events
   --duration D    stop after D, such as 30s or 10m  (default 10s when no --count)
-  --batch N       events per avro/http call or line write (default 1 paced, 100 flooding)
+  --batch N       events per avro/http/otlp call or line write (default 1 paced, 100 flooding)
 receiver:
-  --receive R     tcp (downstream of a tcp sink), avro (of an avro sink), dir (a
-                  file_roll directory), kafka (a topic) or none     (default tcp)
-  --listen ADDR   where tcp and avro listen (default 127.0.0.1:${bench.out.port}, a free port)
+  --receive R     tcp (downstream of a tcp sink), avro (of an avro sink), otlp (of an
+                  otlp sink, over gRPC), dir (a file_roll directory), kafka (a topic)
+                  or none                                            (default tcp)
+  --listen ADDR   where tcp, avro and otlp listen (default 127.0.0.1:${bench.out.port}, a free port)
   --dir DIR       the directory dir reads
   --kafka-brokers LIST  --kafka-topic T   the cluster and topic kafka consumes; the brokers
                   "kfake" start an in-process fake Kafka (franz-go's kfake) for the run,

@@ -227,12 +227,15 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}()
 		opt.Metrics = a.Metrics()
 	} else if load.Addr == "" {
-		if opt.Receive.Kind != ReceiveTCP && opt.Receive.Kind != ReceiveAvro {
+		if opt.Receive.Kind != ReceiveTCP && opt.Receive.Kind != ReceiveAvro && opt.Receive.Kind != ReceiveOTLP {
 			return nil, errors.New("bench: no address to send to (--to) and no agent to start (-f)")
 		}
 		load.Addr = recv.Addr() // no pipeline: the floor of the machine
-		if opt.Receive.Kind == ReceiveAvro {
+		switch opt.Receive.Kind {
+		case ReceiveAvro:
 			load.Transport = SendAvro
+		case ReceiveOTLP:
+			load.Transport = SendOTLP
 		}
 	}
 	gen, err := NewGenerator(load)
@@ -341,6 +344,8 @@ func openReceiver(ctx context.Context, rc *Receive, tmp string, sys map[string]s
 		r, err = Listen(addr)
 	case ReceiveAvro:
 		r, err = ListenAvro(addr)
+	case ReceiveOTLP:
+		r, err = ListenOTLP(addr)
 	case ReceiveDir:
 		if rc.Dir == "" {
 			if tmp == "" {
@@ -376,7 +381,7 @@ func openReceiver(ctx context.Context, rc *Receive, tmp string, sys map[string]s
 	case ReceiveNone:
 		r = NewReceiver()
 	default:
-		return nil, fmt.Errorf("bench: unknown receiver %q: use tcp, avro, dir, kafka or none", rc.Kind)
+		return nil, fmt.Errorf("bench: unknown receiver %q: use tcp, avro, otlp, dir, kafka or none", rc.Kind)
 	}
 	if err != nil {
 		return nil, err

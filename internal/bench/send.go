@@ -59,9 +59,9 @@ func (l *Load) normalise() error {
 	switch l.Transport {
 	case "", "tcp", SendNetcat:
 		l.Transport = SendNetcat
-	case SendAvro, SendHTTP, SendSyslog:
+	case SendAvro, SendHTTP, SendSyslog, SendOTLP:
 	default:
-		return fmt.Errorf("unknown transport %q: use netcat, avro, http or syslog", l.Transport)
+		return fmt.Errorf("unknown transport %q: use netcat, avro, http, syslog or otlp", l.Transport)
 	}
 	if l.Addr == "" {
 		return errors.New("no address to send to")
@@ -283,6 +283,8 @@ func (g *Generator) dial(ctx context.Context) (client, error) {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 		return &avroClient{c: c, size: g.load.Size}, nil
+	case SendOTLP:
+		return dialOTLP(g.load.Addr, g.load.Size)
 	case SendHTTP:
 		return &httpClient{
 			url:  "http://" + g.load.Addr + "/",

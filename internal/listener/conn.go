@@ -54,6 +54,7 @@ type Conn struct {
 	winBase  int64     // bytes read when the window started
 	read     int64     // bytes read so far
 	closedBy string    // why the group closed it, "" while open
+	explicit bool      // the protocol sets every state; reads do not (SetExplicit)
 }
 
 func newConn(raw net.Conn, g *Group, now time.Time) *Conn {
@@ -72,7 +73,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if n > 0 {
 		c.mu.Lock()
 		c.read += int64(n)
-		if c.state == Idle {
+		if c.state == Idle && !c.explicit {
 			now := time.Now()
 			c.state, c.since, c.winStart, c.winBase = Receiving, now, now, c.read-int64(n)
 		}
@@ -87,6 +88,17 @@ func (c *Conn) Write(p []byte) (int, error) {
 		return c.rw.Write(p)
 	}
 	return c.Conn.Write(p)
+}
+
+// SetExplicit says the protocol code sets every state itself: a read no
+// longer makes an Idle connection Receiving. A multiplexed protocol (HTTP/2,
+// as gRPC uses) needs it, since frames that are no message (pings, window
+// updates, settings) arrive between messages and several messages may be in
+// progress at once. Call it before the connection is first read.
+func (c *Conn) SetExplicit() {
+	c.mu.Lock()
+	c.explicit = true
+	c.mu.Unlock()
 }
 
 // Idle says the connection is between messages: everything it sent so far

@@ -12,12 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	avrosource "github.com/sluicehq/sluice/internal/source/avro"
 	httpsource "github.com/sluicehq/sluice/internal/source/http"
+	otlpsource "github.com/sluicehq/sluice/internal/source/otlp"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 	"github.com/sluicehq/sluice/internal/source/syslog"
 	thriftsource "github.com/sluicehq/sluice/internal/source/thrift"
@@ -71,6 +75,32 @@ func sendHTTP(ctx context.Context, addr string, cfg *tls.Config, body string) er
 	return nil
 }
 
+// sendOTLP posts one log record over OTLP/HTTP (protobuf).
+func sendOTLP(ctx context.Context, addr string, cfg *tls.Config, body string) error {
+	ld := plog.NewLogs()
+	ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().Body().SetStr(body)
+	req, err := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+	if err != nil {
+		return err
+	}
+	cl := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 2 * time.Second}
+	defer cl.CloseIdleConnections()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+"/v1/logs", bytes.NewReader(req))
+	if err != nil {
+		return err
+	}
+	hreq.Header.Set("Content-Type", "application/x-protobuf")
+	resp, err := cl.Do(hreq)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
 // sendSyslog writes one line; syslog has no acknowledgement, so whether
 // the source took it shows only in the channel.
 func sendSyslog(ctx context.Context, addr string, cfg *tls.Config, body string) error {
@@ -95,7 +125,7 @@ func sendSyslog(ctx context.Context, addr string, cfg *tls.Config, body string) 
 }
 
 // TestClientCertificates: every TLS source (avro, thrift, http, syslogtcp,
-// multiport_syslogtcp) given a truststore requires client certificates:
+// multiport_syslogtcp, otlp) given a truststore requires client certificates:
 // a client without one is refused and its event never reaches the
 // channel; a client whose certificate the truststore's CA signed delivers.
 // The stores are Java keystores as Flume users make them (JKS).
@@ -126,6 +156,7 @@ func TestClientCertificates(t *testing.T) {
 		{"http", httpsource.New, withProps(map[string]string{"bind": "127.0.0.1", "port": "0"}), sendHTTP},
 		{"syslogtcp", syslog.NewTCP, withProps(map[string]string{"host": "127.0.0.1", "port": "0"}), sendSyslog},
 		{"multiport_syslogtcp", syslog.NewMultiport, withProps(map[string]string{"host": "127.0.0.1", "ports": "0"}), sendSyslog},
+		{"otlp", otlpsource.New, withProps(map[string]string{"bind": "127.0.0.1", "grpcPort": "-1", "httpPort": "0"}), sendOTLP},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pl := sourcetest.NewPipeline(t, 100, 100, time.Second)
@@ -171,6 +202,8 @@ func sourceAddr(t *testing.T, s flow.Source) string {
 		return a.Addr().String()
 	case interface{ Addrs() []net.Addr }:
 		return a.Addrs()[0].String()
+	case interface{ HTTPAddr() net.Addr }:
+		return a.HTTPAddr().String()
 	}
 	t.Fatalf("%T has no address", s)
 	return ""
