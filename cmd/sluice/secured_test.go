@@ -188,7 +188,7 @@ func TestSecuredClusterAgent(t *testing.T) {
 			t.Errorf("warning about Kerberos: %s", l)
 		}
 	}
-	if !strings.Contains(log, "avro source: TLS handshake failed") {
+	if !strings.Contains(log, "closed a connection whose TLS handshake failed") || !strings.Contains(log, "didn't provide a certificate") {
 		t.Errorf("the refused client is not logged; log:\n%s", log)
 	}
 
