@@ -60,7 +60,7 @@ func benchNetcat(b *testing.B, conns int, props map[string]string) {
 				tx.Rollback()
 				break
 			}
-			tx.Commit()
+			tx.Commit(context.Background())
 			n += len(got)
 			clear(got)
 		}

@@ -67,7 +67,7 @@ func (pl *Pipeline) Take(tb testing.TB, max int, wait time.Duration) []event.Eve
 		tx.Rollback()
 		tb.Fatalf("take: %v", err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(context.Background()); err != nil {
 		tb.Fatalf("commit take: %v", err)
 	}
 	return got
