@@ -160,7 +160,7 @@ func (s *BatchSink) Process(ctx context.Context) (Status, error) {
 	}
 	n := len(batch)
 	if n == 0 {
-		if err := tx.Commit(); err != nil {
+		if err := tx.Commit(ctx); err != nil {
 			s.c.ChannelReadFail.Add(1)
 			return Backoff, fmt.Errorf("commit empty take: %w", joinRollback(err, tx))
 		}
@@ -181,7 +181,7 @@ func (s *BatchSink) Process(ctx context.Context) (Status, error) {
 		return Ready, fmt.Errorf("write %d events: %w", n, joinRollback(err, tx))
 	}
 	acked := event.Now()
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		s.c.ChannelReadFail.Add(1)
 		clear(batch)
 		return Ready, fmt.Errorf("commit take of %d delivered events (they will be delivered again): %w", n, joinRollback(err, tx))

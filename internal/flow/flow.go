@@ -80,10 +80,18 @@ type Transaction interface {
 	// waiting (BatchSink takes that way first, to spare a timer per batch; a
 	// channel that cannot returns none, and BatchSink then waits normally).
 	Take(ctx context.Context, dst []event.Event, max int) ([]event.Event, error)
-	// Commit makes puts visible and takes permanent. For puts it may wait up
-	// to the channel's keep-alive for space and then fail with
-	// ErrChannelFull; after any Commit error the caller calls Rollback.
-	Commit() error
+	// Commit makes puts visible and takes permanent. A put may have to wait
+	// for space (the memory and file channels, up to keep-alive; the Kafka
+	// channel, for room in its producer's buffer, up to max.block.ms). ctx
+	// ends that wait: Commit then fails with an error wrapping ErrChannelFull
+	// and ctx's error, and the caller treats the put as refused. ctx bounds
+	// only that wait: a put that fits a local channel commits even with a
+	// done ctx, ctx never cuts off a write under way (a file channel's
+	// fdatasync, records already sent to Kafka), and a take commit ignores
+	// it, so a sink whose downstream acknowledged a batch records the take
+	// even after its ctx ended. After any Commit error the caller calls
+	// Rollback.
+	Commit(ctx context.Context) error
 	// Rollback drops the puts and returns the takes to the head of the
 	// channel in their original order.
 	Rollback() error
@@ -102,8 +110,15 @@ type Processor interface {
 	// the agent is stopping or replacing the source: nothing was put, and no
 	// later call will put anything, so the source refuses the sender (Avro
 	// FAILED, HTTP 503, netcat FAILED or close, a stream stops being read)
-	// and waits for its Stop. Events may be modified (interceptors) and the
-	// slice reordered; the caller may reuse the slice after Process returns.
+	// and waits for its Stop. ctx bounds how long a put waits for space in a
+	// full channel (Transaction.Commit): a source passes a ctx that ends when
+	// it is stopped, so a put blocked on a full channel returns then, with
+	// an error wrapping ErrChannelFull and ctx's error, and the source
+	// acknowledges nothing. A required channel that had already committed
+	// keeps its events (the sender's retry puts them again, at-least-once,
+	// as after any failure part-way). ctx does not stop a put that needs no
+	// wait. Events may be modified (interceptors) and the slice reordered;
+	// the caller may reuse the slice after Process returns.
 	Process(ctx context.Context, events []event.Event) error
 }
 

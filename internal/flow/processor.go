@@ -113,7 +113,7 @@ func (p *ChannelProcessor) Process(ctx context.Context, events []event.Event) er
 		return fmt.Errorf("source %s: %w", p.source, ErrStopping)
 	}
 	defer p.gate.leave()
-	return p.process(events)
+	return p.process(ctx, events)
 }
 
 // Close closes the gate: every Process from now on returns ErrStopping.
@@ -131,7 +131,11 @@ func (p *ChannelProcessor) Close(ctx context.Context) error {
 // Closed reports whether Close was called.
 func (p *ChannelProcessor) Closed() bool { return p.gate.closed() }
 
-func (p *ChannelProcessor) process(events []event.Event) error {
+// process routes each event once: events that all go the same way (the
+// replicating selector, or a multiplexing one on a batch of one header
+// value) are put as the batch they are; the first event that goes another
+// way hands the batch, and the routes found so far, to processGrouped.
+func (p *ChannelProcessor) process(ctx context.Context, events []event.Event) error {
 	for _, ic := range p.interceptors {
 		if len(events) == 0 {
 			break
@@ -142,39 +146,37 @@ func (p *ChannelProcessor) process(events []event.Event) error {
 		return nil
 	}
 	if s, ok := p.sel.(*selector); ok && s.spreads() {
-		return p.processGrouped(events)
+		return p.processGrouped(ctx, events, 0, route{}, route{})
 	}
 	req, opt := p.sel.Route(&events[0])
-	uniform := true
 	for i := 1; i < len(events); i++ {
 		r, o := p.sel.Route(&events[i])
 		if !sameSlice(r, req) || !sameSlice(o, opt) {
-			uniform = false
-			break
+			return p.processGrouped(ctx, events, i, route{req, opt}, route{r, o})
 		}
 	}
-	if uniform {
-		if len(req) == 0 && len(opt) == 0 {
-			p.noChannel.Add(float64(len(events)))
-			return nil
-		}
-		for _, i := range req {
-			if _, err := p.put(i, events); err != nil {
-				return err
-			}
-		}
-		p.observe(events)
-		for _, i := range opt {
-			p.putOptional(i, events)
-		}
+	if len(req) == 0 && len(opt) == 0 {
+		p.noChannel.Add(float64(len(events)))
 		return nil
 	}
-	return p.processGrouped(events)
+	for _, i := range req {
+		if _, err := p.put(ctx, i, events); err != nil {
+			return err
+		}
+	}
+	p.observe(events)
+	for _, i := range opt {
+		p.putOptional(ctx, i, events)
+	}
+	return nil
 }
 
 // processGrouped puts each channel its own events, for selectors that route
-// events of one batch differently.
-func (p *ChannelProcessor) processGrouped(events []event.Event) error {
+// events of one batch differently. process has routed the first k events
+// (to head) and, when k > 0, events[k] (to kth); they are not routed again,
+// so each event is routed once (an expression evaluated once, a
+// load_balancing turn taken once).
+func (p *ChannelProcessor) processGrouped(ctx context.Context, events []event.Event, k int, head, kth route) error {
 	g := p.groups.Get().(*groupScratch)
 	defer func() {
 		for i := range g.required {
@@ -186,8 +188,22 @@ func (p *ChannelProcessor) processGrouped(events []event.Event) error {
 		p.groups.Put(g)
 	}()
 	dropped := 0
-	for i := range events {
-		r, o := p.sel.Route(&events[i])
+	if k > 0 {
+		for _, c := range head.required {
+			g.required[c] = append(g.required[c], events[:k]...)
+		}
+		for _, c := range head.optional {
+			g.optional[c] = append(g.optional[c], events[:k]...)
+		}
+		if len(head.required) == 0 && len(head.optional) == 0 {
+			dropped += k
+		}
+	}
+	for i := k; i < len(events); i++ {
+		r, o := kth.required, kth.optional
+		if i > k || k == 0 {
+			r, o = p.sel.Route(&events[i])
+		}
 		for _, c := range r {
 			g.required[c] = append(g.required[c], events[i])
 		}
@@ -203,7 +219,7 @@ func (p *ChannelProcessor) processGrouped(events []event.Event) error {
 	}
 	for c, evs := range g.required {
 		if len(evs) > 0 {
-			if _, err := p.put(c, evs); err != nil {
+			if _, err := p.put(ctx, c, evs); err != nil {
 				return err
 			}
 		}
@@ -211,7 +227,7 @@ func (p *ChannelProcessor) processGrouped(events []event.Event) error {
 	p.observe(events)
 	for c, evs := range g.optional {
 		if len(evs) > 0 {
-			p.putOptional(c, evs)
+			p.putOptional(ctx, c, evs)
 		}
 	}
 	return nil
@@ -233,7 +249,7 @@ func (p *ChannelProcessor) observe(events []event.Event) {
 
 // put puts events into channel c in transactions of at most its
 // transactionCapacity, and returns how many it committed.
-func (p *ChannelProcessor) put(c int, events []event.Event) (int, error) {
+func (p *ChannelProcessor) put(ctx context.Context, c int, events []event.Event) (int, error) {
 	step := p.txCaps[c]
 	if step <= 0 {
 		step = len(events)
@@ -241,7 +257,7 @@ func (p *ChannelProcessor) put(c int, events []event.Event) (int, error) {
 	done := 0
 	for done < len(events) {
 		n := min(step, len(events)-done)
-		if err := putTx(p.chans[c].Channel, events[done:done+n]); err != nil {
+		if err := putTx(ctx, p.chans[c].Channel, events[done:done+n]); err != nil {
 			return done, fmt.Errorf("source %s: put %d events into channel %s: %w", p.source, n, p.chans[c].Name, err)
 		}
 		done += n
@@ -249,8 +265,8 @@ func (p *ChannelProcessor) put(c int, events []event.Event) (int, error) {
 	return done, nil
 }
 
-func (p *ChannelProcessor) putOptional(c int, events []event.Event) {
-	if done, err := p.put(c, events); err != nil {
+func (p *ChannelProcessor) putOptional(ctx context.Context, c int, events []event.Event) {
+	if done, err := p.put(ctx, c, events); err != nil {
 		p.optFailed.Add(float64(len(events) - done))
 		p.optThrottle.Log(p.log, slog.LevelWarn, "put into optional channel failed; events dropped from it", "put into optional channel failed; events dropped from it",
 			"source", p.source, "channel", p.chans[c].Name, "events", len(events), "err", err)
@@ -258,12 +274,13 @@ func (p *ChannelProcessor) putOptional(c int, events []event.Event) {
 }
 
 // putTx puts events into ch in one transaction, rolling back on failure.
-func putTx(ch Channel, events []event.Event) error {
+// ctx bounds the commit's wait for space.
+func putTx(ctx context.Context, ch Channel, events []event.Event) error {
 	tx := ch.Begin()
 	if err := tx.Put(events); err != nil {
 		return errors.Join(err, rollbackErr(tx))
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return errors.Join(err, rollbackErr(tx))
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -433,6 +434,103 @@ func TestProcessorExpressionSelector(t *testing.T) {
 	for c, w := range want {
 		if got := drain(t, s.chans[c]); !slices.Equal(got, w) {
 			t.Errorf("%s got %q, want %q", c, got, w)
+		}
+	}
+}
+
+// A put blocked on a full channel returns when the source's ctx ends, long
+// before the channel's keep-alive, as a refused put that also says why the
+// wait ended; nothing is put.
+func TestProcessorPutWaitEndsWithCtx(t *testing.T) {
+	ch := newMem(t, "c1", 2, 2, "60")
+	sel, err := flow.NewSelector(nil, map[string]flow.Channel{"c1": ch}, []string{"c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := flow.NewChannelProcessor(flow.ProcessorConfig{Source: "r1", Selector: sel, Logger: quietLog})
+	if err := proc.Process(t.Context(), events("full", 2)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	res := make(chan error, 1)
+	go func() { res <- proc.Process(ctx, events("blocked", 1)) }()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-res:
+		if !errors.Is(err, flow.ErrChannelFull) || !errors.Is(err, context.Canceled) || errors.Is(err, flow.ErrStopping) {
+			t.Fatalf("cancelled put: err = %v, want ErrChannelFull and context.Canceled (not ErrStopping)", err)
+		}
+		if !strings.Contains(err.Error(), "r1") || !strings.Contains(err.Error(), "c1") {
+			t.Errorf("error %q does not name the source and the channel", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a put blocked on a full channel did not return when its ctx was cancelled")
+	}
+	if got := drain(t, ch); !slices.Equal(got, []string{"full0", "full1"}) {
+		t.Fatalf("channel holds %q after the cancelled put, want only the first two", got)
+	}
+	// The processor still works, and Close does not wait for the cut put.
+	if err := proc.Process(t.Context(), events("after", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countingSelector counts Route calls.
+type countingSelector struct {
+	flow.Selector
+	routes int
+}
+
+func (c *countingSelector) Route(e *event.Event) ([]int, []int) {
+	c.routes++
+	return c.Selector.Route(e)
+}
+
+// Each event of a batch is routed once, also when the batch turns out to
+// go several ways and the processor groups it.
+func TestProcessorRoutesEachEventOnce(t *testing.T) {
+	chans := map[string]flow.Channel{"c1": newMem(t, "c1", 100, 100, "0.05"), "c2": newMem(t, "c2", 100, 100, "0.05")}
+	p := config.FromMap("a1.sources.r1.selector.", map[string]string{"type": "multiplexing", "header": "h", "mapping.a": "c1", "mapping.b": "c2"})
+	inner, err := flow.NewSelector(p, chans, []string{"c1", "c2"})
+	if err != nil || p.Err() != nil {
+		t.Fatal(err, p.Err())
+	}
+	sel := &countingSelector{Selector: inner}
+	reg := metrics.NewRegistry("a1")
+	proc := flow.NewChannelProcessor(flow.ProcessorConfig{Source: "r1", Selector: sel, Metrics: reg, Logger: quietLog})
+	for _, tc := range []struct {
+		hs     []string
+		c1, c2 []string
+		drops  float64
+	}{
+		{hs: []string{"a", "a", "a"}, c1: []string{"0", "1", "2"}},
+		{hs: []string{"a", "a", "b", "a", "b"}, c1: []string{"0", "1", "3"}, c2: []string{"2", "4"}},
+		{hs: []string{"x", "x", "a", "x", "b"}, c1: []string{"2"}, c2: []string{"4"}, drops: 3},
+	} {
+		evs := make([]event.Event, len(tc.hs))
+		for i, h := range tc.hs {
+			evs[i] = withHeader(strconv.Itoa(i), "h", h)
+		}
+		sel.routes = 0
+		before := dropped(reg, "r1", "no_channel")
+		if err := proc.Process(t.Context(), evs); err != nil {
+			t.Fatal(err)
+		}
+		if sel.routes != len(evs) {
+			t.Errorf("%v: %d Route calls for %d events", tc.hs, sel.routes, len(evs))
+		}
+		if got := drain(t, chans["c1"]); !slices.Equal(got, tc.c1) && (len(got) > 0 || len(tc.c1) > 0) {
+			t.Errorf("%v: c1 got %q, want %q", tc.hs, got, tc.c1)
+		}
+		if got := drain(t, chans["c2"]); !slices.Equal(got, tc.c2) && (len(got) > 0 || len(tc.c2) > 0) {
+			t.Errorf("%v: c2 got %q, want %q", tc.hs, got, tc.c2)
+		}
+		if d := dropped(reg, "r1", "no_channel") - before; d != tc.drops {
+			t.Errorf("%v: dropped{no_channel} grew by %v, want %v", tc.hs, d, tc.drops)
 		}
 	}
 }

@@ -40,9 +40,10 @@ type channelSuite struct {
 
 // RunChannelSuite runs the channel contract of flow.Channel against the
 // channels newChannel builds: FIFO order, visibility only at commit,
-// rollback of takes and puts, full channel and transaction limits, waking
-// takers, cancelled takes, Len, and concurrent producers and consumers with
-// neither loss nor duplicates (run it with -race).
+// rollback of takes and puts, full channel and transaction limits, a put's
+// wait for space ended by its ctx (and only that wait), waking takers,
+// cancelled takes, Len, and concurrent producers and consumers with neither
+// loss nor duplicates (run it with -race).
 func RunChannelSuite(t *testing.T, newChannel ChannelFactory, opts ...ChannelSuiteOption) {
 	s := &channelSuite{newChannel: newChannel}
 	for _, o := range opts {
@@ -59,6 +60,8 @@ func RunChannelSuite(t *testing.T, newChannel ChannelFactory, opts ...ChannelSui
 		{"RollbackPutsDropsThem", s.testRollbackPuts, false},
 		{"FullChannel", s.testFull, true},
 		{"CommitWaitsForSpace", s.testCommitWaits, true},
+		{"CommitCancelledWhileFull", s.testCommitCancelled, true},
+		{"DoneContextCommitsTake", s.testDoneCommitsTake, false},
 		{"TransactionCapacity", s.testTxCapacity, false},
 		{"TakeWakesOnCommit", s.testTakeWakes, false},
 		{"TakeCancelled", s.testTakeCancelled, false},
@@ -116,11 +119,16 @@ func Bodies(events []event.Event) []string {
 // PutCommit puts events into ch in one transaction and commits it, rolling
 // back on failure; it returns the first error.
 func PutCommit(ch flow.Channel, events []event.Event) error {
+	return PutCommitCtx(context.Background(), ch, events)
+}
+
+// PutCommitCtx is PutCommit with ctx bounding the commit's wait for space.
+func PutCommitCtx(ctx context.Context, ch flow.Channel, events []event.Event) error {
 	tx := ch.Begin()
 	if err := tx.Put(events); err != nil {
 		return errors.Join(err, tx.Rollback())
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return errors.Join(err, tx.Rollback())
 	}
 	return nil
@@ -136,7 +144,7 @@ func TakeCommit(ch flow.Channel, max int, wait time.Duration) ([]event.Event, er
 	if err != nil {
 		return got, errors.Join(err, tx.Rollback())
 	}
-	return got, tx.Commit()
+	return got, tx.Commit(context.Background())
 }
 
 // TakeAll takes committed events in batches of batch until n were taken or
@@ -257,7 +265,7 @@ func (s *channelSuite) testCommitVisibility(t *testing.T) {
 		t.Fatalf("before commit: took %q, %v; want nothing", Bodies(got), err)
 	}
 	s.checkLen(t, ch, 0)
-	if err := put.Commit(); err != nil {
+	if err := put.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	s.checkLen(t, ch, 3)
@@ -329,6 +337,71 @@ func (s *channelSuite) testCommitWaits(t *testing.T) {
 	wantBodies(t, TakeAll(t, ch, 10, 10, time.Second), append(seq("w", 5, 10), seq("late", 0, 5)...))
 }
 
+// testCommitCancelled: a put waiting for space in a full channel returns
+// when its ctx ends (not after keep-alive), with an error that says both
+// that the channel is full and why the wait ended, and keeps nothing.
+func (s *channelSuite) testCommitCancelled(t *testing.T) {
+	ch := s.start(t, 10, 10)
+	mustPut(t, ch, Events("c", 10))
+
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := PutCommitCtx(done, ch, Events("early", 2))
+	if !errors.Is(err, flow.ErrChannelFull) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("put into a full channel with a cancelled ctx: err = %v, want one wrapping ErrChannelFull and context.Canceled", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { res <- PutCommitCtx(ctx, ch, Events("cut", 3)) }()
+	// The factory's keep-alive is at least 100 ms: cancel while the put
+	// waits (or before it starts waiting, which must end it the same way).
+	time.Sleep(quick / 2)
+	cancel()
+	err = <-res
+	if !errors.Is(err, flow.ErrChannelFull) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("put cancelled while waiting for space: err = %v, want one wrapping ErrChannelFull and context.Canceled", err)
+	}
+
+	ctx, cancelDeadline := context.WithTimeout(context.Background(), quick/2)
+	defer cancelDeadline()
+	if err := PutCommitCtx(ctx, ch, Events("late", 1)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("put whose deadline passed while waiting for space: err = %v, want one wrapping context.DeadlineExceeded", err)
+	}
+
+	// Nothing of the cut puts was kept, and the channel still works.
+	s.checkLen(t, ch, 10)
+	wantBodies(t, TakeAll(t, ch, 10, 10, time.Second), seq("c", 0, 10))
+	if extra, err := TakeCommit(ch, 10, 10*quick); err != nil || len(extra) != 0 {
+		t.Fatalf("after the committed events: took %q, %v; want nothing", Bodies(extra), err)
+	}
+	// ctx ends only the wait: a put that fits commits with a done ctx.
+	if err := PutCommitCtx(done, ch, Events("d", 10)); err != nil {
+		t.Fatalf("put that fits, with a done ctx: %v", err)
+	}
+	wantBodies(t, TakeAll(t, ch, 10, 10, time.Second), seq("d", 0, 10))
+}
+
+// testDoneCommitsTake: a take commits even when ctx is already done, so a
+// sink whose downstream acknowledged a batch as it was being stopped still
+// records the take (else the batch would be delivered again).
+func (s *channelSuite) testDoneCommitsTake(t *testing.T) {
+	ch := s.start(t, 100, 10)
+	mustPut(t, ch, Events("p", 5))
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	tx := ch.Begin()
+	got := takeN(t, tx, nil, 5)
+	if err := tx.Commit(done); err != nil {
+		t.Fatalf("take commit with a done ctx: %v", err)
+	}
+	wantBodies(t, got, seq("p", 0, 5))
+	s.checkLen(t, ch, 0)
+	if extra, err := TakeCommit(ch, 10, 10*quick); err != nil || len(extra) != 0 {
+		t.Fatalf("after a committed take: took %q, %v; want nothing", Bodies(extra), err)
+	}
+}
+
 func (s *channelSuite) testTxCapacity(t *testing.T) {
 	ch := s.start(t, 100, 5)
 	if err := PutCommit(ch, Events("big", 6)); !errors.Is(err, flow.ErrChannelFull) {
@@ -340,7 +413,7 @@ func (s *channelSuite) testTxCapacity(t *testing.T) {
 		err = tx.Put(Events("y", 3))
 	}
 	if err == nil {
-		err = tx.Commit()
+		err = tx.Commit(context.Background())
 	}
 	if !errors.Is(err, flow.ErrChannelFull) {
 		t.Fatalf("two puts of 3 with transactionCapacity 5: err = %v, want ErrChannelFull", err)
@@ -386,7 +459,7 @@ func (s *channelSuite) testTakeWakes(t *testing.T) {
 		got, err := tx.Take(ctx, nil, 10)
 		took := time.Since(t0)
 		if err == nil {
-			err = tx.Commit()
+			err = tx.Commit(context.Background())
 		} else {
 			_ = tx.Rollback()
 		}
@@ -413,7 +486,7 @@ func (s *channelSuite) testTakeCancelled(t *testing.T) {
 	if err != nil || len(got) != 0 {
 		t.Fatalf("take with a cancelled ctx: %d events, err %v; want none, nil", len(got), err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// A deadline ends the wait the same way.
@@ -455,7 +528,7 @@ func (s *channelSuite) testTakeAppends(t *testing.T) {
 	dst := Events("old", 1)
 	tx := ch.Begin()
 	got := takeN(t, tx, dst, 2)
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	wantBodies(t, got, []string{"old0", "n0", "n1"})
@@ -529,7 +602,7 @@ func (s *channelSuite) testConcurrent(t *testing.T) {
 					}
 					continue
 				}
-				if err := tx.Commit(); err != nil {
+				if err := tx.Commit(context.Background()); err != nil {
 					errs <- err
 					return
 				}

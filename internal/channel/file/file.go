@@ -625,9 +625,10 @@ func (c *Channel) checkpoint() error {
 	return errors.Join(errs...)
 }
 
-// reserve waits up to keep-alive until n more events fit, then reserves
-// them. Lock must be held; it is released while waiting.
-func (c *Channel) reserve(n int) error {
+// reserve waits up to keep-alive, or until ctx is done, until n more
+// events fit, then reserves them. Lock must be held; it is released while
+// waiting.
+func (c *Channel) reserve(ctx context.Context, n int) error {
 	var timer *time.Timer
 	for c.reserved+n > c.capacity {
 		if !c.running {
@@ -645,13 +646,19 @@ func (c *Channel) reserve(n int) error {
 		}
 		wait := c.notFull
 		c.mu.Unlock()
-		expired := false
+		expired, ended := false, false
 		select {
 		case <-wait:
 		case <-timer.C:
 			expired = true
+		case <-ctx.Done():
+			ended = true
 		}
 		c.mu.Lock()
+		if ended && c.reserved+n > c.capacity {
+			return flow.FullWaitEnded(ctx, "file channel %s is full: capacity %d reached (%d held or being taken, %d more to commit); "+
+				"the put stopped waiting for space", c.name, c.capacity, c.reserved, n)
+		}
 		if expired && c.reserved+n > c.capacity {
 			return c.fullError(n)
 		}
@@ -832,14 +839,14 @@ func (t *tx) take(ctx context.Context, dst []event.Event, max int) (_ []event.Ev
 	return dst, lostSome, nil
 }
 
-func (t *tx) Commit() error {
+func (t *tx) Commit(ctx context.Context) error {
 	c := t.c
 	if t.done {
 		return fmt.Errorf("file channel %s: commit: %w", c.name, errDone)
 	}
 	switch {
 	case len(t.puts) > 0:
-		return t.commitPuts()
+		return t.commitPuts(ctx)
 	case len(t.takes) > 0 || len(t.dead) > 0:
 		return t.commitTakes()
 	}
@@ -869,7 +876,7 @@ func (c *Channel) unreserve(n int) {
 	c.mu.Unlock()
 }
 
-func (t *tx) commitPuts() error {
+func (t *tx) commitPuts(ctx context.Context) error {
 	c := t.c
 	n := len(t.puts)
 	c.mu.Lock()
@@ -883,7 +890,7 @@ func (t *tx) commitPuts() error {
 		c.putErrors.Add(1)
 		return err
 	}
-	if err := c.reserve(n); err != nil {
+	if err := c.reserve(ctx, n); err != nil {
 		c.mu.Unlock()
 		return err
 	}

@@ -41,7 +41,7 @@ func BenchmarkPutTake(b *testing.B) {
 				if err != nil || len(got) != batch {
 					b.Fatalf("take: %d events, %v", len(got), err)
 				}
-				if err := tx.Commit(); err != nil {
+				if err := tx.Commit(context.Background()); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -777,13 +777,13 @@ func (c *Channel) toEvent(r *kgo.Record) event.Event {
 	return e
 }
 
-func (t *tx) Commit() error {
+func (t *tx) Commit(ctx context.Context) error {
 	if t.ended {
 		return errors.New("kafka channel: transaction already ended")
 	}
 	c := t.c
 	if len(t.puts) > 0 {
-		if err := t.produce(); err != nil {
+		if err := t.produce(ctx); err != nil {
 			return err
 		}
 		c.counters.EventPutSuccess.Add(int64(len(t.puts)))
@@ -806,14 +806,19 @@ func (t *tx) Commit() error {
 	return nil
 }
 
-// produce sends the puts and waits for every acknowledgement.
-func (t *tx) produce() error {
+// produce sends the puts and waits for every acknowledgement. The wait for
+// room in the client's buffer (max.block.ms) is the channel's wait for
+// space, so stop ends it too; records handed to the client are
+// acknowledged or failed within delivery.timeout.ms, whatever stop does.
+func (t *tx) produce(stop context.Context) error {
 	c := t.c
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), c.producer.DeliveryTimeout)
 	defer cancel()
 	bctx, bcancel := context.WithTimeout(ctx, max(c.producer.MaxBlock, time.Millisecond))
 	defer bcancel()
+	unwatch := panics.AfterFunc(stop, "kafka channel "+c.env.Name+": put stop", bcancel)
+	defer unwatch()
 	recs := make([]kgo.Record, len(t.puts))
 	pending := make([]*kgo.Record, len(t.puts))
 	var values []byte
@@ -872,6 +877,12 @@ func (t *tx) produce() error {
 		// The events' fault, not Kafka's: refused, and the channel stays healthy.
 		return fmt.Errorf("channel %s: a put names a partition topic %s does not have (partitionIdHeader %q, defaultPartitionId %d): %w",
 			c.env.Name, c.topic, c.partHeader, c.defaultPart, err)
+	}
+	if err != nil && stop.Err() != nil {
+		// Not Kafka's fault: the source is stopping; records still waiting
+		// for room in the client's buffer were failed.
+		return flow.FullWaitEnded(stop, "channel %s: the put of %d events stopped waiting for room in the Kafka client's buffer (%v)",
+			c.env.Name, len(t.puts), err)
 	}
 	if err != nil {
 		c.health.Fail("put", fmt.Errorf("puts fail: Kafka refuses them or does not acknowledge them within %v (delivery.timeout.ms): %w",

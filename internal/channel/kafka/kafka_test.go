@@ -2,6 +2,7 @@ package kafkachannel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
@@ -223,5 +225,51 @@ func TestChannelConfig(t *testing.T) {
 				t.Fatalf("problems %v, want %q", perr, tc.want)
 			}
 		})
+	}
+}
+
+// A put waiting for room in the producer's buffer (max.block.ms, here
+// 60 s) is the Kafka channel's wait for space: its ctx ends it, the put
+// fails as a full channel's would (the source refuses its sender), and the
+// channel is not reported unhealthy for it. Records already handed to the
+// broker are still acknowledged, so Commit returns once those are.
+func TestPutWaitForBufferEndsWithCtx(t *testing.T) {
+	kc := kafkatest.New(t, 1, 1, "slow")
+	ch := build(t, kc, "slow", "g-slow", map[string]string{
+		"kafka.producer.buffer.memory": "1024", // one event of the two below
+		"kafka.producer.linger.ms":     "0",
+	})
+	startCh(t, ch)
+	t.Cleanup(func() { _ = ch.Stop(context.Background()) })
+
+	// The broker holds the first produce request until release is closed.
+	release := make(chan struct{})
+	var held atomic.Bool
+	kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if held.CompareAndSwap(false, true) {
+			kc.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	body := strings.Repeat("x", 700)
+	events := []event.Event{{Body: []byte(body + "1")}, {Body: []byte(body + "2")}}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { res <- testutil.PutCommitCtx(ctx, ch, events) }()
+	time.Sleep(300 * time.Millisecond) // the second event waits for room
+	cancel()
+	time.AfterFunc(time.Second, func() { close(release) })
+	select {
+	case err := <-res:
+		if !errors.Is(err, flow.ErrChannelFull) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("put cut while waiting for buffer room: err = %v, want one wrapping ErrChannelFull and context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("put still waiting 30 s after its ctx was cancelled")
+	}
+	if err := ch.Health(); err != nil {
+		t.Fatalf("a put cut by its ctx marked the channel unhealthy: %v", err)
 	}
 }

@@ -115,7 +115,7 @@ func TestChannelTopicRecreated(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	cpu0, t0 := kafkatest.CPUTime(), time.Now()
 	// What the channel holds is delivered while the topic is missing.
-	if err := held.Commit(); err != nil {
+	if err := held.Commit(context.Background()); err != nil {
 		t.Fatalf("commit of a take open across the deletion: %v", err)
 	}
 	kept := testutil.TakeAll(t, ch, 15, 15, 5*time.Second)

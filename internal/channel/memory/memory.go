@@ -449,7 +449,7 @@ func growLen(s []event.Event, k int) []event.Event {
 	return append(s, make([]event.Event, k)...)
 }
 
-func (t *tx) Commit() error {
+func (t *tx) Commit(ctx context.Context) error {
 	c := t.c
 	if t.done {
 		return fmt.Errorf("memory channel %s: commit: %w", c.name, errDone)
@@ -481,7 +481,7 @@ func (t *tx) Commit() error {
 		return fmt.Errorf("memory channel %s: commit: %w", c.name, flow.ErrClosed)
 	}
 	if !c.fits(net, netBytes) {
-		if err := c.waitSpace(net, netBytes); err != nil {
+		if err := c.waitSpace(ctx, net, netBytes); err != nil {
 			c.mu.Unlock()
 			return err
 		}
@@ -520,9 +520,10 @@ func (c *Channel) fits(net int, netBytes int64) bool {
 	return c.reserved+net <= c.capacity && c.bytes+netBytes <= c.byteCap
 }
 
-// waitSpace waits up to keep-alive until net events and netBytes fit, or
-// returns why not. Lock must be held; it is released while waiting.
-func (c *Channel) waitSpace(net int, netBytes int64) error {
+// waitSpace waits up to keep-alive, or until ctx is done, until net events
+// and netBytes fit, or returns why not. Lock must be held; it is released
+// while waiting.
+func (c *Channel) waitSpace(ctx context.Context, net int, netBytes int64) error {
 	var timer *time.Timer
 	if c.keepAlive > 0 {
 		timer = time.NewTimer(c.keepAlive)
@@ -537,15 +538,21 @@ func (c *Channel) waitSpace(net int, netBytes int64) error {
 		}
 		wait := c.notFull
 		c.mu.Unlock()
-		expired := false
+		expired, ended := false, false
 		select {
 		case <-wait:
 		case <-timer.C:
 			expired = true
+		case <-ctx.Done():
+			ended = true
 		}
 		c.mu.Lock()
 		if c.closed {
 			return fmt.Errorf("memory channel %s: commit: %w", c.name, flow.ErrClosed)
+		}
+		if ended && !c.fits(net, netBytes) {
+			msg, _ := c.fullText(net)
+			return flow.FullWaitEnded(ctx, "%s; the put stopped waiting for space", msg)
 		}
 		if expired && !c.fits(net, netBytes) {
 			return c.fullError(net)
@@ -554,16 +561,22 @@ func (c *Channel) waitSpace(net int, netBytes int64) error {
 	return nil
 }
 
-// fullError says which limit stopped a commit. Lock must be held.
+// fullError says which limit stopped a commit after keep-alive. Lock must
+// be held.
 func (c *Channel) fullError(net int) error {
+	msg, limit := c.fullText(net)
+	return flow.FullErrorf("%s after waiting keep-alive %s; the sinks are not keeping up: add sinks, raise %s, or slow the senders",
+		msg, c.keepAlive, limit)
+}
+
+// fullText says which limit keeps a commit of net more events out, and
+// names the setting. Lock must be held.
+func (c *Channel) fullText(net int) (msg, limit string) {
 	if c.reserved+net > c.capacity {
-		return flow.FullErrorf("channel %s is full: capacity %d reached (%d held or being taken, %d more to commit) "+
-			"after waiting keep-alive %s; the sinks are not keeping up: add sinks, raise capacity, or slow the senders",
-			c.name, c.capacity, c.reserved, net, c.keepAlive)
+		return fmt.Sprintf("channel %s is full: capacity %d reached (%d held or being taken, %d more to commit)",
+			c.name, c.capacity, c.reserved, net), "capacity"
 	}
-	return flow.FullErrorf("channel %s is full: byteCapacity %s reached after waiting keep-alive %s; "+
-		"the sinks are not keeping up: add sinks, raise byteCapacity, or slow the senders",
-		c.name, formatBytes(c.byteCap), c.keepAlive)
+	return fmt.Sprintf("channel %s is full: byteCapacity %s reached", c.name, formatBytes(c.byteCap)), "byteCapacity"
 }
 
 func formatBytes(n int64) string {

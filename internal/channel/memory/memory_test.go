@@ -165,7 +165,7 @@ func TestByteCapacityFreedByTakes(t *testing.T) {
 	if err := testutil.PutCommit(ch, big); !errors.Is(err, flow.ErrChannelFull) {
 		t.Fatalf("put while the bytes are taken but not committed: %v", err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := testutil.PutCommit(ch, big); err != nil {
@@ -186,7 +186,7 @@ func TestSwapInOneTransaction(t *testing.T) {
 	if err := tx.Put(testutil.Events("b", 2)); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(context.Background()); err != nil {
 		t.Fatalf("swap commit: %v", err)
 	}
 	if ch.Len() != 2 {
@@ -200,7 +200,7 @@ func TestCompletedTransaction(t *testing.T) {
 	if err := tx.Put(testutil.Events("e", 1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(); err == nil {
@@ -250,7 +250,7 @@ func TestTakeWithDoneContextGetsWhatIsThere(t *testing.T) {
 	if err != nil || len(got) != 3 {
 		t.Fatalf("took %d, %v; want 3", len(got), err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -350,7 +350,7 @@ func BenchmarkMemoryChannel(b *testing.B) {
 					if err != nil {
 						panic(err)
 					}
-					if err := tx.Commit(); err != nil {
+					if err := tx.Commit(context.Background()); err != nil {
 						panic(err)
 					}
 					taken += len(buf)
@@ -362,7 +362,7 @@ func BenchmarkMemoryChannel(b *testing.B) {
 				if err := tx.Put(evs[:n]); err != nil {
 					b.Fatal(err)
 				}
-				if err := tx.Commit(); err != nil {
+				if err := tx.Commit(context.Background()); err != nil {
 					_ = tx.Rollback()
 					continue
 				}
@@ -469,7 +469,7 @@ func TestLossSplitsInFlight(t *testing.T) {
 	take(100).Rollback() // a delivery that failed before the deadline
 	check("after a failed delivery", 500, 0)
 	delivered := take(100)
-	if err := delivered.Commit(); err != nil {
+	if err := delivered.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	check("after a delivery", 400, 0)
@@ -480,7 +480,7 @@ func TestLossSplitsInFlight(t *testing.T) {
 	check("after the deadline cut one off", 250, 150)
 	again := take(30) // another sink takes 30 of those back...
 	check("after a take of 30 of them", 250, 150)
-	if err := again.Commit(); err != nil { // ...and delivers them
+	if err := again.Commit(context.Background()); err != nil { // ...and delivers them
 		t.Fatal(err)
 	}
 	check("after they were delivered", 250, 120)

@@ -459,21 +459,27 @@ func decompressStream(class string, data []byte) ([]byte, error) {
 	return decompress(class, data)
 }
 
+// TestSinkSuite runs the sink contract against a local directory that
+// refuses by being replaced with a file (sinktest.DirGone): no file can be
+// created in it, nor a closed one renamed to its final name. A write to a
+// local file returns at once, so nothing can hold a delivery unanswered.
 func TestSinkSuite(t *testing.T) {
-	sinktest.RunSinkSuite(t, func(t *testing.T, env flow.Env) (flow.Sink, func() []string) {
-		dir := t.TempDir()
+	sinktest.RunSinkSuite(t, func(t *testing.T, env flow.Env) (flow.Sink, sinktest.Downstream) {
+		dir := filepath.Join(t.TempDir(), "out")
 		s := newTestSink(t, env, map[string]string{"hdfs.path": dir, "hdfs.fileType": "DataStream", "hdfs.rollInterval": "0.05",
 			"hdfs.batchSize": "100", "hdfs.rollCount": "0", "hdfs.rollSize": "0"})
-		return s, func() []string {
-			var bodies []string
-			for _, n := range files(t, dir) {
-				b, _ := os.ReadFile(filepath.Join(dir, n))
-				if len(b) > 0 {
-					bodies = append(bodies, strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")...)
+		refuse, accept := sinktest.DirGone(t, dir)
+		return s, sinktest.Downstream{Refuse: refuse, Accept: accept, Note: "a write to a local file returns at once",
+			Delivered: func() []string {
+				var bodies []string
+				for _, n := range files(t, dir) {
+					b, _ := os.ReadFile(filepath.Join(dir, n))
+					if len(b) > 0 {
+						bodies = append(bodies, strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")...)
+					}
 				}
-			}
-			return bodies
-		}
+				return bodies
+			}}
 	})
 }
 

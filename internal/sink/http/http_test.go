@@ -59,15 +59,28 @@ func (e *endpoint) bodies() []string {
 	return append([]string(nil), e.bodys...)
 }
 
+// TestSinkSuite runs the sink contract against a real HTTP server that
+// answers 503 while refusing (defaultRollback: the event stays in the
+// channel) and holds requests unanswered while stalled.
 func TestSinkSuite(t *testing.T) {
-	sinktest.RunSinkSuite(t, func(t *testing.T, env flow.Env) (flow.Sink, func() []string) {
-		e := newEndpoint(t)
-		p := config.FromMap("a1.sinks.k1.", map[string]string{"endpoint": e.URL + "/events", "batchSize": "100"})
+	sinktest.RunSinkSuite(t, func(t *testing.T, env flow.Env) (flow.Sink, sinktest.Downstream) {
+		gate := sinktest.NewGate()
+		var got sinktest.Bodies
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			if !gate.Admit(r.Context()) {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			got.Add(string(b))
+		}))
+		t.Cleanup(srv.Close)
+		p := config.FromMap("a1.sinks.k1.", map[string]string{"endpoint": srv.URL + "/events", "batchSize": "100", "requestTimeout": "20000"})
 		s, err := New(env, p)
 		if err != nil || p.Err() != nil {
 			t.Fatal(err, p.Err())
 		}
-		return s, e.bodies
+		return s, gate.Downstream(got.Get)
 	})
 }
 

@@ -51,14 +51,28 @@ func sorted(r *otlptest.Receiver) []string {
 func TestSinkSuite(t *testing.T) {
 	for _, proto := range []string{ProtocolGRPC, ProtocolHTTPProtobuf, ProtocolHTTPJSON} {
 		t.Run(proto, func(t *testing.T) {
-			sinktest.RunSinkSuite(t, func(t *testing.T, env flow.Env) (flow.Sink, func() []string) {
+			sinktest.RunSinkSuite(t, func(t *testing.T, env flow.Env) (flow.Sink, sinktest.Downstream) {
 				r, ep := receiver(t, proto, nil)
+				// The gate refuses the way a busy receiver does (gRPC
+				// UNAVAILABLE, HTTP 503: retryable, so the batch stays),
+				// or holds the request.
+				gate := sinktest.NewGate()
+				r.SetAnswer(func(plog.Logs) (plogotlp.ExportResponse, error) {
+					if gate.Admit(context.Background()) {
+						return plogotlp.NewExportResponse(), nil
+					}
+					if proto == ProtocolGRPC {
+						return plogotlp.NewExportResponse(), status.Error(codes.Unavailable, "refused by the test")
+					}
+					return plogotlp.NewExportResponse(), &otlptest.HTTPError{Code: 503, Msg: "refused by the test"}
+				})
+				t.Cleanup(gate.Accept) // frees a request the test left held
 				p := config.FromMap("a1.sinks.k1.", map[string]string{"endpoint": ep, "protocol": proto, "batchSize": "500"})
 				s, err := New(env, p)
 				if err != nil || p.Err() != nil {
 					t.Fatal(err, p.Err())
 				}
-				return s, func() []string { return bodies(r) }
+				return s, gate.Downstream(func() []string { return bodies(r) })
 			})
 		})
 	}

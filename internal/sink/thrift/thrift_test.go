@@ -15,7 +15,9 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 	thriftsource "github.com/sluicehq/sluice/internal/source/thrift"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/internal/testutil/sinktest"
+	"github.com/sluicehq/sluice/internal/thriftrpc"
 	"github.com/sluicehq/sluice/internal/thriftrpc/thrifttest"
 )
 
@@ -223,42 +225,53 @@ func TestServerDownThenUp(t *testing.T) {
 	checkReceived(t, got, want)
 }
 
-// TestSinkSuite runs the sink contract against the thrift sink delivering
-// to sluice's thrift source, in each protocol.
+// TestSinkSuite runs the sink contract, in each protocol, against Flume's
+// Thrift RPC server (thriftrpc, as the thrift source serves it) whose
+// handler answers FAILED while refusing, as a Flume source with a full
+// channel does, and holds a call unanswered while stalled.
 func TestSinkSuite(t *testing.T) {
 	for _, protocol := range []string{"compact", "binary"} {
 		t.Run(protocol, func(t *testing.T) {
-			sinktest.RunSinkSuite(t, func(t *testing.T, env flow.Env) (flow.Sink, func() []string) {
-				dst := sourcetest.NewPipeline(t, 100000, 10000, 50*time.Millisecond)
-				p := config.FromMap("a1.sources.r1.", map[string]string{"bind": "127.0.0.1", "port": "0", "protocol": protocol})
-				src, err := thriftsource.New(sourcetest.Env("r1", "thrift"), p)
-				if err != nil || p.Err() != nil {
-					t.Fatal(err, p.Err())
-				}
-				if err := src.Start(context.Background(), dst.Processor); err != nil {
+			sinktest.RunSinkSuite(t, func(t *testing.T, env flow.Env) (flow.Sink, sinktest.Downstream) {
+				proto, err := thriftrpc.ParseProtocol(protocol)
+				if err != nil {
 					t.Fatal(err)
 				}
-				t.Cleanup(func() { _ = src.Stop(context.Background()) })
-				_, port, _ := net.SplitHostPort(src.(*thriftsource.Source).Addr().String())
-				sp := config.FromMap("a1.sinks.k1.", map[string]string{"hostname": "127.0.0.1", "port": port, "protocol": protocol, "batch-size": "100"})
+				h := &gateHandler{gate: sinktest.NewGate()}
+				addr, _ := testutil.ServeConns(t, (&thriftrpc.Server{Handler: h, Protocol: proto}).ServeConn)
+				_, port, _ := net.SplitHostPort(addr)
+				sp := config.FromMap("a1.sinks.k1.", map[string]string{"hostname": "127.0.0.1", "port": port, "protocol": protocol,
+					"batch-size": "100", "request-timeout": "20000"})
 				env.Type = "thrift"
 				k, err := New(env, sp)
 				if err != nil || sp.Err() != nil {
 					t.Fatal(err, sp.Err())
 				}
-				var delivered []string
-				return k, func() []string {
-					for {
-						got := dst.Take(t, 1000, 10*time.Millisecond)
-						if len(got) == 0 {
-							return delivered
-						}
-						delivered = append(delivered, sourcetest.Bodies(got)...)
-					}
-				}
+				return k, h.gate.Downstream(h.got.Get)
 			})
 		})
 	}
+}
+
+// gateHandler takes the calls its gate admits and answers FAILED to the
+// others.
+type gateHandler struct {
+	gate *sinktest.Gate
+	got  sinktest.Bodies
+}
+
+func (h *gateHandler) Append(ctx context.Context, e event.Event) thriftrpc.Status {
+	return h.AppendBatch(ctx, []event.Event{e})
+}
+
+func (h *gateHandler) AppendBatch(ctx context.Context, events []event.Event) thriftrpc.Status {
+	if !h.gate.Admit(ctx) {
+		return thriftrpc.Failed
+	}
+	for _, e := range events {
+		h.got.Add(string(e.Body))
+	}
+	return thriftrpc.OK
 }
 
 // startSource starts sluice's thrift source on port ("0": any) feeding dst.

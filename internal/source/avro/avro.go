@@ -34,6 +34,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
@@ -84,9 +85,13 @@ type Source struct {
 	// first tier's receive time in (see receivedat.go); "" ignores it.
 	receivedAtHeader string
 
-	proc     flow.Processor
-	hardCtx  context.Context // ends in-flight Process calls (Stop timed out)
-	hardStop context.CancelFunc
+	proc flow.Processor
+	// puts is the ctx of every Process call: it ends when Stop's ctx does,
+	// so a put still waiting for channel space gives up and its sender is
+	// answered FAILED. (The ctx avrorpc gives a handler outlives a stop on
+	// purpose: a call in progress is finished and replied.)
+	puts     context.Context
+	stopPuts context.CancelFunc
 
 	mu     sync.Mutex
 	group  *listener.Group
@@ -204,7 +209,7 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	s.srv.Memory = s.budget
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.hardCtx, s.hardStop = context.WithCancel(context.Background())
+	s.puts, s.stopPuts = context.WithCancel(context.Background())
 	s.counters.Started()
 	g.Serve(ln, func(c *listener.Conn) { s.serve(ctx, c, tcfg) })
 	s.env.Log().Info("avro source listening", "source", s.env.Name, "addr", ln.Addr().String(),
@@ -227,8 +232,10 @@ func (s *Source) Stop(ctx context.Context) error {
 	}
 	defer s.counters.Stopped()
 	cancel()
+	unwatch := panics.AfterFunc(ctx, "avro source "+s.env.Name+": stop puts", s.stopPuts)
 	err := g.Shutdown(ctx)
-	s.hardStop()
+	unwatch()
+	s.stopPuts()
 	if err != nil {
 		return fmt.Errorf("avro source %s: stop: %w", s.env.Name, err)
 	}
@@ -304,7 +311,7 @@ func (h handler) AppendBatch(_ context.Context, events []event.Event) avrorpc.St
 }
 
 func (h handler) process(events []event.Event) bool {
-	err := h.s.proc.Process(h.s.hardCtx, events)
+	err := h.s.proc.Process(h.s.puts, events)
 	if err == nil {
 		h.s.rejects.Ok(reasonPutFailed)
 		return true

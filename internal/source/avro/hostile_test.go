@@ -171,3 +171,47 @@ func TestStoppingRepliesFailed(t *testing.T) {
 		t.Errorf("channel holds %d events, want the 1 acknowledged before the close", n)
 	}
 }
+
+// TestStopEndsAPutWaitingForSpace: a call whose put waits for space in a
+// full channel (keep-alive 60 s) does not hold Stop past its ctx: the put
+// gives up, the sender gets FAILED or a closed connection (and resends),
+// and nothing of the call is in the channel.
+func TestStopEndsAPutWaitingForSpace(t *testing.T) {
+	pl := sourcetest.NewPipeline(t, 2, 2, 60*time.Second)
+	s := newSource(t, nil)
+	if err := s.Start(context.Background(), pl.Processor); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, s.Addr().String(), avrorpc.ClientConfig{RequestTimeout: 30 * time.Second})
+	if st, err := c.AppendBatch(context.Background(), batch("a", 2)); err != nil || st != avrorpc.OK {
+		t.Fatal(st, err)
+	}
+	type reply struct {
+		st  avrorpc.Status
+		err error
+	}
+	res := make(chan reply, 1)
+	go func() {
+		st, err := c.AppendBatch(context.Background(), batch("b", 1))
+		res <- reply{st, err}
+	}()
+	// The call is in: its put waits for space.
+	if !sourcetest.Eventually(func() bool { return counter(s, "AppendBatchReceivedCount") == "2" }, 5*time.Second) {
+		t.Fatal("the second call never arrived")
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_ = s.Stop(ctx) // context.DeadlineExceeded: a call was still in progress
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("Stop took %v with a 300 ms ctx while a put waited for space", el)
+	}
+	r := <-res
+	if r.err == nil && r.st != avrorpc.Failed {
+		t.Fatalf("the call cut by Stop got %v, want FAILED or a closed connection", r.st)
+	}
+	if n := pl.Channel.Len(); n != 2 {
+		t.Errorf("channel holds %d events, want the 2 acknowledged before", n)
+	}
+}

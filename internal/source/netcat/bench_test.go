@@ -60,7 +60,7 @@ func benchNetcat(b *testing.B, conns int, props map[string]string) {
 				tx.Rollback()
 				break
 			}
-			if err := tx.Commit(); err != nil {
+			if err := tx.Commit(context.Background()); err != nil {
 				break
 			}
 			n += len(got)

@@ -71,7 +71,7 @@ func (pl *Pipeline) Take(tb testing.TB, max int, wait time.Duration) []event.Eve
 		_ = tx.Rollback() // the take's error is the one to report
 		tb.Fatalf("take: %v", err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(context.Background()); err != nil {
 		tb.Fatalf("commit take: %v", err)
 	}
 	return got
