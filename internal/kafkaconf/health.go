@@ -80,13 +80,16 @@ func (h *Health) Fail(key string, err error, stale time.Duration) error {
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.settleLocked(now)
 	f := h.fails[key]
-	if f == nil {
+	if f == nil || f.expired(now) {
 		f = &failure{since: now}
 		h.fails[key] = f
 	}
 	f.last, f.err, f.stale = now, err, stale
+	// Settled after recording this failure: the runs of other keys that
+	// went stale end, but the component's streak goes on with this one
+	// rather than "recovering" for an instant and failing again.
+	h.settleLocked(now)
 	if h.streak == nil {
 		return err
 	}

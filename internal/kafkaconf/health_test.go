@@ -165,3 +165,24 @@ func TestHealthTellsOneStreak(t *testing.T) {
 		})
 	}
 }
+
+// TestHealthStaleRunEndsInAFailure: a run that went stale ends when
+// another failure comes; the component is still failing, so its streak
+// goes on: no "working again" line between two failures of one outage.
+func TestHealthStaleRunEndsInAFailure(t *testing.T) {
+	logs := &testutil.LogBuffer{}
+	h := NewHealth(time.Hour)
+	h.Tell(slog.New(slog.NewTextHandler(logs, nil)), "kafka x: cannot reach Kafka; retrying", "kafka x: working again")
+	h.Fail("group", errors.New("the consumer group fails: unable to dial"), 20*time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // the group's run is stale now
+	h.Fail("brokers", errors.New("no broker answers"), 0)
+	h.Fail("group", errors.New("the consumer group fails: unable to dial"), 20*time.Millisecond)
+	if n := logs.Lines("working again"); n != 0 {
+		t.Fatalf("recovered in the middle of an outage:\n%s", logs.String())
+	}
+	h.OK("brokers")
+	h.OK("group")
+	if n := logs.Lines("working again"); n != 1 {
+		t.Fatalf("%d recoveries at the end of the outage, want 1:\n%s", n, logs.String())
+	}
+}
