@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // exportMethod is the one gRPC method the source serves.
@@ -213,7 +214,7 @@ func (s *Source) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 		}
 	}
 	conn.change(1, 0)
-	context.AfterFunc(ctx, c.end)
+	panics.AfterFunc(ctx, "otlp source "+s.env.Name+": end of a gRPC call", c.end)
 	return context.WithValue(ctx, callKey{}, c), nil
 }
 
@@ -298,6 +299,7 @@ func (rawCodec) Name() string { return "proto" }
 
 // exportGRPC takes one Export call's request: one transaction.
 func (s *Source) exportGRPC(ctx context.Context, body []byte) ([]byte, error) {
+	defer panics.Guard("otlp source " + s.env.Name + ": gRPC call")
 	c, _ := ctx.Value(callKey{}).(*call)
 	if c == nil || !c.handled() {
 		return nil, status.Error(codes.Canceled, "the call ended before it was handled")

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/listener"
+	"github.com/sluicehq/sluice/internal/panics"
 )
 
 // The media types of OTLP/HTTP.
@@ -92,6 +93,9 @@ func httpAnswer(w http.ResponseWriter, contentType string, code int, st *status.
 
 // ServeHTTP takes one OTLP/HTTP logs request: one transaction.
 func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// net/http would recover a panic and serve on; the agent's rule is
+	// to exit (package panics).
+	defer panics.Guard("otlp source " + s.env.Name + ": HTTP request")
 	peer := r.RemoteAddr
 	c := s.counters
 	if r.URL.Path != s.httpPath {

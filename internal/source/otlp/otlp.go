@@ -40,6 +40,7 @@ import (
 	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/otlpconv"
+	"github.com/sluicehq/sluice/internal/panics"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
@@ -241,12 +242,12 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 		s.grpcSrv, s.grpcAddr = srv, grpcLn.Addr()
 		s.mu.Unlock()
 		s.serving.Add(1)
-		go func() {
+		panics.Go("otlp source "+s.env.Name+": gRPC server", func() {
 			defer s.serving.Done()
 			if err := srv.Serve(explicitListener{grpcLn}); err != nil && !g.Stopping() {
 				s.env.Log().Error("otlp source stopped serving gRPC", "source", s.env.Name, "err", err)
 			}
-		}()
+		})
 		s.env.Log().Info("otlp source listening for OTLP/gRPC", "source", s.env.Name, "addr", grpcLn.Addr().String(), "tls", tlsConf != nil)
 	}
 	if httpLn != nil {
@@ -259,12 +260,12 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 		s.httpSrv, s.httpAddr = srv, httpLn.Addr()
 		s.mu.Unlock()
 		s.serving.Add(1)
-		go func() {
+		panics.Go("otlp source "+s.env.Name+": HTTP server", func() {
 			defer s.serving.Done()
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !g.Stopping() {
 				s.env.Log().Error("otlp source stopped serving HTTP", "source", s.env.Name, "err", err)
 			}
-		}()
+		})
 		s.env.Log().Info("otlp source listening for OTLP/HTTP", "source", s.env.Name, "addr", httpLn.Addr().String(), "path", s.httpPath, "tls", tlsConf != nil)
 	}
 	return nil
@@ -289,7 +290,7 @@ func (s *Source) Stop(ctx context.Context) error {
 		// GracefulStop lets the calls in progress answer before their
 		// connections close; the group's Shutdown would close them at once.
 		done := make(chan struct{})
-		go func() { gsrv.GracefulStop(); close(done) }()
+		panics.Go("otlp source "+s.env.Name+": gRPC graceful stop", func() { gsrv.GracefulStop(); close(done) })
 		select {
 		case <-done:
 		case <-ctx.Done():
@@ -300,7 +301,7 @@ func (s *Source) Stop(ctx context.Context) error {
 	}
 	herr := make(chan error, 1)
 	if hsrv != nil {
-		go func() { herr <- hsrv.Shutdown(ctx) }()
+		panics.Go("otlp source "+s.env.Name+": HTTP shutdown", func() { herr <- hsrv.Shutdown(ctx) })
 	} else {
 		herr <- nil
 	}
