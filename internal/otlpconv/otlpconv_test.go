@@ -25,7 +25,7 @@ func richLogs() plog.Logs {
 	ra := rl.Resource().Attributes()
 	ra.PutStr("service.name", "checkout")
 	ra.PutInt("process.pid", 4242)
-	ra.PutEmptySlice("process.command_args").FromRaw([]any{"app", "--port", int64(8080)})
+	must(ra.PutEmptySlice("process.command_args").FromRaw([]any{"app", "--port", int64(8080)}))
 
 	sl := rl.ScopeLogs().AppendEmpty()
 	sl.Scope().SetName("checkout/payments")
@@ -57,7 +57,7 @@ func richLogs() plog.Logs {
 	m.PutInt("visits", 9)
 	m.PutDouble("score", 2)
 	m.PutEmptyMap("address").PutStr("city", "Zürich \"Z\"\n")
-	a.PutEmptySlice("tags").FromRaw([]any{"a", int64(1), 2.5, true, nil, map[string]any{"k": "v"}})
+	must(a.PutEmptySlice("tags").FromRaw([]any{"a", int64(1), 2.5, true, nil, map[string]any{"k": "v"}}))
 	a.PutEmpty("nothing")
 	a.PutStr("timestamp", "an attribute of that name")              // reserved name
 	a.PutStr("resource.region", "an attribute, not the resource's") // behind the resource prefix
@@ -68,7 +68,7 @@ func richLogs() plog.Logs {
 	// A record with a map body, no time (only an observed one).
 	lr2 := sl.LogRecords().AppendEmpty()
 	lr2.SetObservedTimestamp(1_700_000_001_000_000_000)
-	lr2.Body().SetEmptyMap().FromRaw(map[string]any{"msg": "structured", "n": int64(3), "nested": []any{1.5}})
+	must(lr2.Body().SetEmptyMap().FromRaw(map[string]any{"msg": "structured", "n": int64(3), "nested": []any{1.5}}))
 
 	// A time equal to the observed time, in whole milliseconds.
 	lr3 := sl.LogRecords().AppendEmpty()
@@ -82,8 +82,8 @@ func richLogs() plog.Logs {
 		func(v pcommon.Value) { v.SetInt(-7) },
 		func(v pcommon.Value) { v.SetDouble(math.Inf(-1)) },
 		func(v pcommon.Value) { v.SetBool(true) },
-		func(pcommon.Value) {}, // empty body
-		func(v pcommon.Value) { v.SetEmptySlice().FromRaw([]any{"x"}) },
+		func(pcommon.Value) {},                                              // empty body
+		func(v pcommon.Value) { _ = v.SetEmptySlice().FromRaw([]any{"x"}) }, // a literal that converts
 		func(v pcommon.Value) { v.SetStr("") },
 	} {
 		r := sl2.LogRecords().AppendEmpty()
@@ -379,3 +379,10 @@ func FuzzFlumeRoundTrip(f *testing.F) {
 }
 
 func utfOK(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+// must stops the test on a setup error (richLogs has no *testing.T).
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}

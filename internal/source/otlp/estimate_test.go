@@ -1,6 +1,7 @@
 package otlpsource
 
 import (
+	"errors"
 	"runtime"
 	"strings"
 	"testing"
@@ -130,10 +131,10 @@ func TestScanRefusesDeepNesting(t *testing.T) {
 	req := plogotlp.NewExportRequestFromLogs(ld)
 	pb, _ := req.MarshalProto()
 	js, _ := req.MarshalJSON()
-	if _, err := scanProto(pb); err != errTooDeep {
+	if _, err := scanProto(pb); !errors.Is(err, errTooDeep) {
 		t.Errorf("protobuf: %v", err)
 	}
-	if _, err := scanJSON(js); err != errTooDeep {
+	if _, err := scanJSON(js); !errors.Is(err, errTooDeep) {
 		t.Errorf("json: %v", err)
 	}
 	if _, err := scanProto([]byte{0x0a, 0xff}); err == nil {

@@ -189,7 +189,6 @@ func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		lc.Busy() // the request has arrived; what follows is the agent's work
 	}
 	acc, err := s.export(r.Context(), body, mt == typeJSON, &hold, peer)
-	body = nil
 	if err != nil {
 		refuse(err)
 		return

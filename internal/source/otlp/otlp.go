@@ -194,7 +194,7 @@ func (s *Source) GRPCAddr() net.Addr {
 	return s.grpcAddr
 }
 
-// HTTPAddr: see GRPCAddr.
+// HTTPAddr is GRPCAddr for the HTTP listener.
 func (s *Source) HTTPAddr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -314,7 +314,7 @@ func (s *Source) Stop(ctx context.Context) error {
 	}
 	if len(errs) > 0 {
 		if hsrv != nil {
-			hsrv.Close()
+			_ = hsrv.Close() // the error that made us close is in errs
 		}
 		g.CloseAll()
 	}

@@ -293,7 +293,7 @@ func TestHTTPJSON(t *testing.T) {
 		if enc == "gzip" {
 			b = gz(t, body)
 		}
-		resp, out := post(t, url, "application/json", enc, b)
+		resp, out := post(t, url, "application/json", enc, b) //nolint:bodyclose // post reads and closes it
 		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
 			t.Fatalf("%q: status %d type %q body %q", enc, resp.StatusCode, resp.Header.Get("Content-Type"), out)
 		}
@@ -400,7 +400,7 @@ func TestFullChannel(t *testing.T) {
 	_, err := export(cl, pdataLogs(3, "g", 0))
 	wantRetry(t, err, "could not take the records now")
 	body, _ := plogotlp.NewExportRequestFromLogs(pdataLogs(3, "h", 0)).MarshalProto()
-	resp, out := post(t, "http://"+s.HTTPAddr().String()+"/v1/logs", "application/x-protobuf", "", body)
+	resp, out := post(t, "http://"+s.HTTPAddr().String()+"/v1/logs", "application/x-protobuf", "", body) //nolint:bodyclose // post reads and closes it
 	wantHTTPStatus(t, resp, out, 503, "could not take the records now")
 	if resp.Header.Get("Retry-After") != "1" {
 		t.Errorf("Retry-After %q", resp.Header.Get("Retry-After"))
@@ -470,7 +470,7 @@ func TestStopping(t *testing.T) {
 	_, err := export(cl, pdataLogs(2, "g", 0))
 	wantRetry(t, err, "the agent is stopping")
 	body, _ := plogotlp.NewExportRequestFromLogs(pdataLogs(2, "h", 0)).MarshalProto()
-	resp, out := post(t, "http://"+s.HTTPAddr().String()+"/v1/logs", "application/x-protobuf", "", body)
+	resp, out := post(t, "http://"+s.HTTPAddr().String()+"/v1/logs", "application/x-protobuf", "", body) //nolint:bodyclose // post reads and closes it
 	wantHTTPStatus(t, resp, out, 503, "the agent is stopping")
 	if pl.Channel.Len() != 0 {
 		t.Fatal("events were put after intake closed")
@@ -600,7 +600,7 @@ func TestBudget(t *testing.T) {
 	_, err := export(cl, pdataLogs(30, "second", 5000))
 	wantRetry(t, err, "maxBytesInFlight")
 	body, _ := plogotlp.NewExportRequestFromLogs(pdataLogs(30, "third", 5000)).MarshalProto()
-	resp, out := post(t, "http://"+s.HTTPAddr().String()+"/v1/logs", "application/x-protobuf", "", body)
+	resp, out := post(t, "http://"+s.HTTPAddr().String()+"/v1/logs", "application/x-protobuf", "", body) //nolint:bodyclose // post reads and closes it
 	wantHTTPStatus(t, resp, out, 503, "maxBytesInFlight")
 	if resp.Header.Get("Retry-After") != "1" {
 		t.Errorf("Retry-After %q", resp.Header.Get("Retry-After"))
@@ -643,7 +643,7 @@ func TestPartialSuccess(t *testing.T) {
 		t.Fatalf("bodies %q", got)
 	}
 	body, _ := plogotlp.NewExportRequestFromLogs(ld).MarshalJSON()
-	hresp, out := post(t, "http://"+s.HTTPAddr().String()+"/v1/logs", "application/json", "", body)
+	hresp, out := post(t, "http://"+s.HTTPAddr().String()+"/v1/logs", "application/json", "", body) //nolint:bodyclose // post reads and closes it
 	r := plogotlp.NewExportResponse()
 	if hresp.StatusCode != 200 || r.UnmarshalJSON(out) != nil || r.PartialSuccess().RejectedLogRecords() != 2 {
 		t.Fatalf("HTTP answer %d %q", hresp.StatusCode, out)
