@@ -68,7 +68,12 @@ func richLogs() plog.Logs {
 	// A record with a map body, no time (only an observed one).
 	lr2 := sl.LogRecords().AppendEmpty()
 	lr2.SetObservedTimestamp(1_700_000_001_000_000_000)
-	must(lr2.Body().SetEmptyMap().FromRaw(map[string]any{"msg": "structured", "n": int64(3), "nested": []any{1.5}}))
+	// Built key by key: a Go map's order is random, and the body's JSON
+	// keeps the map's insertion order.
+	body := lr2.Body().SetEmptyMap()
+	body.PutStr("msg", "structured")
+	body.PutInt("n", 3)
+	body.PutEmptySlice("nested").AppendEmpty().SetDouble(1.5)
 
 	// A time equal to the observed time, in whole milliseconds.
 	lr3 := sl.LogRecords().AppendEmpty()
