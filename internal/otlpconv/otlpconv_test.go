@@ -68,7 +68,11 @@ func richLogs() plog.Logs {
 	// A record with a map body, no time (only an observed one).
 	lr2 := sl.LogRecords().AppendEmpty()
 	lr2.SetObservedTimestamp(1_700_000_001_000_000_000)
-	lr2.Body().SetEmptyMap().FromRaw(map[string]any{"msg": "structured", "n": int64(3), "nested": []any{1.5}})
+	// Put key by key: FromRaw would take a Go map's random order.
+	bm := lr2.Body().SetEmptyMap()
+	bm.PutStr("msg", "structured")
+	bm.PutInt("n", 3)
+	bm.PutEmptySlice("nested").AppendEmpty().SetDouble(1.5)
 
 	// A time equal to the observed time, in whole milliseconds.
 	lr3 := sl.LogRecords().AppendEmpty()
