@@ -7,6 +7,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -383,3 +384,15 @@ func FuzzFlumeRoundTrip(f *testing.F) {
 }
 
 func utfOK(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+// TestParseUint: the sink's reading of times is strconv.ParseUint's.
+func TestParseUint(t *testing.T) {
+	for _, s := range []string{"", "0", "7", "007", "1700000000123", "1700000000123456789", "9999999999999999999",
+		"18446744073709551615", "18446744073709551616", "99999999999999999999", "-1", "+1", "1_000", " 1", "1 ", "12a", "0x10", "١"} {
+		want, err := strconv.ParseUint(s, 10, 64)
+		got, ok := parseUint(s)
+		if ok != (err == nil) || (ok && got != want) {
+			t.Errorf("parseUint(%q) = %d, %v; strconv says %d, %v", s, got, ok, want, err)
+		}
+	}
+}
