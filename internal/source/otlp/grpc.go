@@ -173,6 +173,9 @@ func (c *connState) change(dReceiving, dBusy int) {
 type call struct {
 	conn   *connState
 	budget *listener.Budget
+	// stopEnd unregisters end from the call's context: a call the handler
+	// took over needs no goroutine when it ends.
+	stopEnd func() bool
 
 	mu    sync.Mutex
 	hold  listener.Hold
@@ -213,7 +216,9 @@ func (s *Source) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 		}
 	}
 	conn.change(1, 0)
-	context.AfterFunc(ctx, c.end)
+	c.mu.Lock()
+	c.stopEnd = context.AfterFunc(ctx, c.end)
+	c.mu.Unlock()
 	return context.WithValue(ctx, callKey{}, c), nil
 }
 
@@ -226,6 +231,7 @@ func (c *call) handled() bool {
 		return false
 	}
 	c.phase = callHandled
+	c.stopEnd()
 	c.conn.change(-1, 1)
 	return true
 }
@@ -332,12 +338,13 @@ func (s *Source) exportGRPC(ctx context.Context, body []byte) ([]byte, error) {
 	if err != nil {
 		return nil, grpcError(s, err, peerAddr)
 	}
-	resp := plogotlp.NewExportResponse()
-	if acc.rejected > 0 {
-		ps := resp.PartialSuccess()
-		ps.SetRejectedLogRecords(acc.rejected)
-		ps.SetErrorMessage(acc.message)
+	if acc.rejected == 0 {
+		return []byte{}, nil // an ExportLogsServiceResponse with nothing in it
 	}
+	resp := plogotlp.NewExportResponse()
+	ps := resp.PartialSuccess()
+	ps.SetRejectedLogRecords(acc.rejected)
+	ps.SetErrorMessage(acc.message)
 	return resp.MarshalProto()
 }
 
