@@ -396,3 +396,32 @@ func TestParseUint(t *testing.T) {
 		}
 	}
 }
+
+// TestTimeHeaders: timestamp is the time's milliseconds and
+// otel.time_unix_nano its nanoseconds when they say more, for times of any
+// size (the milliseconds of a time with nanoseconds are read off its text).
+func TestTimeHeaders(t *testing.T) {
+	f := func(ts, observed uint64, wantMillis, wantNanos string) {
+		t.Helper()
+		ld := plog.NewLogs()
+		lr := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+		lr.SetTimestamp(pcommon.Timestamp(ts))
+		lr.SetObservedTimestamp(pcommon.Timestamp(observed))
+		h := Mapping{}.Events(nil, ld, 0)[0].Headers
+		nanos, ok := h[HeaderTime]
+		if h[HeaderTimestamp] != wantMillis || nanos != wantNanos || ok != (wantNanos != "") {
+			t.Errorf("time %d, observed %d: timestamp %q, otel.time_unix_nano %q; want %q, %q",
+				ts, observed, h[HeaderTimestamp], nanos, wantMillis, wantNanos)
+		}
+	}
+	f(1, 0, "0", "1")
+	f(999_999, 0, "0", "999999")
+	f(1_000_000, 0, "1", "")
+	f(1_000_001, 0, "1", "1000001")
+	f(1_000_000, 5, "1", "1000000")
+	f(1_700_000_000_123_456_789, 0, "1700000000123", "1700000000123456789")
+	f(1_700_000_000_123_000_000, 0, "1700000000123", "")
+	f(1_700_000_000_123_000_000, 1_700_000_000_200_000_000, "1700000000123", "1700000000123000000")
+	f(math.MaxUint64, 0, "18446744073709", "18446744073709551615")
+	f(0, 1_700_000_000_200_000_001, "1700000000200", "")
+}

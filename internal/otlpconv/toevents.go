@@ -144,6 +144,11 @@ func (c *toEvents) event(lr plog.LogRecord, receivedAt int64) event.Event {
 		h[e.k] = e.v
 	}
 	switch {
+	case t >= 1e6 && (t%1e6 != 0 || o != 0):
+		// The milliseconds are the nanoseconds' digits but the last six:
+		// one number written, not two.
+		ns := c.texts.uint(t)
+		h[HeaderTime], h[HeaderTimestamp] = ns, ns[:len(ns)-6]
 	case t != 0:
 		h[HeaderTimestamp] = c.texts.uint(t / 1e6)
 		if t%1e6 != 0 || o != 0 {
