@@ -29,9 +29,17 @@ import (
 // channel, the sink and gRPC's share on each side.
 
 // BenchmarkBridge sends 1,000 records of 256 bytes per call, 4 calls in
-// flight: the agent's share of `sluice bench otlp-throughput`, for profiles.
+// flight: the agent's share of `sluice bench otlp-throughput`, for profiles;
+// with the sink's compression off (as the bench's config has it on
+// loopback) and on (the sink's default).
 func BenchmarkBridge(b *testing.B) {
-	send, down := startBridge(b, benchRequest(1000, 256))
+	for _, compression := range []string{"none", "gzip"} {
+		b.Run("compression="+compression, func(b *testing.B) { benchmarkBridge(b, compression) })
+	}
+}
+
+func benchmarkBridge(b *testing.B, compression string) {
+	send, down := startBridge(b, benchRequest(1000, 256), compression)
 	cpu0 := processCPU()
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -59,7 +67,7 @@ func BenchmarkBridge(b *testing.B) {
 // BenchmarkBridgeOneByOne sends one record per call and waits for it
 // downstream before the next: the latency path's cost per record.
 func BenchmarkBridgeOneByOne(b *testing.B) {
-	send, down := startBridge(b, benchRequest(1, 256))
+	send, down := startBridge(b, benchRequest(1, 256), "none")
 	cpu0 := processCPU()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -93,13 +101,14 @@ func benchRequest(n, size int) []byte {
 	return req
 }
 
-// startBridge starts the source, channel, sink and a counting receiver,
-// and returns a function that sends req to the source until it is taken.
-func startBridge(b *testing.B, req []byte) (func(*testing.B), *countingReceiver) {
+// startBridge starts the source, channel, sink (with compression, gzip or
+// none) and a counting receiver, and returns a function that sends req to
+// the source until it is taken.
+func startBridge(b *testing.B, req []byte, compression string) (func(*testing.B), *countingReceiver) {
 	src, pl := startSource(b)
 	down := newCountingReceiver(b)
 	env := flow.Env{Agent: "a1", Name: "k1", Type: "otlp", Channel: pl.Channel}
-	p := config.FromMap("a1.sinks.k1.", map[string]string{"endpoint": down.addr, "compression": "none", "batchSize": "1000"})
+	p := config.FromMap("a1.sinks.k1.", map[string]string{"endpoint": down.addr, "compression": compression, "batchSize": "1000"})
 	s, err := New(env, p)
 	if err != nil || p.Err() != nil {
 		b.Fatal(err, p.Err())

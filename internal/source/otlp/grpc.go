@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	_ "google.golang.org/grpc/encoding/gzip" // senders may compress
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/peer"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	_ "github.com/sluicehq/sluice/internal/grpcgzip" // senders may compress
 	"github.com/sluicehq/sluice/internal/listener"
 )
 
