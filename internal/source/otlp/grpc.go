@@ -332,8 +332,9 @@ func (s *Source) exportGRPC(ctx context.Context, body []byte) ([]byte, error) {
 	if p, ok := peer.FromContext(ctx); ok {
 		peerAddr = p.Addr.String()
 	}
-	// The request now holds its real size, not the most it could have been.
-	c.hold.Shrink(c.hold.Bytes() - int64(len(body)))
+	// The request now holds what its buffer really takes (a pool's buffer,
+	// up to twice its size), not the most it could have been.
+	c.hold.Shrink(max(0, c.hold.Bytes()-int64(cap(body))))
 	acc, err := s.export(ctx, body, false, &c.hold, peerAddr)
 	if err != nil {
 		return nil, grpcError(s, err, peerAddr)
