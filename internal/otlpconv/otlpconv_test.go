@@ -7,6 +7,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -68,12 +69,11 @@ func richLogs() plog.Logs {
 	// A record with a map body, no time (only an observed one).
 	lr2 := sl.LogRecords().AppendEmpty()
 	lr2.SetObservedTimestamp(1_700_000_001_000_000_000)
-	// Built key by key: a Go map's order is random, and the body's JSON
-	// keeps the map's insertion order.
-	body := lr2.Body().SetEmptyMap()
-	body.PutStr("msg", "structured")
-	body.PutInt("n", 3)
-	body.PutEmptySlice("nested").AppendEmpty().SetDouble(1.5)
+	// Put key by key: FromRaw would take a Go map's random order.
+	bm := lr2.Body().SetEmptyMap()
+	bm.PutStr("msg", "structured")
+	bm.PutInt("n", 3)
+	bm.PutEmptySlice("nested").AppendEmpty().SetDouble(1.5)
 
 	// A time equal to the observed time, in whole milliseconds.
 	lr3 := sl.LogRecords().AppendEmpty()
@@ -390,4 +390,45 @@ func must(err error) {
 	if err != nil {
 		panic(err)
 	}
+}
+
+// TestParseUint: the sink's reading of times is strconv.ParseUint's.
+func TestParseUint(t *testing.T) {
+	for _, s := range []string{"", "0", "7", "007", "1700000000123", "1700000000123456789", "9999999999999999999",
+		"18446744073709551615", "18446744073709551616", "99999999999999999999", "-1", "+1", "1_000", " 1", "1 ", "12a", "0x10", "١"} {
+		want, err := strconv.ParseUint(s, 10, 64)
+		got, ok := parseUint(s)
+		if ok != (err == nil) || (ok && got != want) {
+			t.Errorf("parseUint(%q) = %d, %v; strconv says %d, %v", s, got, ok, want, err)
+		}
+	}
+}
+
+// TestTimeHeaders: timestamp is the time's milliseconds and
+// otel.time_unix_nano its nanoseconds when they say more, for times of any
+// size (the milliseconds of a time with nanoseconds are read off its text).
+func TestTimeHeaders(t *testing.T) {
+	f := func(ts, observed uint64, wantMillis, wantNanos string) {
+		t.Helper()
+		ld := plog.NewLogs()
+		lr := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+		lr.SetTimestamp(pcommon.Timestamp(ts))
+		lr.SetObservedTimestamp(pcommon.Timestamp(observed))
+		h := Mapping{}.Events(nil, ld, 0)[0].Headers
+		nanos, ok := h[HeaderTime]
+		if h[HeaderTimestamp] != wantMillis || nanos != wantNanos || ok != (wantNanos != "") {
+			t.Errorf("time %d, observed %d: timestamp %q, otel.time_unix_nano %q; want %q, %q",
+				ts, observed, h[HeaderTimestamp], nanos, wantMillis, wantNanos)
+		}
+	}
+	f(1, 0, "0", "1")
+	f(999_999, 0, "0", "999999")
+	f(1_000_000, 0, "1", "")
+	f(1_000_001, 0, "1", "1000001")
+	f(1_000_000, 5, "1", "1000000")
+	f(1_700_000_000_123_456_789, 0, "1700000000123", "1700000000123456789")
+	f(1_700_000_000_123_000_000, 0, "1700000000123", "")
+	f(1_700_000_000_123_000_000, 1_700_000_000_200_000_000, "1700000000123", "1700000000123000000")
+	f(math.MaxUint64, 0, "18446744073709", "18446744073709551615")
+	f(0, 1_700_000_000_200_000_001, "1700000000200", "")
 }

@@ -1,7 +1,9 @@
 package otlpconv
 
 import (
+	"encoding/hex"
 	"strconv"
+	"unsafe"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -19,6 +21,7 @@ type toEvents struct {
 	m          Mapping
 	prefix     string
 	arena      []byte // the string and bytes bodies, one allocation
+	texts      texts  // the header values written as text (times, ids)
 	res, scope []kv
 	resTypes   []byte // `"name":"int",` fragments
 	scopeTypes []byte
@@ -55,6 +58,7 @@ func (m Mapping) Events(dst []event.Event, ld plog.Logs, receivedAt int64) []eve
 		dst = grown
 	}
 	c.arena = make([]byte, 0, total)
+	c.texts.chunk = min(n*textsPerRecord, maxTextsChunk)
 	for i := range rls.Len() {
 		rl := rls.At(i)
 		c.res, c.resTypes = c.res[:0], c.resTypes[:0]
@@ -109,59 +113,86 @@ func appendType(b []byte, name, typ string) []byte {
 
 func (c *toEvents) event(lr plog.LogRecord, receivedAt int64) event.Event {
 	attrs := lr.Attributes()
-	h := make(map[string]string, len(c.res)+len(c.scope)+attrs.Len()+6)
+	t, o := uint64(lr.Timestamp()), uint64(lr.ObservedTimestamp())
+	sevText, sevNum := lr.SeverityText(), lr.SeverityNumber()
+	traceID, spanID := lr.TraceID(), lr.SpanID()
+	flags, eventName, dropped := lr.Flags(), lr.EventName(), lr.DroppedAttributesCount()
+
+	// The exact number of headers, so that the map is made once at its
+	// size (up to 8 headers, a map of one small allocation).
+	n := len(c.res) + len(c.scope) + attrs.Len()
+	if t != 0 || o != 0 {
+		n++ // timestamp
+	}
+	if t != 0 && (t%1e6 != 0 || o != 0) {
+		n++ // otel.time_unix_nano
+	}
+	n += count(o != 0) + count(sevText != "") + count(sevNum != 0) + count(!traceID.IsEmpty()) +
+		count(!spanID.IsEmpty()) + count(flags != 0) + count(eventName != "") + count(dropped != 0)
+	body := lr.Body()
+	if body.Type() != pcommon.ValueTypeStr {
+		n++ // otel.body_type, for most types
+	}
+	if len(c.resTypes)+len(c.scopeTypes) > 0 {
+		n++ // otel.types; a record's own typed attribute may add it below
+	}
+	h := make(map[string]string, n)
 	for _, e := range c.res {
 		h[e.k] = e.v
 	}
 	for _, e := range c.scope {
 		h[e.k] = e.v
 	}
-	t, o := uint64(lr.Timestamp()), uint64(lr.ObservedTimestamp())
 	switch {
+	case t >= 1e6 && (t%1e6 != 0 || o != 0):
+		// The milliseconds are the nanoseconds' digits but the last six:
+		// one number written, not two.
+		ns := c.texts.uint(t)
+		h[HeaderTime], h[HeaderTimestamp] = ns, ns[:len(ns)-6]
 	case t != 0:
-		h[HeaderTimestamp] = strconv.FormatUint(t/1e6, 10)
+		h[HeaderTimestamp] = c.texts.uint(t / 1e6)
 		if t%1e6 != 0 || o != 0 {
-			h[HeaderTime] = strconv.FormatUint(t, 10)
+			h[HeaderTime] = c.texts.uint(t)
 		}
 	case o != 0:
-		h[HeaderTimestamp] = strconv.FormatUint(o/1e6, 10)
+		h[HeaderTimestamp] = c.texts.uint(o / 1e6)
 	}
 	if o != 0 {
-		h[HeaderObservedTime] = strconv.FormatUint(o, 10)
+		h[HeaderObservedTime] = c.texts.uint(o)
 	}
-	if v := lr.SeverityText(); v != "" {
-		h[HeaderSeverityText] = v
+	if sevText != "" {
+		h[HeaderSeverityText] = sevText
 	}
-	if v := lr.SeverityNumber(); v != 0 {
-		h[HeaderSeverityNumber] = strconv.Itoa(int(v))
+	if sevNum != 0 {
+		h[HeaderSeverityNumber] = strconv.Itoa(int(sevNum))
 	}
-	if id := lr.TraceID(); !id.IsEmpty() {
-		h[HeaderTraceID] = id.String()
+	if !traceID.IsEmpty() {
+		h[HeaderTraceID] = c.texts.hex(traceID[:])
 	}
-	if id := lr.SpanID(); !id.IsEmpty() {
-		h[HeaderSpanID] = id.String()
+	if !spanID.IsEmpty() {
+		h[HeaderSpanID] = c.texts.hex(spanID[:])
 	}
-	if v := lr.Flags(); v != 0 {
-		h[HeaderTraceFlags] = strconv.FormatUint(uint64(v), 10)
+	if flags != 0 {
+		h[HeaderTraceFlags] = c.texts.uint(uint64(flags))
 	}
-	if v := lr.EventName(); v != "" {
-		h[HeaderEventName] = v
+	if eventName != "" {
+		h[HeaderEventName] = eventName
 	}
-	if v := lr.DroppedAttributesCount(); v != 0 {
-		h[HeaderDroppedAttributes] = strconv.FormatUint(uint64(v), 10)
+	if dropped != 0 {
+		h[HeaderDroppedAttributes] = c.texts.uint(uint64(dropped))
 	}
 
-	var body []byte
+	var data []byte
 	var btype string
-	switch b := lr.Body(); b.Type() {
+	switch body.Type() {
 	case pcommon.ValueTypeStr, pcommon.ValueTypeBytes:
 		start := len(c.arena)
-		c.arena, btype = bodyBytes(c.arena, b)
+		c.arena, btype = bodyBytes(c.arena, body)
 		// Capped, so that an interceptor appending to one body cannot
 		// write into the next.
-		body = c.arena[start:len(c.arena):len(c.arena)]
+		data = c.arena[start:len(c.arena):len(c.arena)]
 	default:
-		body, btype = bodyBytes(nil, b)
+		data, btype = bodyBytes(nil, body)
 	}
 	if btype != "" {
 		h[HeaderBodyType] = btype
@@ -173,7 +204,7 @@ func (c *toEvents) event(lr plog.LogRecord, receivedAt int64) event.Event {
 		if c.m.escapes(k) {
 			name = PrefixEscaped + k
 		}
-		s, typ := text(v)
+		s, typ := c.text(v)
 		h[name] = s
 		if typ != "" {
 			c.recTypes = appendType(c.recTypes, name, typ)
@@ -182,7 +213,91 @@ func (c *toEvents) event(lr plog.LogRecord, receivedAt int64) event.Event {
 	if len(c.resTypes)+len(c.scopeTypes)+len(c.recTypes) > 0 {
 		h[HeaderTypes] = c.types()
 	}
-	return event.Event{Headers: h, Body: body, ReceivedAt: receivedAt}
+	return event.Event{Headers: h, Body: data, ReceivedAt: receivedAt}
+}
+
+func count(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// text is the package's text, with the numbers of a record's attributes
+// written into c.texts.
+func (c *toEvents) text(v pcommon.Value) (string, string) {
+	switch v.Type() {
+	case pcommon.ValueTypeInt:
+		return c.texts.int(v.Int()), TypeInt
+	case pcommon.ValueTypeDouble:
+		return c.texts.float(v.Double()), TypeDouble
+	}
+	return text(v)
+}
+
+// Sizes of the texts' chunks: a chunk per request for records with a time
+// (timestamp and otel.time_unix_nano: 32 bytes), more for those with more,
+// and at most 64 KiB, so that an event kept alone (a channel may hold a few
+// of a request's events longer than the rest) keeps little besides itself.
+const (
+	textsPerRecord = 40
+	maxTextsChunk  = 64 << 10
+	minTextsChunk  = 256
+)
+
+// texts is where the header values the mapping writes as text (times, ids,
+// numbers) are written: chunks of bytes, each value a string over its
+// bytes, so that an Events call allocates a chunk rather than a string per
+// value. A chunk's bytes are never written again once a string is made
+// over them, which is what makes the strings immutable, as strings must
+// be.
+type texts struct {
+	buf   []byte
+	chunk int // the size of the next chunk
+}
+
+// room makes sure that n more bytes fit in the current chunk.
+func (t *texts) room(n int) {
+	if cap(t.buf)-len(t.buf) < n {
+		t.buf = make([]byte, 0, max(n, t.chunk, minTextsChunk))
+	}
+}
+
+// since returns the bytes written from start as a string.
+func (t *texts) since(start int) string {
+	if len(t.buf) == start {
+		return ""
+	}
+	return unsafe.String(&t.buf[start], len(t.buf)-start)
+}
+
+func (t *texts) uint(v uint64) string {
+	t.room(20)
+	start := len(t.buf)
+	t.buf = strconv.AppendUint(t.buf, v, 10)
+	return t.since(start)
+}
+
+func (t *texts) int(v int64) string {
+	t.room(20)
+	start := len(t.buf)
+	t.buf = strconv.AppendInt(t.buf, v, 10)
+	return t.since(start)
+}
+
+func (t *texts) float(v float64) string {
+	t.room(24)
+	start := len(t.buf)
+	t.buf = strconv.AppendFloat(t.buf, v, 'g', -1, 64)
+	return t.since(start)
+}
+
+// hex writes b in lower-case hex digits, as pdata's TraceID.String does.
+func (t *texts) hex(b []byte) string {
+	t.room(2 * len(b))
+	start := len(t.buf)
+	t.buf = hex.AppendEncode(t.buf, b)
+	return t.since(start)
 }
 
 // types returns the otel.types value of the current event, the same string

@@ -1,6 +1,7 @@
 package otlpconv
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
@@ -28,7 +30,11 @@ type toLogs struct {
 	res       []kv                         // scratch of one event: resource headers
 	scope     []kv                         // scope attribute headers
 	attrs     []kv                         // record attribute headers
-	key       []byte
+	// The grouping key of this event and of the one before, and the
+	// records of that one's scope: consecutive events mostly share their
+	// resource and scope, so that a comparison saves the lookup.
+	key, lastKey []byte
+	lastLrs      plog.LogRecordSlice
 }
 
 // fields are the headers of one event the mapping reads as record,
@@ -36,7 +42,7 @@ type toLogs struct {
 type fields struct {
 	timestamp, time, observed, sevText, sevNum, traceID, spanID, flags string
 	eventName, dropped, schemaURL, bodyType                            string
-	scopeName, scopeVersion, scopeSchemaURL                            string
+	scopeName, scopeVersion, scopeSchemaURL, types                     string
 	has                                                                uint32 // bit per field present (see set)
 }
 
@@ -44,9 +50,12 @@ const (
 	hasTimestamp = 1 << iota
 	hasTime
 	hasObserved
+	hasTypes
 )
 
 // Logs returns the OTLP logs for events, in their order within each scope.
+// The logs hold the events' bodies without a copy: they are to be used (sent)
+// before the events' bodies change.
 // Events go to one ResourceLogs per distinct set of resource headers (the
 // headers behind the resource prefix, with their types, and
 // otel.schema_url), in the order of each set's first event, and within it
@@ -65,14 +74,6 @@ func (m Mapping) Logs(events []event.Event) plog.Logs {
 func (c *toLogs) add(e *event.Event) {
 	c.res, c.scope, c.attrs = c.res[:0], c.scope[:0], c.attrs[:0]
 	var f fields
-	var types map[string]string
-	if s, ok := e.Headers[HeaderTypes]; ok {
-		var valid bool
-		types, valid = c.parseTypes(s)
-		if !valid {
-			c.attrs = append(c.attrs, kv{HeaderTypes, s})
-		}
-	}
 	for k, v := range e.Headers {
 		switch {
 		case strings.HasPrefix(k, c.prefix):
@@ -83,6 +84,14 @@ func (c *toLogs) add(e *event.Event) {
 			f.timestamp, f.has = v, f.has|hasTimestamp
 		default:
 			c.attrs = append(c.attrs, kv{k, v})
+		}
+	}
+	var types map[string]string
+	if f.has&hasTypes != 0 {
+		var valid bool
+		types, valid = c.parseTypes(f.types)
+		if !valid {
+			c.attrs = append(c.attrs, kv{HeaderTypes, f.types})
 		}
 	}
 
@@ -102,8 +111,10 @@ func (c *toLogs) add(e *event.Event) {
 	k = appendKey(k, HeaderScopeName, f.scopeName, "")
 	k = appendKey(k, HeaderScopeVersion, f.scopeVersion, "")
 	k = appendKey(k, HeaderScopeSchemaURL, f.scopeSchemaURL, "")
-	c.key = k
-	lrs, ok := c.scopes[string(k)]
+	lrs, ok := c.lastLrs, c.lastKey != nil && bytes.Equal(k, c.lastKey)
+	if !ok {
+		lrs, ok = c.scopes[string(k)]
+	}
 	if !ok {
 		rl, ok := c.resources[string(k[:resEnd])]
 		if !ok {
@@ -129,6 +140,9 @@ func (c *toLogs) add(e *event.Event) {
 		lrs = sl.LogRecords()
 		c.scopes[string(k)] = lrs
 	}
+	// This key is the next event's last one; the last one's buffer is the
+	// next event's to build in.
+	c.key, c.lastKey, c.lastLrs = c.lastKey, k, lrs
 
 	lr := lrs.AppendEmpty()
 	c.record(lr, &f)
@@ -138,7 +152,10 @@ func (c *toLogs) add(e *event.Event) {
 	case f.bodyType != "":
 		setText(lr.Body(), string(e.Body), f.bodyType)
 	case utf8.Valid(e.Body):
-		lr.Body().SetStr(string(e.Body))
+		// The body's bytes as they are, not a copy: the logs are sent
+		// before the event changes (see Logs), and nothing writes to a
+		// string's bytes.
+		lr.Body().SetStr(unsafe.String(unsafe.SliceData(e.Body), len(e.Body)))
 	default:
 		lr.Body().SetEmptyBytes().FromRaw(e.Body)
 	}
@@ -176,7 +193,7 @@ func (c *toLogs) otel(f *fields, k, v string) {
 	case HeaderBodyType:
 		f.bodyType = v
 	case HeaderTypes:
-		// read before the loop
+		f.types, f.has = v, f.has|hasTypes
 	case HeaderScopeName:
 		f.scopeName = v
 	case HeaderScopeVersion:
@@ -199,7 +216,7 @@ func (c *toLogs) record(lr plog.LogRecord, f *fields) {
 	var tsMillis uint64
 	tsOK := false
 	if f.has&hasTimestamp != 0 {
-		if n, err := strconv.ParseUint(f.timestamp, 10, 64); err == nil && n <= math.MaxInt64/1_000_000 {
+		if n, ok := parseUint(f.timestamp); ok && n <= math.MaxInt64/1_000_000 {
 			tsMillis, tsOK = n, true
 		} else {
 			keep(HeaderTimestamp, f.timestamp)
@@ -207,7 +224,7 @@ func (c *toLogs) record(lr plog.LogRecord, f *fields) {
 	}
 	var observed uint64
 	if f.has&hasObserved != 0 {
-		if n, err := strconv.ParseUint(f.observed, 10, 64); err == nil {
+		if n, ok := parseUint(f.observed); ok {
 			observed = n
 			lr.SetObservedTimestamp(pcommon.Timestamp(n))
 		} else {
@@ -216,9 +233,9 @@ func (c *toLogs) record(lr plog.LogRecord, f *fields) {
 	}
 	timeSet := false
 	if f.has&hasTime != 0 {
-		n, err := strconv.ParseUint(f.time, 10, 64)
+		n, ok := parseUint(f.time)
 		switch {
-		case err != nil:
+		case !ok:
 			keep(HeaderTime, f.time)
 		case !tsOK || n/1e6 == tsMillis:
 			// The exact time, unless timestamp was changed since (an
@@ -314,6 +331,25 @@ func (c *toLogs) parseTypes(s string) (map[string]string, bool) {
 	}
 	c.types[s] = t
 	return t, true
+}
+
+// parseUint is strconv.ParseUint(s, 10, 64) without the cost of its error:
+// the sink reads two or three times per event. Up to 19 digits cannot
+// overflow; longer or empty texts go to strconv.
+func parseUint(s string) (uint64, bool) {
+	if len(s) == 0 || len(s) > 19 {
+		n, err := strconv.ParseUint(s, 10, 64)
+		return n, err == nil
+	}
+	var n uint64
+	for i := 0; i < len(s); i++ {
+		d := s[i] - '0'
+		if d > 9 {
+			return 0, false
+		}
+		n = n*10 + uint64(d)
+	}
+	return n, true
 }
 
 func byKey(a, b kv) int { return strings.Compare(a.k, b.k) }

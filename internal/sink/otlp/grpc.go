@@ -13,11 +13,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/grpcgzip"
 )
 
 // grpcExporter sends over one gRPC client connection, which gRPC
@@ -62,7 +62,7 @@ func (e *grpcExporter) start() error {
 	e.cc, e.client = cc, plogotlp.NewGRPCClient(cc)
 	e.md = metadata.New(e.opt.Headers)
 	if e.opt.Gzip {
-		e.call = append(e.call, grpc.UseCompressor(gzip.Name))
+		e.call = append(e.call, grpc.UseCompressor(grpcgzip.Name))
 	}
 	return nil
 }

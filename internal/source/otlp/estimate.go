@@ -58,19 +58,64 @@ const (
 	mKVList
 )
 
-// fields maps a message's fields that are messages themselves to their
-// types; other fields are skipped.
-var fields = [...]map[protowire.Number]msg{
-	mRequest:      {1: mResourceLogs},
-	mResourceLogs: {1: mResource, 2: mScopeLogs},
-	mResource:     {1: mKeyValue},
-	mScopeLogs:    {1: mScope, 2: mRecord},
-	mScope:        {3: mKeyValue},
-	mRecord:       {5: mAnyValue, 6: mKeyValue},
-	mKeyValue:     {2: mAnyValue},
-	mAnyValue:     {5: mArray, 6: mKVList},
-	mArray:        {1: mAnyValue},
-	mKVList:       {1: mKeyValue},
+// field returns the type of field num of message m when it is a message
+// itself; false for other fields, which are skipped. A switch rather than
+// a map per message: the scan looks up every field of every request.
+func field(m msg, num protowire.Number) (msg, bool) {
+	switch m {
+	case mRequest:
+		if num == 1 {
+			return mResourceLogs, true
+		}
+	case mResourceLogs:
+		switch num {
+		case 1:
+			return mResource, true
+		case 2:
+			return mScopeLogs, true
+		}
+	case mResource:
+		if num == 1 {
+			return mKeyValue, true
+		}
+	case mScopeLogs:
+		switch num {
+		case 1:
+			return mScope, true
+		case 2:
+			return mRecord, true
+		}
+	case mScope:
+		if num == 3 {
+			return mKeyValue, true
+		}
+	case mRecord:
+		switch num {
+		case 5:
+			return mAnyValue, true
+		case 6:
+			return mKeyValue, true
+		}
+	case mKeyValue:
+		if num == 2 {
+			return mAnyValue, true
+		}
+	case mAnyValue:
+		switch num {
+		case 5:
+			return mArray, true
+		case 6:
+			return mKVList, true
+		}
+	case mArray, mKVList:
+		if num == 1 {
+			if m == mArray {
+				return mAnyValue, true
+			}
+			return mKeyValue, true
+		}
+	}
+	return 0, false
 }
 
 // scanProto counts the records and values of a protobuf
@@ -95,7 +140,7 @@ func walk(b []byte, m msg, depth int, sh *shape) error {
 			return protowire.ParseError(n)
 		}
 		b = b[n:]
-		sub, isMsg := fields[m][num]
+		sub, isMsg := field(m, num)
 		if !isMsg || typ != protowire.BytesType {
 			n = protowire.ConsumeFieldValue(num, typ, b)
 			if n < 0 {
