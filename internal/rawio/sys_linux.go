@@ -36,3 +36,20 @@ func rawRecv(fd uintptr, p []byte) (int, syscall.Errno) {
 	}
 	return int(n), 0
 }
+
+// readNow is one read of a non-blocking socket: raw where useRaw, else
+// through the scheduler (the race detector sees those).
+func readNow(fd uintptr, p []byte) (int, syscall.Errno) {
+	if useRaw {
+		return rawRead(fd, p)
+	}
+	n, err := syscall.Read(int(fd), p)
+	if err != nil {
+		errno, _ := err.(syscall.Errno)
+		if errno == 0 {
+			errno = syscall.EIO
+		}
+		return 0, errno
+	}
+	return n, 0
+}

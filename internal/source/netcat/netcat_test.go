@@ -435,7 +435,10 @@ type batchProc struct {
 	total   int
 	release chan struct{}
 	first   chan struct{}
+	txLimit int // what TxLimit reports: the channels' transactionCapacity
 }
+
+func (p *batchProc) TxLimit() int { return p.txLimit }
 
 func (p *batchProc) Process(_ context.Context, evs []event.Event) error {
 	p.mu.Lock()
@@ -448,6 +451,62 @@ func (p *batchProc) Process(_ context.Context, evs []event.Event) error {
 		<-p.release
 	}
 	return nil
+}
+
+// sendPiledUp sends one line, and while the source is busy with it, lines
+// more lines of 256 bytes, which pile up in the socket; then it lets the
+// source go on and returns the sizes of the batches after the first.
+func sendPiledUp(t *testing.T, s *Source, p *batchProc, lines int) []int {
+	t.Helper()
+	start(t, s, p)
+	c := dial(t, s.Addr())
+	if _, err := c.Write([]byte("first\n")); err != nil {
+		t.Fatal(err)
+	}
+	<-p.first // the handler is busy with the first line
+	line := strings.Repeat("x", 255) + "\n"
+	if _, err := c.Write([]byte(strings.Repeat(line, lines))); err != nil {
+		t.Fatal(err)
+	}
+	close(p.release)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		total, sizes := p.total, slices.Clone(p.sizes)
+		p.mu.Unlock()
+		if total == lines+1 {
+			return sizes[1:]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d of %d lines", total, lines+1)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// With batchSize left at its default, a batch grows past 100 lines to the
+// channels' transactionCapacity (flow.Batching) while lines are already
+// there: 3000 waiting lines go in three commits of 1000, not thirty of 100,
+// and not 1000 + 24 per read of a 256 KiB buffer (the rest of a read is
+// topped up with what has arrived before it is cut).
+func TestDefaultBatchGrowsToTransactionCapacity(t *testing.T) {
+	s := newTCP(t, map[string]string{"ack-every-event": "false"})
+	p := &batchProc{release: make(chan struct{}), first: make(chan struct{}), txLimit: 1000}
+	sizes := sendPiledUp(t, s, p, 3000)
+	if !slices.Equal(sizes, []int{1000, 1000, 1000}) {
+		t.Fatalf("batches %v after the first line; want [1000 1000 1000]", sizes)
+	}
+}
+
+// An explicit batchSize stays a maximum, as in Flume, whatever the
+// channels' transactionCapacity.
+func TestExplicitBatchSizeIsAMaximum(t *testing.T) {
+	s := newTCP(t, map[string]string{"ack-every-event": "false", "batchSize": "100"})
+	p := &batchProc{release: make(chan struct{}), first: make(chan struct{}), txLimit: 1000}
+	sizes := sendPiledUp(t, s, p, 3000)
+	if m := slices.Max(sizes); m != 100 {
+		t.Fatalf("largest batch %d lines (batches %v); want 100, the batchSize set", m, sizes)
+	}
 }
 
 // With batchSize 1000 the connection's large read buffer holds a batch of
