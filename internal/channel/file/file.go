@@ -746,6 +746,10 @@ func (t *tx) take(ctx context.Context, dst []event.Event, max int) (_ []event.Ev
 	}
 	k := min(c.queue.len(), max)
 	start := len(t.takes)
+	if t.takes == nil {
+		t.takes = (*takesPool.Get().(*[]entry))[:0]
+	}
+	t.takes = slices.Grow(t.takes, k)
 	for range k {
 		e := c.queue.popFront()
 		if e.ev != nil {
@@ -887,6 +891,11 @@ func (t *tx) commitPuts() error {
 	defer cb.release()
 	b := &cb.batch
 	b.Reset()
+	size := wal.FrameSize(commitSize)
+	for i := range t.puts {
+		size += wal.FrameSize(putSize(&t.puts[i]))
+	}
+	b.Grow(int(size))
 	for i := range t.puts {
 		t.puts[i].CommittedAt = now
 		buf := b.Begin()
@@ -925,22 +934,29 @@ func (t *tx) commitPuts() error {
 		return &refusedError{msg: fmt.Sprintf("file channel %s: commit to data dir %s failed, nothing of it was kept; "+
 			"puts are refused until the disk can be written again: %v", c.name, c.dataDirs[dir], err), cause: err}
 	}
-	var kept []event.Event // one allocation for the events kept in memory
+	// The events kept in memory stay in the transaction's own copy
+	// (t.puts, which Put made): no second copy. One that does not fit the
+	// budget is cleared there, so its body is not kept alive by its
+	// neighbours.
 	c.mu.Lock()
 	live := c.live[dir]
+	seg, run := pos[0].Segment, 0
 	for i := range t.puts {
 		e := entry{pos: pos[i], size: int32(b.PayloadLen(i)), dir: int32(dir)}
 		if c.cached+int64(e.size) <= c.cacheBudget {
-			if kept == nil {
-				kept = make([]event.Event, 0, n-i)
-			}
-			kept = append(kept, t.puts[i])
-			e.ev = &kept[len(kept)-1]
+			e.ev = &t.puts[i]
 			c.cached += int64(e.size)
+		} else {
+			t.puts[i] = event.Event{}
 		}
 		c.queue.pushBack(e)
-		live[pos[i].Segment]++
+		if pos[i].Segment != seg {
+			live[seg] += run
+			seg, run = pos[i].Segment, 0
+		}
+		run++
 	}
+	live[seg] += run
 	c.wakeTakers()
 	c.mu.Unlock()
 	c.ckMu.RUnlock()
@@ -959,7 +975,9 @@ func (t *tx) commitPuts() error {
 func (t *tx) commitTakes() error {
 	c := t.c
 	all := append(t.takes, t.dead...)
-	var byDir map[int32][]wal.Position
+	// One take record per data dir the events came from; usually one.
+	var one [1]dirRec
+	recs := one[:0]
 	first := all[0].dir
 	single := true
 	for _, e := range all {
@@ -968,17 +986,16 @@ func (t *tx) commitTakes() error {
 			break
 		}
 	}
-	if !single {
-		byDir = make(map[int32][]wal.Position)
+	if single {
+		recs = append(recs, dirRec{dir: first, rec: appendTakeEntries(all)})
+	} else {
+		byDir := make(map[int32][]wal.Position)
 		for _, e := range all {
 			byDir[e.dir] = append(byDir[e.dir], e.pos)
 		}
-	} else {
-		pos := make([]wal.Position, len(all))
-		for i, e := range all {
-			pos[i] = e.pos
+		for d, pos := range byDir {
+			recs = append(recs, dirRec{dir: d, rec: appendTake(nil, pos)})
 		}
-		byDir = map[int32][]wal.Position{first: pos}
 	}
 
 	c.ckMu.RLock()
@@ -997,20 +1014,20 @@ func (t *tx) commitTakes() error {
 	// (the sink had them acknowledged before committing), and at most the
 	// newest take commit of each log is acknowledged but not yet durable
 	// (while a log is failed, every take since the failure is).
-	prev := make(map[int32]wal.Ticket, len(byDir))
 	c.takeMu.Lock()
-	for d, pos := range byDir {
-		rec := appendTake(nil, pos)
+	for i := range recs {
+		d, rec := recs[i].dir, recs[i].rec
 		tk, err := logs[d].AppendAsync(rec)
 		if err != nil {
 			c.owed[d] = append(c.owed[d], rec)
 			continue
 		}
 		c.unsure[d] = append(c.unsure[d], takeRec{ticket: tk, rec: rec})
-		prev[d], c.lastTake[d] = c.lastTake[d], tk
+		recs[i].prev, c.lastTake[d] = c.lastTake[d], tk
 	}
 	c.takeMu.Unlock()
-	for d, tk := range prev {
+	for _, r := range recs {
+		d, tk := r.dir, r.prev
 		if tk == 0 {
 			continue
 		}
@@ -1023,9 +1040,15 @@ func (t *tx) commitTakes() error {
 		}
 	}
 	c.mu.Lock()
+	d, seg, run := all[0].dir, all[0].pos.Segment, 0
 	for _, e := range all {
-		c.live[e.dir][e.pos.Segment]--
+		if e.dir != d || e.pos.Segment != seg {
+			c.live[d][seg] -= run
+			d, seg, run = e.dir, e.pos.Segment, 0
+		}
+		run++
 	}
+	c.live[d][seg] -= run
 	c.reserved -= len(all)
 	c.takenSinceCk = true
 	delete(c.open, t)
@@ -1036,6 +1059,14 @@ func (t *tx) commitTakes() error {
 	c.counters.EventTakeSuccess.Add(int64(len(t.takes)))
 	t.finish()
 	return nil
+}
+
+// dirRec is a take commit's record for one data dir, and the ticket of
+// that dir's take record before it, which the commit waits for.
+type dirRec struct {
+	dir  int32
+	rec  []byte
+	prev wal.Ticket
 }
 
 func (t *tx) Rollback() error {
@@ -1069,6 +1100,17 @@ func (t *tx) Rollback() error {
 }
 
 func (t *tx) finish() {
+	if c := cap(t.takes); c > 0 && c <= maxPooledTakes {
+		full := t.takes[:c]
+		clear(full) // commitTakes may have appended the dead ones in place
+		takesPool.Put(&full)
+	}
 	t.puts, t.takes, t.dead = nil, nil, nil
 	t.done = true
 }
+
+// takesPool holds the take lists of finished transactions (cleared), so a
+// sink's transaction of a thousand events does not allocate one.
+var takesPool = sync.Pool{New: func() any { return new([]entry) }}
+
+const maxPooledTakes = 1 << 16
