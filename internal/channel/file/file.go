@@ -4,10 +4,11 @@
 // concurrent transactions share one fdatasync (group commit). After a crash
 // or power loss, Start replays the log from the last checkpoint and the
 // channel holds every committed event that was not taken and committed. A
-// take commit waits for the fdatasync of the take commit before it, not
-// its own, which goes out with the next put's write and fdatasync (or when
-// the next take commit waits for it, or within 200 ms): a crash in between
-// delivers that one batch again (at least once), never loses it.
+// take commit waits for the fdatasync of the take commit two before it in
+// its log (takesInFlight), not its own, which goes out with the next put's
+// write and fdatasync (or when a later take commit waits for it, or within
+// 200 ms): a crash in between delivers those batches again (at least
+// once), never loses them.
 //
 // Properties (Flume's names and defaults):
 //
@@ -127,13 +128,14 @@ type Channel struct {
 	// it exclusively while it snapshots the state and the WAL's end.
 	ckMu sync.RWMutex
 
-	// takeMu orders take records with lastTake: per dir, the ticket of the
-	// newest take record, which the next take commit waits for. unsure
+	// takeMu orders take records with lastTake: per dir, the tickets of the
+	// newest takesInFlight take records, oldest first; the next take
+	// commit waits for the oldest. unsure
 	// holds, per dir, the take records appended but not yet known durable,
 	// and owed the records a failed log could not take (disk.go); both are
 	// written when the log is back.
 	takeMu   sync.Mutex
-	lastTake []wal.Ticket
+	lastTake [][takesInFlight]wal.Ticket
 	unsure   [][]takeRec
 	owed     [][][]byte
 
@@ -391,7 +393,7 @@ func (c *Channel) Start(ctx context.Context) error {
 		return fmt.Errorf("file channel %s: replay: %w", c.name, err)
 	}
 	c.takeMu.Lock()
-	c.lastTake = make([]wal.Ticket, len(logs))
+	c.lastTake = make([][takesInFlight]wal.Ticket, len(logs))
 	c.unsure = make([][]takeRec, len(logs))
 	c.owed = st.owed
 	c.takeMu.Unlock()
@@ -1007,13 +1009,14 @@ func (t *tx) commitTakes() error {
 		c.takeErrors.Add(1)
 		return fmt.Errorf("file channel %s: commit: %w", c.name, flow.ErrClosed)
 	}
-	// A take commit waits for the previous take record of each log, not
-	// for its own: a sink's next batch then overlaps this record's
-	// fdatasync, instead of every sink commit costing a disk round trip.
-	// A record lost in a crash only makes its events be delivered again
-	// (the sink had them acknowledged before committing), and at most the
-	// newest take commit of each log is acknowledged but not yet durable
-	// (while a log is failed, every take since the failure is).
+	// A take commit waits for the take record takesInFlight commits before
+	// it in each log, not for its own: a sink's next batches then overlap
+	// this record's fdatasync, instead of every sink commit costing a disk
+	// round trip. A record lost in a crash only makes its events be
+	// delivered again (the sink had them acknowledged before committing),
+	// and at most the newest takesInFlight take commits of each log are
+	// acknowledged but not yet durable (while a log is failed, every take
+	// since the failure is).
 	c.takeMu.Lock()
 	for i := range recs {
 		d, rec := recs[i].dir, recs[i].rec
@@ -1023,7 +1026,10 @@ func (t *tx) commitTakes() error {
 			continue
 		}
 		c.unsure[d] = append(c.unsure[d], takeRec{ticket: tk, rec: rec})
-		recs[i].prev, c.lastTake[d] = c.lastTake[d], tk
+		last := &c.lastTake[d]
+		recs[i].prev = last[0]
+		copy(last[:], last[1:])
+		last[takesInFlight-1] = tk
 	}
 	c.takeMu.Unlock()
 	for _, r := range recs {
@@ -1114,3 +1120,13 @@ func (t *tx) finish() {
 var takesPool = sync.Pool{New: func() any { return new([]entry) }}
 
 const maxPooledTakes = 1 << 16
+
+// takesInFlight is how many take commits of one log may be acknowledged
+// while their record is not yet durable: a take commit waits for the
+// record of the take commit takesInFlight before it. With 1 a sink took
+// one batch per fdatasync: while its channel is full the puts wait for the
+// room its take commits free, so that was the pipeline's pace whenever a
+// sync took longer than a batch's delivery (1000 events per sync in the
+// peers harness, 1500 with 2; issue 27). A crash then delivers up to this
+// many committed batches per log again, besides the one in flight.
+const takesInFlight = 2
