@@ -116,11 +116,13 @@ func TestTCPBatchGrowsToTransactionCapacity(t *testing.T) {
 	}
 }
 
+// A UDP batch grows too, up to what its queue holds (4 × batchSize
+// datagrams, which bound the memory).
 func TestUDPBatchGrowsToTransactionCapacity(t *testing.T) {
 	p := &holdProc{first: make(chan struct{}), release: make(chan struct{}), txLimit: 1000}
 	sizes := sendPiledUp(t, "syslogudp", nil, p, 800)
-	if m := slices.Max(sizes); m <= DefaultBatchSize {
-		t.Fatalf("largest batch %d datagrams (batches %v); want more than the default %d", m, sizes, DefaultBatchSize)
+	if m := slices.Max(sizes); m <= DefaultBatchSize || m > 4*DefaultBatchSize {
+		t.Fatalf("largest batch %d datagrams (batches %v); want more than the default %d, at most the queue's %d", m, sizes, DefaultBatchSize, 4*DefaultBatchSize)
 	}
 	p = &holdProc{first: make(chan struct{}), release: make(chan struct{}), txLimit: 1000}
 	sizes = sendPiledUp(t, "syslogudp", map[string]string{"batchSize": "100"}, p, 800)

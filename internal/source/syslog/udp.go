@@ -27,7 +27,8 @@ const maxDatagram = 1 << 16
 //
 // A reader goroutine parses datagrams into a queue; a putter takes every
 // queued event as one batch, up to the batch limit (flow.Batching: batchSize
-// when set, else the channels' transactionCapacity). While the channel is full the
+// when set, else the channels' transactionCapacity, but at most what the
+// queue holds). While the channel is full the
 // putter retries, the queue fills, the reader waits, and the kernel's socket
 // buffer takes the overflow; datagrams the kernel then drops are counted
 // (on Linux) in DatagramDropCount, since UDP cannot push back.
@@ -125,9 +126,12 @@ func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
 	s.mu.Unlock()
 	s.counters.Started()
 	s.env.Log().Info("syslogudp source listening", "source", s.env.Name, "addr", conn.LocalAddr().String())
-	limit := s.batch.Limit(p)
-	// Room for a whole batch to gather while the last one commits.
-	queue := make(chan event.Event, max(4*s.batch.Size(), limit))
+	// A batch is at most what the queue holds: datagrams are up to 64 KiB
+	// each, so the queue keeps its size (4 × batchSize) whatever the
+	// channels' transactionCapacity, and at most 8 × batchSize datagrams
+	// are held between the socket and the channel.
+	queue := make(chan event.Event, 4*s.batch.Size())
+	limit := min(s.batch.Limit(p), cap(queue))
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); s.read(conn, queue) }()
