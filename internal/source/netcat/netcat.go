@@ -303,8 +303,10 @@ func (h *handler) drain(ctx context.Context) error {
 	for {
 		data := h.Buf[h.R:h.W]
 		end, nlines, overlong := h.scan(data)
-		if nlines > 0 && nlines < h.s.limit && h.FillNow() > 0 {
-			continue // input that has arrived meanwhile joins this batch
+		if nlines > 0 && nlines < h.s.limit && h.FillNow() {
+			// Input that arrived meanwhile joins this batch; the unread
+			// bytes may have moved even if none came: look again.
+			continue
 		}
 		if nlines > 0 {
 			// One slab holds every body of the batch.

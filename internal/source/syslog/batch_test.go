@@ -2,6 +2,7 @@ package syslog
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -24,6 +25,8 @@ type holdProc struct {
 	first   chan struct{}
 	release chan struct{}
 	txLimit int
+	keep    bool // record the bodies
+	bodies  []string
 }
 
 func (p *holdProc) TxLimit() int { return p.txLimit }
@@ -33,6 +36,11 @@ func (p *holdProc) Process(_ context.Context, evs []event.Event) error {
 	n := len(p.sizes)
 	p.sizes = append(p.sizes, len(evs))
 	p.total += len(evs)
+	if p.keep {
+		for _, e := range evs {
+			p.bodies = append(p.bodies, string(e.Body))
+		}
+	}
 	p.mu.Unlock()
 	if n == 0 {
 		close(p.first)
@@ -128,5 +136,53 @@ func TestUDPBatchGrowsToTransactionCapacity(t *testing.T) {
 	sizes = sendPiledUp(t, "syslogudp", map[string]string{"batchSize": "100"}, p, 800)
 	if m := slices.Max(sizes); m > 100 {
 		t.Fatalf("batchSize 100: largest batch %d (batches %v)", m, sizes)
+	}
+}
+
+// Messages that come in parts, the first ending in a partial message (so
+// its batch leaves unread bytes behind handled ones): the second part's
+// batch is topped up, which moves the unread bytes to the front of the
+// buffer even when nothing more came, and every message, of it and of the
+// third part, must arrive once, in order.
+func TestTCPToppedUpBatchAfterAPartialMessage(t *testing.T) {
+	p := &holdProc{first: make(chan struct{}), release: make(chan struct{}), txLimit: 1000, keep: true}
+	close(p.release)
+	_, _, addrs := newSource(t, "syslogtcp", nil, &sourcetest.Pipeline{Processor: p})
+	c, err := net.Dial("tcp", addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var want []string
+	msgs := func(from, n int) string {
+		var b strings.Builder
+		for i := from; i < from+n; i++ {
+			m := fmt.Sprintf("<13>Jun 15 11:22:33 host m%05d ", i)
+			m += strings.Repeat("x", 255-len(m))
+			b.WriteString(m + "\n")
+			want = append(want, m[len("<13>Jun 15 11:22:33 host "):])
+		}
+		return b.String()
+	}
+	first, second, third := msgs(0, 20), msgs(20, 100), msgs(120, 30)
+	for _, part := range []string{first + second[:100], second[100:], third} {
+		if _, err := c.Write([]byte(part)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // the source handles it before the next part
+	}
+	if !sourcetest.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total >= len(want) }, 10*time.Second) {
+		t.Fatalf("got %d of %d messages", p.total, len(want))
+	}
+	time.Sleep(50 * time.Millisecond) // nothing more may come
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.bodies) != len(want) {
+		t.Fatalf("got %d messages, want %d (batches %v)", len(p.bodies), len(want), p.sizes)
+	}
+	for i := range want {
+		if p.bodies[i] != want[i] {
+			t.Fatalf("message %d is %.12q, want %.12q (batches %v)", i, p.bodies[i], want[i], p.sizes)
+		}
 	}
 }

@@ -337,8 +337,10 @@ func (h *conn) drain(ctx context.Context, eof bool) error {
 			return nil
 		}
 		end, skip, n, readFails := h.collect(eof)
-		if n > 0 && n < h.s.limit && skip == 0 && !eof && h.c == net.Conn(h.lc) && h.FillNow() > 0 {
-			continue // input that has arrived meanwhile joins this batch
+		if n > 0 && n < h.s.limit && skip == 0 && !eof && h.c == net.Conn(h.lc) && h.FillNow() {
+			// Input that arrived meanwhile joins this batch; the unread
+			// bytes may have moved even if none came: collect again.
+			continue
 		}
 		h.report()
 		c := h.s.counters
