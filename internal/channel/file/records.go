@@ -41,6 +41,9 @@ func appendPut(b []byte, txid uint64, committedAt int64, e *event.Event) []byte 
 	b = binary.LittleEndian.AppendUint64(b, uint64(committedAt))
 	b = binary.LittleEndian.AppendUint64(b, uint64(e.ReceivedAt))
 	b = binary.AppendUvarint(b, uint64(len(e.Headers)))
+	if len(e.Headers) == 0 {
+		return append(b, e.Body...)
+	}
 	for k, v := range e.Headers {
 		b = binary.AppendUvarint(b, uint64(len(k)))
 		b = append(b, k...)
@@ -53,8 +56,10 @@ func appendPut(b []byte, txid uint64, committedAt int64, e *event.Event) []byte 
 // putSize is the size of e's put record, as appendPut writes it.
 func putSize(e *event.Event) int {
 	n := putFixed + binary.MaxVarintLen64 + len(e.Body)
-	for k, v := range e.Headers {
-		n += 2*binary.MaxVarintLen64 + len(k) + len(v)
+	if len(e.Headers) > 0 {
+		for k, v := range e.Headers {
+			n += 2*binary.MaxVarintLen64 + len(k) + len(v)
+		}
 	}
 	return n
 }

@@ -309,9 +309,9 @@ func (h *handler) drain(ctx context.Context) error {
 			continue
 		}
 		if nlines > 0 {
-			// One slab holds every body of the batch.
-			slab := make([]byte, end)
-			copy(slab, data[:end])
+			// One slab holds every body of the batch (copied, not
+			// cleared first: append allocates without zeroing).
+			slab := append([]byte(nil), data[:end]...)
 			h.c.Busy()
 			put = true
 			if err := h.put(ctx, slab); err != nil {
