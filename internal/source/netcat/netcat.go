@@ -6,9 +6,10 @@
 // The TCP source reads a connection in large blocks and puts every complete
 // line it holds in one batch, up to the batch limit (flow.Batching: batchSize
 // when set, else the channels' transactionCapacity), so batches are as big
-// as the input allows and a lone line is not held back. When the channel is full it
-// stops reading that connection, which pushes back on the sender through
-// TCP, and retries the same batch until it commits or the source stops.
+// as the input allows and a lone line is not held back. When the channel is
+// full it stops reading that connection, which pushes back on the sender
+// through TCP, and retries the same batch until it commits or the source
+// stops.
 package netcat
 
 import (
