@@ -207,6 +207,9 @@ func (s *BatchSink) Process(ctx context.Context) (Status, error) {
 // error wrapping a *panics.Error, and the caller rolls the batch back.
 func (s *BatchSink) write(ctx context.Context, batch []event.Event) error {
 	err := panics.Catch(func() error { return s.w.Write(ctx, batch) })
+	if err == nil {
+		return nil // before errors.As: its target escapes, an allocation per batch
+	}
 	var pe *panics.Error
 	if errors.As(err, &pe) {
 		s.panics.Add(1)

@@ -9,6 +9,15 @@
 // downstream system acknowledged them. So an acknowledged event is always
 // either delivered or still held in a channel.
 //
+// Batching rule: a source puts a batch as soon as it holds one event, and
+// the batch takes every further event the source already holds, up to a
+// limit: batchSize when the user set it (a maximum, as in Flume), else the
+// smallest transactionCapacity of the source's channels (Batching.Limit),
+// so that under load one batch is one transaction and, with the file
+// channel, one share of an fdatasync, while a lone event still goes at once.
+// batch.go states the rule; every source that cuts its own batches takes its
+// limit from there.
+//
 // Stopping is two-phase. First intake stops at once: the agent closes every
 // source's ChannelProcessor (Close waits for the Process calls already
 // committing; every later one fails with ErrStopping, which sources treat as

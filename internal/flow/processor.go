@@ -107,6 +107,19 @@ func NewChannelProcessor(cfg ProcessorConfig) *ChannelProcessor {
 	return p
 }
 
+// TxLimit implements TxLimiter: the smallest transactionCapacity of the
+// channels the source puts into (required and optional), 0 when none has
+// one. A batch of at most this many events is one transaction in each.
+func (p *ChannelProcessor) TxLimit() int {
+	n := 0
+	for _, c := range p.txCaps {
+		if c > 0 && (n == 0 || c < n) {
+			n = c
+		}
+	}
+	return n
+}
+
 // Process implements Processor. After Close it returns ErrStopping.
 func (p *ChannelProcessor) Process(ctx context.Context, events []event.Event) error {
 	if !p.gate.enter() {

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/rawio"
@@ -46,6 +47,8 @@ type Conn struct {
 	// (internal/rawio: no scheduler round per event); nil for others.
 	rr *rawio.Reader
 	rw *rawio.Writer
+	// rc reads a TCP connection without waiting (ReadNow); nil for others.
+	rc syscall.RawConn
 
 	mu       sync.Mutex
 	state    State
@@ -58,7 +61,11 @@ type Conn struct {
 }
 
 func newConn(raw net.Conn, g *Group, now time.Time) *Conn {
-	return &Conn{Conn: raw, g: g, since: now, rr: rawio.NewReader(raw), rw: rawio.NewWriter(raw)}
+	c := &Conn{Conn: raw, g: g, since: now, rr: rawio.NewReader(raw), rw: rawio.NewWriter(raw)}
+	if tc, ok := raw.(*net.TCPConn); ok {
+		c.rc, _ = tc.SyscallConn()
+	}
+	return c
 }
 
 // Read reads from the connection, counting what arrives.
@@ -70,6 +77,26 @@ func (c *Conn) Read(p []byte) (int, error) {
 	} else {
 		n, err = c.Conn.Read(p)
 	}
+	c.count(n)
+	return n, err
+}
+
+// ReadNow reads what has already arrived, without waiting (rawio.ReadNow):
+// 0 when nothing has, or when the connection cannot be read that way (not
+// TCP). Errors, the end of the stream included, are left for the next Read.
+func (c *Conn) ReadNow(p []byte) int {
+	if c.rc == nil {
+		return 0
+	}
+	n, err := rawio.ReadNow(c.rc, p)
+	if err != nil {
+		return 0
+	}
+	c.count(n)
+	return n
+}
+
+func (c *Conn) count(n int) {
 	if n > 0 {
 		c.mu.Lock()
 		c.read += int64(n)
@@ -79,7 +106,6 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 		c.mu.Unlock()
 	}
-	return n, err
 }
 
 // Write writes to the connection.

@@ -108,6 +108,42 @@ func (b *ReadBuffer) Fill(r io.Reader) (int, error) {
 	return n, err
 }
 
+// FillNow reads what the connection holds now, without waiting
+// (Conn.ReadNow), into the space after the unread bytes, moving them to the
+// front first; after a read that filled the small buffer it moves into a
+// large one if the budget has room now. A source calls it before cutting a
+// batch short of its limit (flow.Batching), so that input that already
+// arrived joins the batch instead of making one of its own.
+//
+// It reports whether Buf[R:W] changed: more bytes came, or the unread ones
+// moved (R and Buf changed, even when nothing came). Then every slice of
+// Buf and every offset taken before the call is stale: the caller looks at
+// Buf[R:W] again. Called again right away, it moves nothing.
+func (b *ReadBuffer) FillNow() (changed bool) {
+	if b.R == b.W {
+		b.R, b.W = 0, 0
+	}
+	if b.big == nil && b.filled && b.grow(context.Background(), false) {
+		changed = true
+	}
+	if b.R > 0 {
+		b.W = copy(b.Buf, b.Buf[b.R:b.W])
+		b.R = 0
+		changed = true
+	}
+	space := len(b.Buf) - b.W
+	if space == 0 {
+		return changed
+	}
+	n := b.c.ReadNow(b.Buf[b.W:])
+	if n > 0 {
+		b.W += n
+		b.lastRead, b.filled = n, n == space
+		changed = true
+	}
+	return changed
+}
+
 // Release gives back the large buffer and its bytes of the budget; call it
 // when the connection ends.
 func (b *ReadBuffer) Release() {

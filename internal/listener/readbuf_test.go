@@ -150,3 +150,66 @@ func TestReadBufferCompacts(t *testing.T) {
 		}
 	}
 }
+
+// FillNow tops up the buffer with what has arrived, without waiting: the
+// unread bytes move to the front, a busy sender's input moves into a large
+// buffer, and nothing waiting reads nothing.
+func TestReadBufferFillNow(t *testing.T) {
+	g := NewGroup(Config{ProgressTimeout: time.Second}, Options{Source: "r1"})
+	t.Cleanup(func() { g.Shutdown(context.Background()) })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() { c, _ := ln.Accept(); acc <- c }()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server := <-acc
+	defer server.Close()
+	c := newConn(server, g, time.Now())
+
+	const big = 64 << 10
+	budget := NewBudget(big)
+	rb := NewReadBuffer(c, NewBigBuffers(big), budget)
+	if rb.FillNow() || rb.W != 0 {
+		t.Fatalf("FillNow with nothing sent changed the buffer (W %d)", rb.W)
+	}
+	// A read fills the small buffer; a few bytes of it are handled.
+	if _, err := client.Write(bytes.Repeat([]byte("x"), 3*SmallReadBuffer)); err != nil {
+		t.Fatal(err)
+	}
+	rb.Prepare(context.Background(), 1)
+	for rb.W < SmallReadBuffer {
+		if _, err := rb.Fill(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rb.R = 10
+	deadline := time.Now().Add(5 * time.Second)
+	for rb.W-rb.R < 3*SmallReadBuffer-10 && time.Now().Before(deadline) {
+		if !rb.FillNow() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if rb.R != 0 || rb.W != 3*SmallReadBuffer-10 {
+		t.Fatalf("after FillNow: R %d W %d; want the unread bytes at the front and the rest read", rb.R, rb.W)
+	}
+	if len(rb.Buf) != big || budget.InUse() != big {
+		t.Fatalf("buffer %d bytes, budget in use %d; want the large buffer", len(rb.Buf), budget.InUse())
+	}
+	if rb.FillNow() {
+		t.Fatal("FillNow with nothing more sent and nothing to move reported a change")
+	}
+	// Unread bytes behind handled ones move to the front even when nothing
+	// more came, and FillNow says so: offsets taken before are stale.
+	rb.R = 100
+	if !rb.FillNow() || rb.R != 0 || rb.W != 3*SmallReadBuffer-110 {
+		t.Fatalf("FillNow after 100 bytes were handled: R %d W %d; want them moved and the change reported", rb.R, rb.W)
+	}
+	rb.Release()
+}

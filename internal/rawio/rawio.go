@@ -173,3 +173,35 @@ func Recv(fd uintptr, p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// ReadNow reads what the socket behind rc holds, without waiting: n bytes;
+// 0 and no error when nothing is there yet (or this system cannot read
+// without waiting); 0 and io.EOF at the end of the stream. A source uses it
+// to top up a batch with input that has already arrived (flow.Batching).
+// It is a raw call where Enabled, an ordinary one in -race builds.
+func ReadNow(rc syscall.RawConn, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n int
+	var errno syscall.Errno
+	err := rc.Read(func(fd uintptr) bool {
+		for {
+			n, errno = readNow(fd, p)
+			if errno != syscall.EINTR {
+				return true // never wait for readiness
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case errno == syscall.EAGAIN || errno == syscall.ENOSYS:
+		return 0, nil
+	case errno != 0:
+		return 0, errno
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}

@@ -147,3 +147,55 @@ func TestRecv(t *testing.T) {
 		t.Fatalf("Recv after the peer closed = %d, %v; want 0, nil (end of stream)", n, err)
 	}
 }
+
+// ReadNow never waits: what has arrived, 0 and no error when nothing has,
+// io.EOF after the peer closed; with the raw calls and without them.
+func TestReadNow(t *testing.T) {
+	for _, useRawCalls := range []bool{true, false} {
+		t.Run(map[bool]string{true: "raw", false: "scheduler"}[useRawCalls], func(t *testing.T) {
+			if useRawCalls {
+				raw(t)
+			} else {
+				old := useRaw
+				useRaw = false
+				t.Cleanup(func() { useRaw = old })
+			}
+			a, b := tcpPair(t)
+			rc, err := b.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 16)
+			start := time.Now()
+			if n, err := ReadNow(rc, buf); n != 0 || err != nil {
+				t.Fatalf("ReadNow on an empty socket = %d, %v; want 0, nil", n, err)
+			}
+			if el := time.Since(start); el > 500*time.Millisecond {
+				t.Fatalf("ReadNow waited %v", el)
+			}
+			a.Write([]byte("abc"))
+			var got []byte
+			deadline := time.Now().Add(5 * time.Second)
+			for len(got) < 3 && time.Now().Before(deadline) {
+				n, err := ReadNow(rc, buf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, buf[:n]...)
+			}
+			if string(got) != "abc" {
+				t.Fatalf("ReadNow got %q, want abc", got)
+			}
+			a.Close()
+			for time.Now().Before(deadline) {
+				if _, err := ReadNow(rc, buf); err != nil {
+					if !errors.Is(err, io.EOF) {
+						t.Fatalf("ReadNow after the peer closed = %v, want io.EOF", err)
+					}
+					return
+				}
+			}
+			t.Fatal("ReadNow never saw the end of the stream")
+		})
+	}
+}

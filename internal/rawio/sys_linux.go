@@ -3,6 +3,7 @@
 package rawio
 
 import (
+	"errors"
 	"syscall"
 	"unsafe"
 )
@@ -35,4 +36,21 @@ func rawRecv(fd uintptr, p []byte) (int, syscall.Errno) {
 		return 0, e
 	}
 	return int(n), 0
+}
+
+// readNow is one read of a non-blocking socket: raw where useRaw, else
+// through the scheduler (the race detector sees those).
+func readNow(fd uintptr, p []byte) (int, syscall.Errno) {
+	if useRaw {
+		return rawRead(fd, p)
+	}
+	n, err := syscall.Read(int(fd), p)
+	if err != nil {
+		var errno syscall.Errno
+		if !errors.As(err, &errno) || errno == 0 {
+			errno = syscall.EIO
+		}
+		return 0, errno
+	}
+	return n, 0
 }

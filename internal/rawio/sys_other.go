@@ -10,3 +10,5 @@ const Supported = false
 func rawRead(uintptr, []byte) (int, syscall.Errno)  { return 0, syscall.ENOSYS }
 func rawWrite(uintptr, []byte) (int, syscall.Errno) { return 0, syscall.ENOSYS }
 func rawRecv(uintptr, []byte) (int, syscall.Errno)  { return 0, syscall.ENOSYS }
+
+func readNow(uintptr, []byte) (int, syscall.Errno) { return 0, syscall.ENOSYS }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 )
 
 // Batch is a set of records framed in place, in one buffer, for
@@ -20,6 +21,13 @@ type Batch struct {
 // Reset empties the batch, keeping its memory.
 func (b *Batch) Reset() {
 	b.buf, b.ends = b.buf[:0], b.ends[:0]
+}
+
+// Grow makes room for n more bytes of frames (payloads and their headers,
+// FrameSize each), so that encoding a batch of known size grows its buffer
+// once.
+func (b *Batch) Grow(n int) {
+	b.buf = slices.Grow(b.buf, n)
 }
 
 // Len is the number of records in the batch.

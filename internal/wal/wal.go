@@ -154,6 +154,7 @@ type Log struct {
 	written    Position // end of the written data
 	durableSeq uint64   // highest ticket made durable; frozen once err is set
 	doneSeq    uint64   // highest ticket the writer is done with (written or skipped)
+	takenSeq   uint64   // highest ticket the writer took from the queue
 	durable    Position // end of the durable data
 	tail       Position // where the next record goes
 	err        error    // sticky write/sync error; cleared by Recover; mirrored in errNow
@@ -161,7 +162,11 @@ type Log struct {
 	epoch      uint64      // bumped by each recovery; the syncer drops results from an older one
 	lost       []lostRange // tickets cut off by recovered failures
 	closing    bool
-	lazyArmed  bool   // lazyTimer will nudge the writer for queued AppendAsyncs
+	lazyArmed  bool // lazyTimer will nudge the writer for queued AppendAsyncs
+	// passWanted says the queue holds something a pass must be started
+	// for now: an Append, an AppendAsync whose LazyDelay passed or that a
+	// WaitDurable waits for. A queue of AppendAsyncs alone waits for it.
+	passWanted bool
 	first      uint64 // oldest segment still present
 	openDamage []Damage
 
@@ -244,6 +249,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		defer panics.Guard("wal " + dir + ": lazy sync timer")
 		l.mu.Lock()
 		l.lazyArmed = false
+		l.passWanted = true
 		l.mu.Unlock()
 		l.nudge()
 	})
@@ -574,6 +580,7 @@ func (l *Log) enqueue(p *pending, pos []Position, n int, frame func(int) int64, 
 		l.mu.Unlock()
 		return p.seq, nil
 	}
+	l.passWanted = true
 	l.mu.Unlock()
 	l.nudge()
 	return p.seq, nil
@@ -586,8 +593,10 @@ func (l *Log) enqueue(p *pending, pos []Position, n int, frame func(int) int64, 
 func (l *Log) wait(seq uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.doneSeq < seq {
-		l.nudge() // it may be a lazy AppendAsync no pass has taken yet
+	if l.takenSeq < seq {
+		// It may be a lazy AppendAsync no pass has taken yet.
+		l.passWanted = true
+		l.nudge()
 	}
 	for l.doneSeq < seq || (l.durableSeq < seq && l.err == nil) {
 		l.cond.Wait()
@@ -676,8 +685,11 @@ func (l *Log) runWriter() {
 	var recoverReply chan error // a Recover that came while Appends were queued
 	for {
 		l.mu.Lock()
-		for len(l.queue) == 0 {
-			if recoverReply != nil {
+		// A queue of AppendAsyncs alone waits for a pass another Append
+		// starts (or LazyDelay, or a WaitDurable), also when it came in
+		// while the writer was finishing the last pass.
+		for len(l.queue) == 0 || !l.passWanted && !l.closing && recoverReply == nil && l.err == nil {
+			if len(l.queue) == 0 && recoverReply != nil {
 				// The queue is settled (each Append failed): cut back now.
 				l.mu.Unlock()
 				recoverReply <- l.repair()
@@ -685,7 +697,7 @@ func (l *Log) runWriter() {
 				l.mu.Lock()
 				continue
 			}
-			if l.closing {
+			if len(l.queue) == 0 && l.closing {
 				l.mu.Unlock()
 				return
 			}
@@ -708,6 +720,8 @@ func (l *Log) runWriter() {
 		}
 		batch := l.queue
 		l.queue, l.spare = l.spare[:0], nil
+		l.passWanted = false
+		l.takenSeq = batch[len(batch)-1].seq
 		failed := l.err != nil
 		l.mu.Unlock()
 
@@ -910,7 +924,7 @@ func (l *Log) repair() error {
 		l.lost = append(l.lost, lostRange{from: l.durableSeq + 1, to: l.nextSeq, err: failure})
 	}
 	// Every ticket issued so far is settled: durable, or lost above.
-	l.writtenSeq, l.durableSeq, l.doneSeq = l.nextSeq, l.nextSeq, l.nextSeq
+	l.writtenSeq, l.durableSeq, l.doneSeq, l.takenSeq = l.nextSeq, l.nextSeq, l.nextSeq, l.nextSeq
 	l.tail = Position{Segment: d.Segment + 1, Offset: SegmentHeaderSize}
 	l.written, l.durable = l.tail, l.tail
 	l.err = nil

@@ -211,6 +211,9 @@ func TestDiskFullInOneDataDir(t *testing.T) {
 	look := func() {
 		c.mu.Lock()
 		c.lastSpace = time.Time{} // do not wait out the statfs cache
+		// and drop what the watcher read before the change (it applies a
+		// reading only when none newer was taken since it began)
+		c.spaceAt = time.Now()
 		c.mu.Unlock()
 	}
 	lowA.Store(true)

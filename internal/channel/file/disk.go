@@ -360,7 +360,7 @@ func (c *Channel) flushOwed(i int, w *wal.Log) {
 		}
 	}
 	recs = append(recs, c.owed[i]...)
-	c.unsure[i], c.lastTake[i] = nil, 0
+	c.unsure[i], c.lastTake[i] = nil, [takesInFlight]wal.Ticket{}
 	if len(recs) == 0 {
 		c.owed[i] = nil
 		return

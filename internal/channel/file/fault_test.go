@@ -234,10 +234,11 @@ func (f gatedFile) Datasync() error {
 	return f.SegmentFile.Datasync()
 }
 
-// A take commit waits for the previous take record's fdatasync, not its
-// own: the first commit returns while its record's sync is held, the
-// second waits until that sync completes.
-func TestTakeCommitWaitsForThePreviousTakeRecord(t *testing.T) {
+// A take commit waits for the fdatasync of the take record takesInFlight
+// commits before it, not its own: while every sync is held, the first
+// takesInFlight commits return, the next one waits until the first
+// record's sync completes.
+func TestTakeCommitWaitsForAnEarlierTakeRecord(t *testing.T) {
 	d := newDirs(t)
 	c, _ := build(t, d, nil)
 	var gate atomic.Pointer[chan struct{}]
@@ -254,44 +255,49 @@ func TestTakeCommitWaitsForThePreviousTakeRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop(t, c)
-	for i := range 2 {
+	for i := range takesInFlight + 1 {
 		if err := testutil.PutCommit(c, []event.Event{{Body: []byte{byte('a' + i)}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	held := make(chan struct{})
 	gate.Store(&held)
-	firstDone := make(chan error, 1)
-	go func() {
-		evs, err := testutil.TakeCommit(c, 1, time.Second)
-		if err == nil && len(evs) != 1 {
-			err = errors.New("took no event")
+	release := func() {
+		if gate.Swap(nil) != nil {
+			close(held)
 		}
-		firstDone <- err
-	}()
-	select {
-	case err := <-firstDone:
-		if err != nil {
-			t.Fatalf("first take commit: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		gate.Store(nil)
-		close(held)
-		t.Fatal("first take commit waited for its own record's fdatasync")
 	}
-	second := make(chan error, 1)
+	defer release()
+	for i := range takesInFlight {
+		done := make(chan error, 1)
+		go func() {
+			evs, err := testutil.TakeCommit(c, 1, time.Second)
+			if err == nil && len(evs) != 1 {
+				err = errors.New("took no event")
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("take commit %d: %v", i+1, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("take commit %d of %d waited for a record's fdatasync", i+1, takesInFlight)
+		}
+	}
+	next := make(chan error, 1)
 	go func() {
 		_, err := testutil.TakeCommit(c, 1, time.Second)
-		second <- err
+		next <- err
 	}()
 	select {
-	case err := <-second:
-		t.Fatalf("second take commit returned (%v) before the first one's record was durable", err)
+	case err := <-next:
+		t.Fatalf("take commit %d returned (%v) before the first one's record was durable", takesInFlight+1, err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	gate.Store(nil)
-	close(held)
-	if err := <-second; err != nil {
-		t.Fatalf("second take commit: %v", err)
+	release()
+	if err := <-next; err != nil {
+		t.Fatalf("take commit %d: %v", takesInFlight+1, err)
 	}
 }

@@ -4,10 +4,11 @@
 // concurrent transactions share one fdatasync (group commit). After a crash
 // or power loss, Start replays the log from the last checkpoint and the
 // channel holds every committed event that was not taken and committed. A
-// take commit waits for the fdatasync of the take commit before it, not
-// its own, which goes out with the next put's write and fdatasync (or when
-// the next take commit waits for it, or within 200 ms): a crash in between
-// delivers that one batch again (at least once), never loses it.
+// take commit waits for the fdatasync of the take commit two before it in
+// its log (takesInFlight), not its own, which goes out with the next put's
+// write and fdatasync (or when a later take commit waits for it, or within
+// 200 ms): a crash in between delivers those batches again (at least
+// once), never loses them.
 //
 // Properties (Flume's names and defaults):
 //
@@ -128,13 +129,14 @@ type Channel struct {
 	// it exclusively while it snapshots the state and the WAL's end.
 	ckMu sync.RWMutex
 
-	// takeMu orders take records with lastTake: per dir, the ticket of the
-	// newest take record, which the next take commit waits for. unsure
+	// takeMu orders take records with lastTake: per dir, the tickets of the
+	// newest takesInFlight take records, oldest first; the next take
+	// commit waits for the oldest. unsure
 	// holds, per dir, the take records appended but not yet known durable,
 	// and owed the records a failed log could not take (disk.go); both are
 	// written when the log is back.
 	takeMu   sync.Mutex
-	lastTake []wal.Ticket
+	lastTake [][takesInFlight]wal.Ticket
 	unsure   [][]takeRec
 	owed     [][][]byte
 
@@ -397,7 +399,7 @@ func (c *Channel) Start(ctx context.Context) error {
 		return fmt.Errorf("file channel %s: replay: %w", c.name, err)
 	}
 	c.takeMu.Lock()
-	c.lastTake = make([]wal.Ticket, len(logs))
+	c.lastTake = make([][takesInFlight]wal.Ticket, len(logs))
 	c.unsure = make([][]takeRec, len(logs))
 	c.owed = st.owed
 	c.takeMu.Unlock()
@@ -764,6 +766,10 @@ func (t *tx) take(ctx context.Context, dst []event.Event, max int) (_ []event.Ev
 	}
 	k := min(c.queue.len(), max)
 	start := len(t.takes)
+	if t.takes == nil {
+		t.takes = (*takesPool.Get().(*[]entry))[:0]
+	}
+	t.takes = slices.Grow(t.takes, k)
 	for range k {
 		e := c.queue.popFront()
 		if e.ev != nil {
@@ -905,6 +911,11 @@ func (t *tx) commitPuts(ctx context.Context) error {
 	defer cb.release()
 	b := &cb.batch
 	b.Reset()
+	size := wal.FrameSize(commitSize)
+	for i := range t.puts {
+		size += wal.FrameSize(putSize(&t.puts[i]))
+	}
+	b.Grow(int(size))
 	for i := range t.puts {
 		t.puts[i].CommittedAt = now
 		buf := b.Begin()
@@ -947,22 +958,29 @@ func (t *tx) commitPuts(ctx context.Context) error {
 		return &refusedError{msg: fmt.Sprintf("file channel %s: commit to data dir %s failed, nothing of it was kept; "+
 			"puts are refused until the disk can be written again: %v", c.name, c.dataDirs[dir], err), cause: err}
 	}
-	var kept []event.Event // one allocation for the events kept in memory
+	// The events kept in memory stay in the transaction's own copy
+	// (t.puts, which Put made): no second copy. One that does not fit the
+	// budget is cleared there, so its body is not kept alive by its
+	// neighbours.
 	c.mu.Lock()
 	live := c.live[dir]
+	seg, run := pos[0].Segment, 0
 	for i := range t.puts {
 		e := entry{pos: pos[i], size: int32(b.PayloadLen(i)), dir: int32(dir)}
 		if c.cached+int64(e.size) <= c.cacheBudget {
-			if kept == nil {
-				kept = make([]event.Event, 0, n-i)
-			}
-			kept = append(kept, t.puts[i])
-			e.ev = &kept[len(kept)-1]
+			e.ev = &t.puts[i]
 			c.cached += int64(e.size)
+		} else {
+			t.puts[i] = event.Event{}
 		}
 		c.queue.pushBack(e)
-		live[pos[i].Segment]++
+		if pos[i].Segment != seg {
+			live[seg] += run
+			seg, run = pos[i].Segment, 0
+		}
+		run++
 	}
+	live[seg] += run
 	c.wakeTakers()
 	c.mu.Unlock()
 	c.ckMu.RUnlock()
@@ -981,7 +999,9 @@ func (t *tx) commitPuts(ctx context.Context) error {
 func (t *tx) commitTakes() error {
 	c := t.c
 	all := append(t.takes, t.dead...)
-	var byDir map[int32][]wal.Position
+	// One take record per data dir the events came from; usually one.
+	var one [1]dirRec
+	recs := one[:0]
 	first := all[0].dir
 	single := true
 	for _, e := range all {
@@ -990,17 +1010,16 @@ func (t *tx) commitTakes() error {
 			break
 		}
 	}
-	if !single {
-		byDir = make(map[int32][]wal.Position)
+	if single {
+		recs = append(recs, dirRec{dir: first, rec: appendTakeEntries(all)})
+	} else {
+		byDir := make(map[int32][]wal.Position)
 		for _, e := range all {
 			byDir[e.dir] = append(byDir[e.dir], e.pos)
 		}
-	} else {
-		pos := make([]wal.Position, len(all))
-		for i, e := range all {
-			pos[i] = e.pos
+		for d, pos := range byDir {
+			recs = append(recs, dirRec{dir: d, rec: appendTake(nil, pos)})
 		}
-		byDir = map[int32][]wal.Position{first: pos}
 	}
 
 	c.ckMu.RLock()
@@ -1012,27 +1031,31 @@ func (t *tx) commitTakes() error {
 		c.takeErrors.Add(1)
 		return fmt.Errorf("file channel %s: commit: %w", c.name, flow.ErrClosed)
 	}
-	// A take commit waits for the previous take record of each log, not
-	// for its own: a sink's next batch then overlaps this record's
-	// fdatasync, instead of every sink commit costing a disk round trip.
-	// A record lost in a crash only makes its events be delivered again
-	// (the sink had them acknowledged before committing), and at most the
-	// newest take commit of each log is acknowledged but not yet durable
-	// (while a log is failed, every take since the failure is).
-	prev := make(map[int32]wal.Ticket, len(byDir))
+	// A take commit waits for the take record takesInFlight commits before
+	// it in each log, not for its own: a sink's next batches then overlap
+	// this record's fdatasync, instead of every sink commit costing a disk
+	// round trip. A record lost in a crash only makes its events be
+	// delivered again (the sink had them acknowledged before committing),
+	// and at most the newest takesInFlight take commits of each log are
+	// acknowledged but not yet durable (while a log is failed, every take
+	// since the failure is).
 	c.takeMu.Lock()
-	for d, pos := range byDir {
-		rec := appendTake(nil, pos)
+	for i := range recs {
+		d, rec := recs[i].dir, recs[i].rec
 		tk, err := logs[d].AppendAsync(rec)
 		if err != nil {
 			c.owed[d] = append(c.owed[d], rec)
 			continue
 		}
 		c.unsure[d] = append(c.unsure[d], takeRec{ticket: tk, rec: rec})
-		prev[d], c.lastTake[d] = c.lastTake[d], tk
+		last := &c.lastTake[d]
+		recs[i].prev = last[0]
+		copy(last[:], last[1:])
+		last[takesInFlight-1] = tk
 	}
 	c.takeMu.Unlock()
-	for d, tk := range prev {
+	for _, r := range recs {
+		d, tk := r.dir, r.prev
 		if tk == 0 {
 			continue
 		}
@@ -1045,9 +1068,15 @@ func (t *tx) commitTakes() error {
 		}
 	}
 	c.mu.Lock()
+	d, seg, run := all[0].dir, all[0].pos.Segment, 0
 	for _, e := range all {
-		c.live[e.dir][e.pos.Segment]--
+		if e.dir != d || e.pos.Segment != seg {
+			c.live[d][seg] -= run
+			d, seg, run = e.dir, e.pos.Segment, 0
+		}
+		run++
 	}
+	c.live[d][seg] -= run
 	c.reserved -= len(all)
 	c.takenSinceCk = true
 	delete(c.open, t)
@@ -1058,6 +1087,14 @@ func (t *tx) commitTakes() error {
 	c.counters.EventTakeSuccess.Add(int64(len(t.takes)))
 	t.finish()
 	return nil
+}
+
+// dirRec is a take commit's record for one data dir, and the ticket of
+// that dir's take record before it, which the commit waits for.
+type dirRec struct {
+	dir  int32
+	rec  []byte
+	prev wal.Ticket
 }
 
 func (t *tx) Rollback() error {
@@ -1091,6 +1128,27 @@ func (t *tx) Rollback() error {
 }
 
 func (t *tx) finish() {
+	if c := cap(t.takes); c > 0 && c <= maxPooledTakes {
+		full := t.takes[:c]
+		clear(full) // commitTakes may have appended the dead ones in place
+		takesPool.Put(&full)
+	}
 	t.puts, t.takes, t.dead = nil, nil, nil
 	t.done = true
 }
+
+// takesPool holds the take lists of finished transactions (cleared), so a
+// sink's transaction of a thousand events does not allocate one.
+var takesPool = sync.Pool{New: func() any { return new([]entry) }}
+
+const maxPooledTakes = 1 << 16
+
+// takesInFlight is how many take commits of one log may be acknowledged
+// while their record is not yet durable: a take commit waits for the
+// record of the take commit takesInFlight before it. With 1 a sink took
+// one batch per fdatasync: while its channel is full the puts wait for the
+// room its take commits free, so that was the pipeline's pace whenever a
+// sync took longer than a batch's delivery (1000 events per sync in the
+// peers harness, 1500 with 2; issue 27). A crash then delivers up to this
+// many committed batches per log again, besides the one in flight.
+const takesInFlight = 2

@@ -13,7 +13,7 @@ import (
 // BenchmarkPutTake is the put and take path of one event at a time, as at
 // a low rate: a put transaction of one 1 KiB event, then a take
 // transaction of it, each committed. The put commit waits for its
-// fdatasync; the take commit for the previous take record's.
+// fdatasync; the take commit for an earlier take record's (takesInFlight).
 //
 //	go test -run='^$' -bench=PutTake -benchmem -count=6 ./internal/channel/file/
 func BenchmarkPutTake(b *testing.B) {

@@ -32,12 +32,18 @@ const (
 
 const putFixed = 1 + 8 + 8 + 8
 
+// commitSize is the size of a commit record (appendCommit).
+const commitSize = 1 + 8 + 4
+
 func appendPut(b []byte, txid uint64, committedAt int64, e *event.Event) []byte {
 	b = append(b, kindPut)
 	b = binary.LittleEndian.AppendUint64(b, txid)
 	b = binary.LittleEndian.AppendUint64(b, uint64(committedAt))
 	b = binary.LittleEndian.AppendUint64(b, uint64(e.ReceivedAt))
 	b = binary.AppendUvarint(b, uint64(len(e.Headers)))
+	if len(e.Headers) == 0 {
+		return append(b, e.Body...)
+	}
 	for k, v := range e.Headers {
 		b = binary.AppendUvarint(b, uint64(len(k)))
 		b = append(b, k...)
@@ -45,6 +51,17 @@ func appendPut(b []byte, txid uint64, committedAt int64, e *event.Event) []byte 
 		b = append(b, v...)
 	}
 	return append(b, e.Body...)
+}
+
+// putSize is the size of e's put record, as appendPut writes it.
+func putSize(e *event.Event) int {
+	n := putFixed + binary.MaxVarintLen64 + len(e.Body)
+	if len(e.Headers) > 0 {
+		for k, v := range e.Headers {
+			n += 2*binary.MaxVarintLen64 + len(k) + len(v)
+		}
+	}
+	return n
 }
 
 var errBadRecord = errors.New("malformed channel record")
@@ -116,6 +133,20 @@ func appendPositions(b []byte, pos []wal.Position) []byte {
 
 func appendTake(b []byte, pos []wal.Position) []byte {
 	return appendPositions(append(b, kindTake), pos)
+}
+
+// appendTakeEntries is appendTake of the positions of es, in a buffer
+// sized for them (a varint is at most 10 bytes; positions in a segment of
+// up to 4 GiB take at most 1+5).
+func appendTakeEntries(es []entry) []byte {
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(es)*(binary.MaxVarintLen64+5))
+	b = append(b, kindTake)
+	b = binary.AppendUvarint(b, uint64(len(es)))
+	for _, e := range es {
+		b = binary.AppendUvarint(b, e.pos.Segment)
+		b = binary.AppendUvarint(b, uint64(e.pos.Offset))
+	}
+	return b
 }
 
 // decodePositions decodes what appendPositions wrote, calling fn for each

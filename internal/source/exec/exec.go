@@ -2,8 +2,9 @@
 // each line the command writes to stdout into an event.
 //
 // Lines are put as soon as they are read, every complete line in hand in one
-// batch (up to batchSize), so batchTimeout is only an upper bound that is
-// always met. When the channel is full the source stops reading the pipe,
+// batch, up to the batch limit (flow.Batching: batchSize when set, else the
+// channels' transactionCapacity; one read of the pipe, at most 64 KiB, bounds
+// it too), so batchTimeout is only an upper bound that is always met. When the channel is full the source stops reading the pipe,
 // which blocks the command once the pipe buffer fills, and retries the same
 // batch: unlike Flume's, this source does not lose lines on a full channel.
 package exec
@@ -47,7 +48,7 @@ type Source struct {
 	restart         bool
 	restartThrottle time.Duration
 	logStderr       bool
-	batchSize       int
+	batch           flow.Batching
 	batchTimeout    time.Duration
 	counters        *metrics.SourceCounters
 	puts            *logthrottle.Streak // refused puts
@@ -56,8 +57,9 @@ type Source struct {
 }
 
 // New builds an exec source from Flume's properties command, shell, restart
-// (false), restartThrottle (10000 ms), logStdErr (false), batchSize (20),
-// batchTimeout (3000 ms) and charset (UTF-8).
+// (false), restartThrottle (10000 ms), logStdErr (false), batchSize (20;
+// left unset, batches grow to the channels' transactionCapacity:
+// flow.Batching), batchTimeout (3000 ms) and charset (UTF-8).
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env}
 	s.puts = flow.PutStreak(env.Log(), "exec source could not put a batch; holding the command's output and retrying",
@@ -74,7 +76,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 		p.Errorf("restartThrottle", "must not be negative")
 	}
 	s.logStderr = p.Bool("logStdErr", false)
-	s.batchSize = p.IntRange("batchSize", 20, 1, 1<<20)
+	s.batch = flow.ReadBatching(p, "batchSize", 20)
 	s.batchTimeout = time.Duration(p.IntRange("batchTimeout", 3000, 1, math.MaxInt32)) * time.Millisecond
 	checkCharset(p)
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
@@ -98,7 +100,7 @@ func checkCharset(p *config.Props) {
 
 // BatchSize reports batchSize, so the agent can check it against the
 // channels' transactionCapacity.
-func (s *Source) BatchSize() int { return s.batchSize }
+func (s *Source) BatchSize() int { return s.batch.Size() }
 
 // Start runs the command in a goroutine that Stop ends.
 func (s *Source) Start(_ context.Context, p flow.Processor) error {
@@ -195,12 +197,13 @@ func (s *Source) runOnce(ctx context.Context, p flow.Processor, log *slog.Logger
 // Java's readLine splits them; a last line without an end is a line too.
 func (s *Source) read(ctx context.Context, r io.Reader, p flow.Processor) error {
 	lr := lineReader{buf: make([]byte, readBuffer)}
-	b := batcher{s: s, p: p, events: make([]event.Event, 0, s.batchSize), scratch: make([]event.Event, s.batchSize)}
+	limit := s.batch.Limit(p)
+	b := batcher{s: s, p: p, events: make([]event.Event, 0, min(limit, flow.DefaultBatchSize))}
 	for {
 		n, err := r.Read(lr.buf[lr.w:])
 		lr.w += n
 		eof := err != nil
-		if perr := lr.lines(eof, s.batchSize, func(slab []byte, bounds []int) error {
+		if perr := lr.lines(eof, limit, func(slab []byte, bounds []int) error {
 			return b.put(ctx, slab, bounds)
 		}); perr != nil {
 			return perr
@@ -312,8 +315,8 @@ func (b *batcher) put(ctx context.Context, slab []byte, bounds []int) error {
 	c.EventReceived.Add(int64(n))
 	backoff := time.Duration(0)
 	for {
-		batch := b.scratch[:n]
-		copy(batch, b.events)
+		b.scratch = append(b.scratch[:0], b.events...)
+		batch := b.scratch
 		err := b.p.Process(ctx, batch)
 		clear(batch)
 		if err == nil {

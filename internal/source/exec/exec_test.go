@@ -6,15 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 	"github.com/sluicehq/sluice/internal/testutil"
@@ -254,5 +257,57 @@ func TestRestartKeepsBatchingRules(t *testing.T) {
 	}
 	if s.counters.ChannelWriteFail.Load() == 0 {
 		t.Error("the channel was never full; the test did not exercise backpressure")
+	}
+}
+
+// sizeProc records batch sizes; the first Process waits a little, so the
+// command's output piles up in the pipe. TxLimit reports the channels'
+// transactionCapacity (flow.TxLimiter).
+type sizeProc struct {
+	mu    sync.Mutex
+	sizes []int
+	total int
+}
+
+func (p *sizeProc) TxLimit() int { return 1000 }
+
+func (p *sizeProc) Process(_ context.Context, evs []event.Event) error {
+	p.mu.Lock()
+	first := len(p.sizes) == 0
+	p.sizes = append(p.sizes, len(evs))
+	p.total += len(evs)
+	p.mu.Unlock()
+	if first {
+		time.Sleep(200 * time.Millisecond)
+	}
+	return nil
+}
+
+// With batchSize left at its default (20) a batch grows to the channels'
+// transactionCapacity while lines are already in the pipe
+// (flow.Batching); a batchSize that is set stays the maximum.
+func TestBatchGrowsToTransactionCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		props    map[string]string
+		min, max int // bounds of the largest batch
+	}{
+		{map[string]string{}, 21, 1000},
+		{map[string]string{"batchSize": "20"}, 20, 20},
+	} {
+		props := map[string]string{"shell": "/bin/sh -c", "command": "sleep 0.05; seq 1 3000"}
+		maps.Copy(props, tc.props)
+		s := newSource(t, sourcetest.Env("r1", "exec"), props)
+		p := &sizeProc{}
+		start(t, s, p)
+		if !sourcetest.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total == 3000 }, 10*time.Second) {
+			t.Fatalf("%v: the lines did not all arrive", tc.props)
+		}
+		stop(t, s)
+		p.mu.Lock()
+		m := slices.Max(p.sizes)
+		p.mu.Unlock()
+		if m < tc.min || m > tc.max {
+			t.Errorf("%v: largest batch %d lines (batches %v), want %d to %d", tc.props, m, p.sizes, tc.min, tc.max)
+		}
 	}
 }

@@ -4,10 +4,12 @@
 // event.
 //
 // The TCP source reads a connection in large blocks and puts every complete
-// line it holds in one batch (up to batchSize), so batches are as big as the
-// input allows and a lone line is not held back. When the channel is full it
-// stops reading that connection, which pushes back on the sender through
-// TCP, and retries the same batch until it commits or the source stops.
+// line it holds in one batch, up to the batch limit (flow.Batching: batchSize
+// when set, else the channels' transactionCapacity), so batches are as big
+// as the input allows and a lone line is not held back. When the channel is
+// full it stops reading that connection, which pushes back on the sender
+// through TCP, and retries the same batch until it commits or the source
+// stops.
 package netcat
 
 import (
@@ -34,11 +36,12 @@ import (
 
 const (
 	minReadBuffer = 64 << 10
-	// maxReadBuffer bounds the large read buffer a batchSize asks for.
+	// maxReadBuffer bounds the large read buffer a batch limit asks for.
 	// A batch is what one read brought in, so a larger buffer means fewer,
 	// larger commits: with the file channel each commit waits for an
 	// fdatasync, and 256 KiB (about 1000 lines of 256 bytes) instead of
-	// 64 KiB doubled its throughput end to end (issue 17).
+	// 64 KiB doubled its throughput end to end (issue 17). A batchSize left
+	// at its default gets this size, as its limit is only known at Start.
 	maxReadBuffer = 256 << 10
 	// lineGuess is the line length the buffer is sized for.
 	lineGuess = 256
@@ -79,7 +82,8 @@ type Source struct {
 	port        int
 	maxLine     int  // max-line-length, in UTF-16 code units as Java counts chars, newline included
 	ack         bool // ack-every-event
-	batchSize   int
+	batch       flow.Batching
+	limit       int // the most lines in one batch, set by Start (batch.Limit)
 	batchDur    time.Duration
 	hygiene     listener.Config
 	maxInFlight int64
@@ -92,12 +96,13 @@ type Source struct {
 	addr   net.Addr
 	budget *listener.Budget
 	cancel context.CancelFunc
-	okBuf  []byte // "OK\n" × batchSize, read-only once built
+	okBuf  []byte // "OK\n" × limit, read-only once built
 }
 
 // New builds a netcat source from Flume's properties bind, port,
 // max-line-length (512), ack-every-event (true) and encoding (utf-8 only),
-// and sluice's batchSize (100), batchDurationMillis (1000), max-connections
+// and sluice's batchSize (100; when not set, batches grow to the channels'
+// transactionCapacity: flow.Batching), batchDurationMillis (1000), max-connections
 // (1024; 0: no limit), idle-timeout (600000 ms), progress-timeout
 // (10000 ms), min-bytes-per-second (1024) and max-bytes-in-flight (16 MiB):
 // see internal/listener for what they do. A batch never waits for input (it
@@ -110,7 +115,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.port = requiredPort(p)
 	s.maxLine = p.IntRange("max-line-length", 512, 2, math.MaxInt32/8)
 	s.ack = p.Bool("ack-every-event", true)
-	s.batchSize = p.IntRange("batchSize", 100, 1, 1<<20)
+	s.batch = flow.ReadBatching(p, "batchSize", flow.DefaultBatchSize)
 	s.batchDur = time.Duration(p.IntRange("batchDurationMillis", 1000, 1, math.MaxInt32)) * time.Millisecond
 	s.hygiene = listener.ReadConfig(p, listener.DashNames, listener.DefaultConfig)
 	s.maxInFlight = listener.ReadBudget(p, listener.DashNames, DefaultMaxInFlight, minReadBuffer)
@@ -122,7 +127,11 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	}
 	// Room for a batch of batchSize lines of about 256 bytes too, up to
 	// 256 KiB, as far as the budget allows.
-	s.bigBufs = listener.NewBigBuffers(max(lineBuf, int(min(int64(min(maxReadBuffer, s.batchSize*lineGuess)), s.maxInFlight))))
+	want := maxReadBuffer
+	if s.batch.Explicit() {
+		want = min(maxReadBuffer, s.batch.Size()*lineGuess)
+	}
+	s.bigBufs = listener.NewBigBuffers(max(lineBuf, int(min(int64(want), s.maxInFlight))))
 	checkUTF8(p, "encoding")
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,
@@ -163,7 +172,7 @@ func checkUTF8(p *config.Props, key string) {
 
 // BatchSize reports batchSize, so the agent can check it against the
 // channels' transactionCapacity.
-func (s *Source) BatchSize() int { return s.batchSize }
+func (s *Source) BatchSize() int { return s.batch.Size() }
 
 // Addr returns the address the source listens on, once started.
 func (s *Source) Addr() net.Addr {
@@ -189,7 +198,8 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	budget := listener.NewBudget(s.maxInFlight)
 	s.mu.Lock()
 	s.group, s.addr, s.cancel, s.budget = g, ln.Addr(), cancel, budget
-	s.okBuf = bytes.Repeat([]byte("OK\n"), s.batchSize)
+	s.limit = s.batch.Limit(p)
+	s.okBuf = bytes.Repeat([]byte("OK\n"), s.limit)
 	s.mu.Unlock()
 	s.counters.Started()
 	s.env.Log().Info("netcat source listening", "source", s.env.Name, "addr", ln.Addr().String())
@@ -238,7 +248,7 @@ func newHandler(s *Source, c *listener.Conn, p flow.Processor, b *listener.Budge
 		s:          s,
 		c:          c,
 		p:          p,
-		events:     make([]event.Event, 0, s.batchSize),
+		events:     make([]event.Event, 0, min(s.limit, flow.DefaultBatchSize)),
 	}
 }
 
@@ -280,7 +290,7 @@ func (h *handler) serve(ctx context.Context) {
 }
 
 // drain puts every complete line in buf[r:w] into the channel, in batches
-// of at most batchSize, acknowledging each batch after its commit.
+// of at most the limit, acknowledging each batch after its commit.
 func (h *handler) drain(ctx context.Context) error {
 	put := false
 	defer func() {
@@ -294,10 +304,15 @@ func (h *handler) drain(ctx context.Context) error {
 	for {
 		data := h.Buf[h.R:h.W]
 		end, nlines, overlong := h.scan(data)
+		if nlines > 0 && nlines < h.s.limit && h.FillNow() {
+			// Input that arrived meanwhile joins this batch; the unread
+			// bytes may have moved even if none came: look again.
+			continue
+		}
 		if nlines > 0 {
-			// One slab holds every body of the batch.
-			slab := make([]byte, end)
-			copy(slab, data[:end])
+			// One slab holds every body of the batch (copied, not
+			// cleared first: append allocates without zeroing).
+			slab := append([]byte(nil), data[:end]...)
 			h.c.Busy()
 			put = true
 			if err := h.put(ctx, slab); err != nil {
@@ -340,12 +355,12 @@ func (h *handler) linger() {
 	_, _ = io.CopyN(io.Discard, tc, 1<<20)
 }
 
-// scan finds the complete lines at the start of data, up to batchSize of
+// scan finds the complete lines at the start of data, up to the limit of
 // them, and returns the offset just past the last one's newline and how many
 // there are. When the first line (complete or not) is longer than
 // max-line-length it returns overlong and no lines.
 func (h *handler) scan(data []byte) (end, nlines int, overlong bool) {
-	for nlines < h.s.batchSize {
+	for nlines < h.s.limit {
 		i := bytes.IndexByte(data[end:], '\n')
 		if i < 0 {
 			// A partial line: too long already when it fills Flume's buffer.

@@ -425,19 +425,173 @@ type batchProc struct {
 	total   int
 	release chan struct{}
 	first   chan struct{}
+	txLimit int // what TxLimit reports: the channels' transactionCapacity
+	bodies  []string
 }
+
+func (p *batchProc) TxLimit() int { return p.txLimit }
 
 func (p *batchProc) Process(_ context.Context, evs []event.Event) error {
 	p.mu.Lock()
 	n := len(p.sizes)
 	p.sizes = append(p.sizes, len(evs))
 	p.total += len(evs)
+	for _, e := range evs {
+		p.bodies = append(p.bodies, string(e.Body))
+	}
 	p.mu.Unlock()
 	if n == 0 {
 		close(p.first)
 		<-p.release
 	}
 	return nil
+}
+
+// sendPiledUp sends one line, and while the source is busy with it, lines
+// more lines of 256 bytes, which pile up in the socket; then it lets the
+// source go on and returns the sizes of the batches after the first.
+func sendPiledUp(t *testing.T, s *Source, p *batchProc, lines int) []int {
+	t.Helper()
+	start(t, s, p)
+	c := dial(t, s.Addr())
+	if _, err := c.Write([]byte("first\n")); err != nil {
+		t.Fatal(err)
+	}
+	<-p.first // the handler is busy with the first line
+	line := strings.Repeat("x", 255) + "\n"
+	if _, err := c.Write([]byte(strings.Repeat(line, lines))); err != nil {
+		t.Fatal(err)
+	}
+	close(p.release)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		total, sizes := p.total, slices.Clone(p.sizes)
+		p.mu.Unlock()
+		if total == lines+1 {
+			return sizes[1:]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d of %d lines", total, lines+1)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// With batchSize left at its default, a batch grows past 100 lines to the
+// channels' transactionCapacity (flow.Batching) while lines are already
+// there: 3000 waiting lines go in three commits of 1000, not thirty of 100,
+// and not 1000 + 24 per read of a 256 KiB buffer (the rest of a read is
+// topped up with what has arrived before it is cut).
+func TestDefaultBatchGrowsToTransactionCapacity(t *testing.T) {
+	s := newTCP(t, map[string]string{"ack-every-event": "false"})
+	p := &batchProc{release: make(chan struct{}), first: make(chan struct{}), txLimit: 1000}
+	sizes := sendPiledUp(t, s, p, 3000)
+	if !slices.Equal(sizes, []int{1000, 1000, 1000}) {
+		t.Fatalf("batches %v after the first line; want [1000 1000 1000]", sizes)
+	}
+}
+
+// The rest of a buffer after a full batch is topped up before it is cut,
+// which moves the unread lines to the front of the buffer: every line must
+// still arrive once, in order, unchanged, when nothing more came to top up
+// with (1010 lines in a buffer of 1024: batches of 1000 and 10) and when
+// more did (3000).
+func TestToppedUpBatchesKeepTheirLines(t *testing.T) {
+	for _, n := range []int{1010, 3000} {
+		s := newTCP(t, map[string]string{"ack-every-event": "false"})
+		p := &batchProc{release: make(chan struct{}), first: make(chan struct{}), txLimit: 1000}
+		start(t, s, p)
+		c := dial(t, s.Addr())
+		if _, err := c.Write([]byte("first\n")); err != nil {
+			t.Fatal(err)
+		}
+		<-p.first
+		var b strings.Builder
+		want := []string{"first"}
+		for i := range n {
+			line := fmt.Sprintf("line %05d ", i)
+			line += strings.Repeat("x", 255-len(line))
+			b.WriteString(line + "\n")
+			want = append(want, line)
+		}
+		if _, err := c.Write([]byte(b.String())); err != nil {
+			t.Fatal(err)
+		}
+		close(p.release)
+		if !sourcetest.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total >= n+1 }, 10*time.Second) {
+			t.Fatalf("%d lines: got %d", n, p.total)
+		}
+		p.mu.Lock()
+		got := slices.Clone(p.bodies)
+		sizes := slices.Clone(p.sizes)
+		p.mu.Unlock()
+		if !slices.Equal(got, want) {
+			for i := range min(len(got), len(want)) {
+				if got[i] != want[i] {
+					t.Fatalf("%d lines in batches %v: line %d is %.12q, want %.12q", n, sizes, i, got[i], want[i])
+				}
+			}
+			t.Fatalf("%d lines in batches %v: got %d lines, want %d", n, sizes, len(got), len(want))
+		}
+	}
+}
+
+// Lines that come in two parts, the first ending in a partial line (so the
+// batch of the first part leaves unread bytes behind handled ones): the
+// second part's batch is topped up, which moves the unread bytes to the
+// front of the buffer even when nothing more came, and its lines must
+// arrive unchanged.
+func TestToppedUpBatchAfterAPartialLine(t *testing.T) {
+	s := newTCP(t, map[string]string{"ack-every-event": "false"})
+	p := &batchProc{release: make(chan struct{}), first: make(chan struct{}), txLimit: 1000}
+	close(p.release)
+	start(t, s, p)
+	c := dial(t, s.Addr())
+	var want []string
+	lines := func(from, n int) string {
+		var b strings.Builder
+		for i := from; i < from+n; i++ {
+			line := fmt.Sprintf("line %05d ", i)
+			line += strings.Repeat("x", 255-len(line))
+			b.WriteString(line + "\n")
+			want = append(want, line)
+		}
+		return b.String()
+	}
+	// The first part (more than the connection's small buffer holds, so it
+	// reads into a large one) ends 100 bytes into line 20; the second is
+	// longer than the first, so moving it to the front of the buffer
+	// overwrites where it was.
+	first := lines(0, 20)
+	second := lines(20, 100)
+	for _, part := range []string{first + second[:100], second[100:]} {
+		if _, err := c.Write([]byte(part)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // the source handles it before the next part
+	}
+	if !sourcetest.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total >= len(want) }, 10*time.Second) {
+		t.Fatalf("got %d of %d lines", p.total, len(want))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range want {
+		if p.bodies[i] != want[i] {
+			t.Fatalf("line %d is %.12q, want %.12q (batches %v)", i, p.bodies[i], want[i], p.sizes)
+		}
+	}
+}
+
+// An explicit batchSize stays a maximum, as in Flume, whatever the
+// channels' transactionCapacity.
+func TestExplicitBatchSizeIsAMaximum(t *testing.T) {
+	s := newTCP(t, map[string]string{"ack-every-event": "false", "batchSize": "100"})
+	p := &batchProc{release: make(chan struct{}), first: make(chan struct{}), txLimit: 1000}
+	sizes := sendPiledUp(t, s, p, 3000)
+	if m := slices.Max(sizes); m != 100 {
+		t.Fatalf("largest batch %d lines (batches %v); want 100, the batchSize set", m, sizes)
+	}
 }
 
 // With batchSize 1000 the connection's large read buffer holds a batch of

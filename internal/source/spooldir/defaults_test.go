@@ -44,7 +44,7 @@ func TestFlumeDefaults(t *testing.T) {
 			{"trackingPolicy tracker_dir", s.trackerMarks, false},
 			{"consumeOrder", s.consumeOrder, "oldest"},
 			{"pollDelay", s.pollDelay, 500 * time.Millisecond},
-			{"batchSize", s.batchSize, 100},
+			{"batchSize", s.batch.Size(), 100},
 			{"maxBackoff", s.maxBackoff, 4000 * time.Millisecond},
 			{"decodeErrorPolicy", s.decodePolicy, "fail"},
 			{"deserializer.maxLineLength", s.maxLineLength, 2048},

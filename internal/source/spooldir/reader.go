@@ -60,6 +60,7 @@ type reader struct {
 	puts, saves, lists *logthrottle.Streak
 	failed             map[string]fileKey // files left alone until a restart (or until they leave the directory)
 	prog               *progress
+	limit              int // the most lines in one batch (flow.Batching)
 	events             []event.Event
 }
 
@@ -75,7 +76,7 @@ func newReader(s *Source, p flow.Processor) (*reader, error) {
 		return nil, fmt.Errorf("tracker directory: %w", err)
 	}
 	r := &reader{s: s, p: p, log: s.env.Log().With("source", s.env.Name), failed: map[string]fileKey{},
-		throttle: logthrottle.New(30*time.Second, 1)}
+		throttle: logthrottle.New(30*time.Second, 1), limit: s.batch.Limit(p)}
 	r.puts = flow.PutStreak(r.log, "spooldir source could not put a batch; retrying", "spooldir source puts batches again")
 	r.saves = &logthrottle.Streak{Log: r.log, Level: slog.LevelError,
 		Failed: "spooldir source cannot save its progress; reading waits until it can", Recovered: "spooldir source saves its progress again"}
@@ -371,13 +372,13 @@ func (r *reader) saveProgress(ctx context.Context) bool {
 	}
 }
 
-// readBatch reads up to batchSize lines and returns their bodies and the
+// readBatch reads up to the batch limit of lines and returns their bodies and the
 // offset after the last. Reading past size means the file grew; so does a
 // last line without a newline when the file is longer by now.
 func (r *reader) readBatch(lr *lineReader, f *os.File, size int64) ([][]byte, int64, error) {
 	var bodies [][]byte
 	nbytes := 0
-	for len(bodies) < r.s.batchSize && nbytes < maxBatchBytes {
+	for len(bodies) < r.limit && nbytes < maxBatchBytes {
 		body, err := lr.next()
 		if lr.off > size {
 			return bodies, lr.start, errChanged
@@ -397,7 +398,7 @@ func (r *reader) readBatch(lr *lineReader, f *os.File, size int64) ([][]byte, in
 	return bodies, lr.start, nil
 }
 
-// maxBatchBytes cuts a batch of large events (blobs) before batchSize: 100
+// maxBatchBytes cuts a batch of large events (blobs) before the limit: 100
 // blobs of 100 MB would otherwise be one 10 GB batch in memory.
 const maxBatchBytes = 64 << 20
 

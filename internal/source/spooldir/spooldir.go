@@ -51,7 +51,7 @@ type Source struct {
 	trackerMarks      bool // trackingPolicy tracker_dir
 	consumeOrder      string
 	pollDelay         time.Duration
-	batchSize         int
+	batch             flow.Batching
 	maxBackoff        time.Duration
 	fileHeader        bool
 	fileHeaderKey     string
@@ -72,7 +72,8 @@ type Source struct {
 // (basename), includePattern (^.*$), ignorePattern (^$), trackerDir
 // (.flumespool, relative to spoolDir), trackingPolicy (rename|tracker_dir),
 // consumeOrder (oldest|youngest|random), pollDelay (500 ms), batchSize
-// (100), maxBackoff (4000 ms), inputCharset (UTF-8), decodeErrorPolicy
+// (100; left unset, batches grow to the channels' transactionCapacity:
+// flow.Batching), maxBackoff (4000 ms), inputCharset (UTF-8), decodeErrorPolicy
 // (FAIL|REPLACE|IGNORE), deserializer (LINE) with
 // deserializer.maxLineLength (2048) and deserializer.outputCharset (UTF-8)
 // or Flume's BlobDeserializer (the whole file, in pieces of
@@ -106,7 +107,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.trackerMarks = p.Enum("trackingPolicy", "rename", "rename", "tracker_dir") == "tracker_dir"
 	s.consumeOrder = p.Enum("consumeOrder", "oldest", "oldest", "youngest", "random")
 	s.pollDelay = time.Duration(p.IntRange("pollDelay", 500, 1, math.MaxInt32)) * time.Millisecond
-	s.batchSize = p.IntRange("batchSize", 100, 1, 1<<20)
+	s.batch = flow.ReadBatching(p, "batchSize", flow.DefaultBatchSize)
 	s.maxBackoff = time.Duration(p.IntRange("maxBackoff", 4000, 1, math.MaxInt32)) * time.Millisecond
 	if p.Bool("recursiveDirectorySearch", false) {
 		p.Errorf("recursiveDirectorySearch", "sluice reads only the files directly in spoolDir; set it to false")
@@ -150,7 +151,7 @@ func pattern(p *config.Props, key, def string) *regexp.Regexp {
 
 // BatchSize reports batchSize, so the agent can check it against the
 // channels' transactionCapacity.
-func (s *Source) BatchSize() int { return s.batchSize }
+func (s *Source) BatchSize() int { return s.batch.Size() }
 
 // Health reports a progress file that cannot be written: reading waits
 // until it can.

@@ -102,6 +102,20 @@ func (fx *fixture) expect(want ...string) {
 	}
 }
 
+// With batchSize left at its default a batch grows to the channel's
+// transactionCapacity (1000 here; flow.Batching): 3000 lines are 3 commits
+// and 3 saves of the progress, not 30.
+func TestDefaultBatchGrowsToTransactionCapacity(t *testing.T) {
+	fx := newFixture(t, nil)
+	text, want := lines("a", 3000)
+	fx.write("f1", text, time.Time{})
+	fx.start()
+	fx.expect(want...)
+	if !sourcetest.Eventually(func() bool { return fx.src.counters.AppendBatchAccepted.Load() == 3 }, time.Second) {
+		t.Errorf("AppendBatchAcceptedCount = %d, want 3 (3000 lines in batches of 1000)", fx.src.counters.AppendBatchAccepted.Load())
+	}
+}
+
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
@@ -596,7 +610,7 @@ func TestLastLineWithoutNewlineGrew(t *testing.T) {
 	defer f.Close()
 	// What the reader saw: the file as it was, 9 bytes.
 	lr := &lineReader{r: bufio.NewReader(strings.NewReader("x\npartial")), max: 100, policy: "fail"}
-	r := &reader{s: &Source{batchSize: 10}}
+	r := &reader{s: &Source{}, limit: 10}
 	bodies, end, err := r.readBatch(lr, f, 9)
 	if !errors.Is(err, errChanged) || len(bodies) != 1 || string(bodies[0]) != "x" || end != 2 {
 		t.Fatalf("readBatch = %q, %d, %v; want [x], 2, changed", bodies, end, err)

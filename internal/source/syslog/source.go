@@ -9,8 +9,9 @@
 // message is never held in memory beyond eventSize bytes, whatever a count
 // claims; a longer one is cut there and tagged Incomplete. A connection is
 // read in large blocks and every complete message buffered goes into one
-// batch (up to batchSize), so batches grow with the load and a lone message
-// is not held back. When the channel is full the connection is not read
+// batch, up to the batch limit (flow.Batching: batchSize when set, else the
+// channels' transactionCapacity), so batches grow with the load and a lone
+// message is not held back. When the channel is full the connection is not read
 // until the batch commits, which pushes back on the sender.
 package syslog
 
@@ -89,7 +90,8 @@ func readPort(p *config.Props, key string) int {
 // interfaces when unset), port, eventSize (2500), keepFields (none),
 // clientIPHeader, clientHostnameHeader and the SSL ones (ssl, keystore,
 // keystore-password, keystore-type, include-/exclude-protocols and
-// -cipher-suites); and sluice's batchSize (100) and framing (auto: newline or
+// -cipher-suites); and sluice's batchSize (100; left unset, batches grow to
+// the channels' transactionCapacity: flow.Batching) and framing (auto: newline or
 // octet counting per message; newline: Flume's newline framing only).
 func NewTCP(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &TCPSource{}
@@ -98,7 +100,7 @@ func NewTCP(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.ports = []int{readPort(p, "port")}
 	size := p.IntRange("eventSize", DefaultEventSize, 1, maxEventSize)
 	s.framer = framer{maxSize: max(size, minEventSize), octet: readFraming(p), flume: true}
-	s.batchSize = p.IntRange("batchSize", DefaultBatchSize, 1, 1<<20)
+	s.batch = flow.ReadBatching(p, "batchSize", DefaultBatchSize)
 	var keep Keep
 	keep, s.ipHeader, s.hostHeader = readCommon(env, p)
 	s.parser = FlumeParser{Keep: keep}
@@ -146,7 +148,7 @@ func NewMultiport(env flow.Env, p *config.Props) (flow.Source, error) {
 	}
 	size := p.IntRange("eventSize", DefaultEventSize, 1, maxEventSize)
 	s.framer = framer{maxSize: size, octet: readFraming(p)}
-	s.batchSize = p.IntRange("batchSize", DefaultBatchSize, 1, 1<<20)
+	s.batch = flow.ReadBatching(p, "batchSize", DefaultBatchSize)
 	s.portHeader = p.String("portHeader", "")
 	p.IntRange("readBufferBytes", 1024, 1, math.MaxInt32)
 	p.IntRange("numProcessors", 1, 1, 1<<16)

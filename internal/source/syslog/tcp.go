@@ -22,6 +22,13 @@ import (
 
 const (
 	minReadBuffer = 64 << 10
+	// maxReadBuffer bounds the large read buffer a batch limit asks for: a
+	// batch is at most what one buffer holds, and with the file channel
+	// each batch's commit waits for an fdatasync, so a busy connection
+	// reads about 1000 messages of msgGuess bytes at a time. A batchSize
+	// left at its default gets this size (its limit is known at Start).
+	maxReadBuffer = 256 << 10
+	msgGuess      = 256
 	// Retry pacing while the channel is full; the channel itself already
 	// waited its keep-alive before refusing.
 	minFullBackoff = 10 * time.Millisecond
@@ -67,7 +74,8 @@ type tcpServer struct {
 	host        string
 	ports       []int
 	framer      framer
-	batchSize   int
+	batch       flow.Batching
+	limit       int // the most messages in one batch, set by Start
 	ipHeader    string
 	hostHeader  string
 	portHeader  string
@@ -94,7 +102,13 @@ type tcpServer struct {
 func (s *tcpServer) readLimits(p *config.Props) {
 	s.hygiene = listener.ReadConfig(p, listener.CamelNames, listener.DefaultConfig)
 	s.maxInFlight = listener.ReadBudget(p, listener.CamelNames, DefaultMaxInFlight, minReadBuffer)
-	s.bigBufs = listener.NewBigBuffers(max(minReadBuffer, s.framer.maxSize+2*maxCountDigits+2))
+	// Room for the longest frame, and for a batch of messages of about 256
+	// bytes: a batch is at most what one buffer holds.
+	want := maxReadBuffer
+	if s.batch.Explicit() {
+		want = min(maxReadBuffer, s.batch.Size()*msgGuess)
+	}
+	s.bigBufs = listener.NewBigBuffers(max(minReadBuffer, s.framer.maxSize+2*maxCountDigits+2, int(min(int64(want), s.maxInFlight))))
 	if int64(s.bigBufs.Size()) > s.maxInFlight {
 		p.Errorf(listener.CamelNames.MaxBytesInFlight, "%d bytes cannot hold one message of eventSize %d (up to %d bytes); raise it or lower eventSize",
 			s.maxInFlight, s.framer.maxSize, s.bigBufs.Size())
@@ -117,7 +131,7 @@ func (s *tcpServer) inFlight() int64 {
 }
 
 // BatchSize reports the most events put in one transaction.
-func (s *tcpServer) BatchSize() int { return s.batchSize }
+func (s *tcpServer) BatchSize() int { return s.batch.Size() }
 
 // Addrs returns the addresses the source listens on, once started.
 func (s *tcpServer) Addrs() []net.Addr {
@@ -157,6 +171,7 @@ func (s *tcpServer) Start(_ context.Context, p flow.Processor) error {
 	s.mu.Lock()
 	s.group, s.addrs, s.budget = g, addrs, budget
 	s.stopRead, s.stopProc = stopRead, stopProc
+	s.limit = s.batch.Limit(p)
 	s.mu.Unlock()
 	s.counters.Started()
 	for _, ln := range lns {
@@ -234,7 +249,7 @@ func (s *tcpServer) newConn(c net.Conn, lc *listener.Conn, port int, p flow.Proc
 		lc:         lc,
 		p:          p,
 		port:       port,
-		events:     make([]event.Event, 0, s.batchSize),
+		events:     make([]event.Event, 0, min(s.limit, flow.DefaultBatchSize)),
 	}
 	if s.ipHeader != "" || s.hostHeader != "" {
 		ap := remoteAddrPort(lc.RemoteAddr())
@@ -310,8 +325,9 @@ func (h *conn) serve(readCtx, procCtx context.Context) {
 	}
 }
 
-// drain puts every message buf holds in batches of at most batchSize: a
-// batch is cut when no further complete message is buffered.
+// drain puts every message buf holds in batches of at most the limit: a
+// batch is cut when no further complete message is buffered or has arrived
+// (flow.Batching).
 func (h *conn) drain(ctx context.Context, eof bool) error {
 	put := false
 	defer func() {
@@ -328,6 +344,11 @@ func (h *conn) drain(ctx context.Context, eof bool) error {
 			return nil
 		}
 		end, skip, n, readFails := h.collect(eof)
+		if n > 0 && n < h.s.limit && skip == 0 && !eof && h.c == net.Conn(h.lc) && h.FillNow() {
+			// Input that arrived meanwhile joins this batch; the unread
+			// bytes may have moved even if none came: collect again.
+			continue
+		}
 		h.report()
 		c := h.s.counters
 		c.EventReadFail.Add(int64(readFails))
@@ -393,14 +414,14 @@ func (h *conn) collect(eof bool) (end, skip, n, readFails int) {
 	h.bad = badCounts{}
 	end = h.R
 	var slab []byte
-	for len(h.events) < h.s.batchSize && end < h.W {
+	for len(h.events) < h.s.limit && end < h.W {
 		fr, used, sk, ok := h.s.framer.next(h.Buf[end:h.W], eof)
 		end += used
 		if !ok {
 			break
 		}
 		if slab == nil {
-			slab = make([]byte, 0, h.W-h.R+64*h.s.batchSize)
+			slab = make([]byte, 0, h.W-h.R+64*min(h.s.limit, 1000))
 		}
 		ev, out, keep, rf := h.s.build(fr, h.port, slab)
 		slab = out

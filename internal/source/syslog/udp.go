@@ -28,7 +28,9 @@ const maxDatagram = 1 << 16
 // with NewUDP.
 //
 // A reader goroutine parses datagrams into a queue; a putter takes every
-// queued event (up to batchSize) as one batch. While the channel is full the
+// queued event as one batch, up to the batch limit (flow.Batching: batchSize
+// when set, else the channels' transactionCapacity, but at most what the
+// queue holds). While the channel is full the
 // putter retries, the queue fills, the reader waits, and the kernel's socket
 // buffer takes the overflow; datagrams the kernel then drops are counted
 // (on Linux) in DatagramDropCount, since UDP cannot push back. The count is
@@ -39,7 +41,7 @@ type UDPSource struct {
 	env        flow.Env
 	host       string
 	port       int
-	batchSize  int
+	batch      flow.Batching
 	ipHeader   string
 	hostHeader string
 	parser     FlumeParser
@@ -75,7 +77,8 @@ var (
 
 // NewUDP builds a syslogudp source from Flume's properties host (all
 // interfaces when unset), port, keepFields (none), clientIPHeader and
-// clientHostnameHeader, and sluice's batchSize (100) and receiveBufferSize
+// clientHostnameHeader, and sluice's batchSize (100; left unset, batches
+// grow to the channels' transactionCapacity) and receiveBufferSize
 // (bytes; by default 4 MiB, or what net.core.rmem_max allows when that is
 // less and the process may not exceed it). eventSize is accepted and, as in
 // Flume, does not apply: a datagram is read whole (up to 64 KiB).
@@ -83,7 +86,7 @@ func NewUDP(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &UDPSource{env: env}
 	s.host = p.String("host", "")
 	s.port = readPort(p, "port")
-	s.batchSize = p.IntRange("batchSize", DefaultBatchSize, 1, 1<<20)
+	s.batch = flow.ReadBatching(p, "batchSize", DefaultBatchSize)
 	if p.Has("eventSize") {
 		p.IntRange("eventSize", DefaultEventSize, 1, maxEventSize)
 		env.Log().Info("eventSize does not apply to syslogudp (Flume ignores it too); datagrams are read whole", "source", env.Name)
@@ -100,7 +103,7 @@ func NewUDP(env flow.Env, p *config.Props) (flow.Source, error) {
 }
 
 // BatchSize reports the most events put in one transaction.
-func (s *UDPSource) BatchSize() int { return s.batchSize }
+func (s *UDPSource) BatchSize() int { return s.batch.Size() }
 
 // Addr returns the address the source listens on, once started.
 func (s *UDPSource) Addr() net.Addr {
@@ -131,11 +134,16 @@ func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
 	s.conn, s.drops, s.stopProc, s.readDone, s.done = conn, drops, stopProc, readDone, done
 	s.mu.Unlock()
 	s.env.Log().Info("syslogudp source listening", "source", s.env.Name, "addr", conn.LocalAddr().String())
-	queue := make(chan event.Event, 4*s.batchSize)
+	// A batch is at most what the queue holds: datagrams are up to 64 KiB
+	// each, so the queue keeps its size (4 × batchSize) whatever the
+	// channels' transactionCapacity, and at most 8 × batchSize datagrams
+	// are held between the socket and the channel.
+	queue := make(chan event.Event, 4*s.batch.Size())
+	limit := min(s.batch.Limit(p), cap(queue))
 	var wg sync.WaitGroup
 	wg.Add(2)
 	panics.Go("syslogudp source "+s.env.Name+": reader", func() { defer wg.Done(); defer close(readDone); s.read(conn, queue) })
-	panics.Go("syslogudp source "+s.env.Name+": putter", func() { defer wg.Done(); s.putLoop(procCtx, queue, p) })
+	panics.Go("syslogudp source "+s.env.Name+": putter", func() { defer wg.Done(); s.putLoop(procCtx, queue, p, limit) })
 	panics.Go("syslogudp source "+s.env.Name+": stop", func() { wg.Wait(); close(done) })
 	return nil
 }
@@ -236,9 +244,9 @@ func (s *UDPSource) datagram(d []byte, from netip.AddrPort, hosts *hostCache, qu
 }
 
 // putLoop puts queued events in batches until queue is closed and empty.
-func (s *UDPSource) putLoop(ctx context.Context, queue <-chan event.Event, p flow.Processor) {
-	batch := make([]event.Event, 0, s.batchSize)
-	orig := make([]event.Event, 0, s.batchSize)
+func (s *UDPSource) putLoop(ctx context.Context, queue <-chan event.Event, p flow.Processor, limit int) {
+	batch := make([]event.Event, 0, limit)
+	orig := make([]event.Event, 0, limit)
 	for {
 		ev, ok := <-queue
 		if !ok {
@@ -246,7 +254,7 @@ func (s *UDPSource) putLoop(ctx context.Context, queue <-chan event.Event, p flo
 		}
 		orig = append(orig[:0], ev)
 	fill:
-		for len(orig) < s.batchSize {
+		for len(orig) < limit {
 			select {
 			case ev, ok := <-queue:
 				if !ok {

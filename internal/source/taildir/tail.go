@@ -94,6 +94,7 @@ type tailer struct {
 	posDirty  bool
 	lastSaved []byte
 	avgLine   int
+	limit     int // the most lines in one batch (flow.Batching)
 	events    []event.Event
 }
 
@@ -102,7 +103,7 @@ func newTailer(s *Source, p flow.Processor, saved []position) *tailer {
 		s: s, p: p, log: s.env.Log().With("source", s.env.Name), throttle: logthrottle.New(30*time.Second, 1),
 		files: map[fileKey]*tailFile{}, byPath: map[string]*tailFile{},
 		saved: saved, fps: loadFingerprints(s.positionFile), dirty: map[*tailFile]bool{}, rescan: map[string]bool{},
-		avgLine: 128,
+		avgLine: 128, limit: s.batch.Limit(p),
 	}
 	t.puts = flow.PutStreak(t.log, "taildir source could not put a batch; retrying", "taildir source puts batches again")
 	for _, g := range s.groups {
@@ -523,7 +524,7 @@ func cmpString(a, b string) int {
 }
 
 // readFile sends the complete lines of tf after its position, in batches of
-// at most batchSize, and reports whether it stopped at maxBatchCount with
+// at most the batch limit, and reports whether it stopped at maxBatchCount with
 // more to read.
 func (t *tailer) readFile(ctx context.Context, tf *tailFile) bool {
 	if tf.f == nil && !t.reopen(tf) {
@@ -556,7 +557,7 @@ func (t *tailer) readFile(ctx context.Context, tf *tailFile) bool {
 		// has no newline yet, doubling, but never more than a piece of the
 		// limit needs (limit+2 bytes tell a line of exactly the limit,
 		// "\r\n" included, from a longer one).
-		want := max(min(t.s.batchSize*t.avgLine+t.avgLine, maxRead), minRead, min(2*len(carry), limit+2), len(carry))
+		want := max(min(t.limit*t.avgLine+t.avgLine, maxRead), minRead, min(2*len(carry), limit+2), len(carry))
 		slab := make([]byte, want)
 		n := copy(slab, carry)
 		m, err := tf.f.ReadAt(slab[n:], tf.pos+int64(n))
@@ -567,7 +568,7 @@ func (t *tailer) readFile(ctx context.Context, tf *tailFile) bool {
 		}
 		eof := n+m < len(slab)
 		data := slab[:n+m]
-		chunks, consumed, piece := splitLines(data, t.s.batchSize, limit, tf.piece, eof && tf.flush)
+		chunks, consumed, piece := splitLines(data, t.limit, limit, tf.piece, eof && tf.flush)
 		if len(chunks) == 0 {
 			if eof {
 				return false // a partial line waits for its newline
@@ -583,7 +584,7 @@ func (t *tailer) readFile(ctx context.Context, tf *tailFile) bool {
 		tf.piece = piece
 		carry = data[consumed:]
 		batches++
-		if eof && len(chunks) < t.s.batchSize {
+		if eof && len(chunks) < t.limit {
 			// Everything that could go went; the rest (a partial line)
 			// waits for more, or for the file to be idle.
 			if len(carry) == 0 {

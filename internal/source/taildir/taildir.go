@@ -79,7 +79,7 @@ type Source struct {
 	skipToEnd        bool
 	idleTimeout      time.Duration
 	writePosInterval time.Duration
-	batchSize        int
+	batch            flow.Batching
 	maxBatchCount    int64
 	backoffIncrement time.Duration
 	maxBackoff       time.Duration
@@ -96,7 +96,8 @@ type Source struct {
 // filegroups.<g>, positionFile (~/.flume/taildir_position.json),
 // headers.<g>.<k>, byteOffsetHeader (false), fileHeader (false),
 // fileHeaderKey (file), skipToEnd (false), idleTimeout (120000 ms),
-// writePosInterval (3000 ms), batchSize (100), maxBatchCount (unlimited),
+// writePosInterval (3000 ms), batchSize (100; left unset, batches grow to the
+// channels' transactionCapacity: flow.Batching), maxBatchCount (unlimited),
 // backoffSleepIncrement (1000 ms), maxBackoffSleep (5000 ms) and
 // cachePatternMatching (accepted; the directory watch does its job), plus
 // sluice's pollInterval (1000 ms: how often files are polled when they
@@ -164,7 +165,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.skipToEnd = p.Bool("skipToEnd", false)
 	s.idleTimeout = millis(p, "idleTimeout", 120000, 1)
 	s.writePosInterval = millis(p, "writePosInterval", 3000, 1)
-	s.batchSize = p.IntRange("batchSize", 100, 1, 1<<20)
+	s.batch = flow.ReadBatching(p, "batchSize", flow.DefaultBatchSize)
 	s.maxBatchCount = p.Int64("maxBatchCount", math.MaxInt64)
 	if s.maxBatchCount < 1 {
 		p.Errorf("maxBatchCount", "must be at least 1")
@@ -213,7 +214,7 @@ func millis(p *config.Props, key string, def, lo int64) time.Duration {
 
 // BatchSize reports batchSize, so the agent can check it against the
 // channels' transactionCapacity.
-func (s *Source) BatchSize() int { return s.batchSize }
+func (s *Source) BatchSize() int { return s.batch.Size() }
 
 // Start loads the position file, finds the files and starts following them
 // in a goroutine that Stop ends. A file group's directory must exist, as in

@@ -474,6 +474,21 @@ func TestMaxBatchCountAndBatchSize(t *testing.T) {
 	}
 }
 
+// With batchSize left at its default a batch grows to the channel's
+// transactionCapacity (1000 here) while the file holds more lines
+// (flow.Batching): 3000 lines are 3 commits, not 30.
+func TestDefaultBatchGrowsToTransactionCapacity(t *testing.T) {
+	fx := newFixture(t, nil)
+	delete(fx.props, "batchSize")
+	text, want := lines("a", 0, 3000)
+	fx.append("app.log", text)
+	fx.start()
+	fx.expect(want...)
+	if !sourcetest.Eventually(func() bool { return fx.src.counters.AppendBatchAccepted.Load() == 3 }, time.Second) {
+		t.Errorf("AppendBatchAcceptedCount = %d, want 3 (3000 lines in batches of 1000)", fx.src.counters.AppendBatchAccepted.Load())
+	}
+}
+
 func TestPositionFileIsWrittenAtomically(t *testing.T) {
 	fx := newFixture(t, nil)
 	fx.append("app.log", "x\n")
