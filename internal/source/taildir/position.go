@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
+
+	"github.com/sluicehq/sluice/internal/atomicfile"
 )
 
 // position is one entry of the position file: Flume's
@@ -140,4 +143,40 @@ func encodePositions(entries []position) []byte {
 	}
 	b, _ := json.Marshal(entries) // cannot fail: plain structs
 	return b
+}
+
+// savePositions writes the position file if a position changed.
+func (t *tailer) savePositions() {
+	if !t.posDirty {
+		return
+	}
+	entries := make([]position, 0, len(t.files))
+	fps := make([]fingerprint, 0, len(t.files))
+	for _, tf := range t.files {
+		if tf.spill != "" {
+			continue // not a file of the groups: the spill file itself says what is left
+		}
+		entries = append(entries, position{Inode: tf.key.ino, Pos: tf.pos, File: tf.path})
+		fps = append(fps, fingerprint{Dev: tf.key.dev, Inode: tf.key.ino, Pos: tf.pos, File: tf.path, SigLen: tf.sig.n, SigSum: tf.sig.sum, Piece: tf.piece})
+	}
+	slices.SortFunc(entries, func(a, b position) int { return cmpString(a.File, b.File) })
+	slices.SortFunc(fps, func(a, b fingerprint) int { return cmpString(a.File, b.File) })
+	data := encodePositions(entries)
+	t.posDirty = false
+	if bytes.Equal(data, t.lastSaved) {
+		return
+	}
+	// The side file first: if only it is written, its entries no longer
+	// match the old positions and are ignored.
+	fpData, _ := json.Marshal(fps)
+	err := atomicfile.WriteFile(sidecar(t.s.positionFile), fpData, 0o600)
+	if err == nil {
+		err = atomicfile.WriteFile(t.s.positionFile, data, 0o600)
+	}
+	if err != nil {
+		t.posDirty = true
+		t.log.Error("taildir source cannot write its position file", "file", t.s.positionFile, "err", err)
+		return
+	}
+	t.lastSaved = data
 }
