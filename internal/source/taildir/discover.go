@@ -1,9 +1,13 @@
 package taildir
 
 import (
+	"errors"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -17,12 +21,13 @@ func (t *tailer) applyNotes() {
 	}
 	changed, overflow := t.note.take()
 	if overflow {
-		for _, d := range t.dirs {
+		for d := range t.dirs {
 			t.rescan[d] = true
 		}
 		for _, tf := range t.files {
 			t.dirty[tf] = true
 		}
+		t.expandDue = len(t.parents) > 0
 	}
 	for path, op := range changed {
 		if op.Has(fsnotify.Write) && op&^fsnotify.Write == 0 {
@@ -32,7 +37,10 @@ func (t *tailer) applyNotes() {
 			}
 		}
 		dir := filepath.Dir(path)
-		if slices.Contains(t.dirs, dir) && (t.byPath[path] != nil || t.matches(dir, filepath.Base(path))) {
+		if t.parents[dir] || (t.globDirs[path] && op.Has(fsnotify.Remove)) {
+			t.expandDue = true // a directory of a wildcard came or went
+		}
+		if t.dirs[dir] && (t.byPath[path] != nil || t.matches(dir, filepath.Base(path))) {
 			t.rescan[dir] = true
 		}
 	}
@@ -40,11 +48,146 @@ func (t *tailer) applyNotes() {
 
 func (t *tailer) matches(dir, name string) bool {
 	for _, g := range t.s.groups {
-		if g.dir == dir && g.re.MatchString(name) {
+		if g.hasDir(dir) && g.re.MatchString(name) {
 			return true
 		}
 	}
 	return false
+}
+
+// addDir starts following directory d: watches it (when the source
+// watches) and lists it.
+func (t *tailer) addDir(d string) {
+	t.dirs[d] = true
+	t.watchDir(d)
+	t.rescan[d] = true
+}
+
+// watchDir watches d for changes. Where it cannot (the inotify watch limit
+// reached), d is listed at every poll instead.
+func (t *tailer) watchDir(d string) {
+	if t.note == nil || t.watched[d] {
+		return
+	}
+	if err := t.note.add(d); err != nil {
+		t.unwatched[d] = true
+		t.throttle.Log(t.log, slog.LevelWarn, "watch", "taildir source cannot watch a directory; it is listed every pollInterval instead",
+			"dir", d, "every", t.s.pollInterval, "err", err)
+		return
+	}
+	t.watched[d] = true
+}
+
+// expand finds the directories of the file groups with wildcards, as pods
+// and containers come and go: a new one is watched and listed; the files
+// of one that went are read to their end through their open descriptors,
+// then dropped with their positions. The directories above them are
+// watched too, so that a new pod's directory is found at once.
+func (t *tailer) expand() {
+	t.expandDue = false
+	leaves, parents := map[string]bool{}, map[string]bool{}
+	for _, g := range t.s.groups {
+		if !g.glob {
+			continue
+		}
+		for _, d := range globDirs(g.dir) {
+			leaves[d] = true
+		}
+		pat := g.root
+		rest := strings.Split(strings.TrimPrefix(g.dir, strings.TrimSuffix(g.root, "/")+"/"), "/")
+		for _, part := range rest {
+			for _, d := range globDirs(pat) {
+				parents[d] = true
+			}
+			pat = filepath.Join(pat, part)
+		}
+	}
+	for d := range parents {
+		if !t.parents[d] {
+			t.parents[d] = true
+			t.watchDir(d)
+		}
+	}
+	for d := range t.parents {
+		if !parents[d] {
+			delete(t.parents, d)
+			t.unwatch(d)
+		}
+	}
+	for d := range leaves {
+		if !t.globDirs[d] {
+			t.globDirs[d] = true
+			if !t.dirs[d] {
+				t.log.Debug("taildir source follows a new directory", "dir", d)
+				t.addDir(d)
+			}
+		}
+	}
+	for d := range t.globDirs {
+		if !leaves[d] {
+			delete(t.globDirs, d)
+			if !t.static[d] {
+				t.dropDir(d)
+			}
+		}
+	}
+}
+
+// globDirs returns the directories that match pattern.
+func globDirs(pattern string) []string {
+	names, _ := filepath.Glob(pattern)
+	out := names[:0]
+	for _, n := range names {
+		if st, err := os.Stat(n); err == nil && st.IsDir() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (t *tailer) unwatch(d string) {
+	if t.watched[d] {
+		delete(t.watched, d)
+		t.note.remove(d)
+	}
+}
+
+// dropDir stops following directory d, which is gone: its files are read
+// to their end through the descriptors still open, then dropped.
+func (t *tailer) dropDir(d string) {
+	delete(t.dirs, d)
+	delete(t.unwatched, d)
+	delete(t.rescan, d)
+	t.unwatch(d)
+	t.log.Debug("taildir source no longer follows a directory that is gone", "dir", d)
+	for key, tf := range t.files {
+		if tf.dir == d && !tf.gone {
+			t.goneFile(key, tf)
+		}
+	}
+}
+
+// goneFile marks tf, no longer under a matching name, as gone: read to its
+// end if it is open, else dropped.
+func (t *tailer) goneFile(key fileKey, tf *tailFile) {
+	tf.gone = true
+	if t.byPath[tf.path] == tf {
+		delete(t.byPath, tf.path)
+	}
+	if tf.f == nil {
+		t.forget(key, tf)
+		return
+	}
+	t.log.Debug("taildir source reads a file that no longer matches to its end", "file", tf.path)
+	t.dirty[tf] = true
+}
+
+// forget drops tf and its position.
+func (t *tailer) forget(key fileKey, tf *tailFile) {
+	t.release(tf)
+	delete(t.files, key)
+	delete(t.dirty, tf)
+	t.posDirty = true
 }
 
 // scanDir lists dir, starts following new matching files, notices renamed
@@ -52,12 +195,16 @@ func (t *tailer) matches(dir, name string) bool {
 func (t *tailer) scanDir(dir string) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
+		if t.globDirs[dir] && !t.static[dir] && errors.Is(err, fs.ErrNotExist) {
+			t.expandDue = true // a pod's directory removed: expand drops it
+			return
+		}
 		t.log.Warn("taildir source cannot list a directory", "dir", dir, "err", err)
 		return
 	}
 	t.gen++
 	for _, g := range t.s.groups {
-		if g.dir != dir {
+		if !g.hasDir(dir) {
 			continue
 		}
 		for _, ent := range ents {
@@ -76,7 +223,15 @@ func (t *tailer) scanDir(dir string) {
 				continue // claimed by an earlier group
 			}
 			if tf == nil {
-				tf = t.newFile(key, path, g, st.Size())
+				tf = t.newFile(key, dir, path, g, st.Size())
+				if old := t.byPath[path]; old != nil && old != tf && old.cl != nil && tf.cl != nil && old.cl.succ == nil {
+					// The file that had this name was rotated: its last line
+					// may go on here.
+					tf.cl.pred, old.cl.succ = old, tf
+				}
+				if lst, err := os.Lstat(path); err == nil && lst.Mode()&os.ModeSymlink != 0 {
+					tf.link = true
+				}
 			} else if tf.path != path {
 				t.log.Info("taildir source follows a renamed file", "from", tf.path, "to", path, "pos", tf.pos)
 				if t.byPath[tf.path] == tf {
@@ -96,25 +251,14 @@ func (t *tailer) scanDir(dir string) {
 		if tf.dir != dir || tf.seen == t.gen || tf.gone {
 			continue
 		}
-		tf.gone = true
-		if t.byPath[tf.path] == tf {
-			delete(t.byPath, tf.path)
-		}
-		if tf.f == nil {
-			delete(t.files, key)
-			delete(t.dirty, tf)
-			t.posDirty = true
-			continue
-		}
-		t.log.Debug("taildir source reads a file that no longer matches to its end", "file", tf.path)
-		t.dirty[tf] = true
+		t.goneFile(key, tf)
 	}
 }
 
 // newFile starts following a file: from its saved position, from its end
 // (skipToEnd, files present at start only), or from 0.
-func (t *tailer) newFile(key fileKey, path string, g *group, size int64) *tailFile {
-	tf := &tailFile{key: key, path: path, dir: g.dir, group: g, lastGrowth: time.Now(), size: -1}
+func (t *tailer) newFile(key fileKey, dir, path string, g *group, size int64) *tailFile {
+	tf := &tailFile{key: key, path: path, dir: dir, group: g, lastGrowth: time.Now(), size: -1, cl: newRecFile(g)}
 	if t.startup {
 		if p, ok := t.savedPos(key.ino, path); ok && t.sameFile(tf, p) {
 			tf.pos = p.Pos
@@ -164,6 +308,9 @@ func (t *tailer) sameFile(tf *tailFile, p position) bool {
 	}
 	tf.sig = sig{n: fp.SigLen, sum: fp.SigSum}
 	tf.piece = fp.Piece
+	if tf.cl != nil {
+		tf.cl.st = fp.recState()
+	}
 	return true
 }
 
@@ -175,7 +322,7 @@ func (t *tailer) sameFile(tf *tailFile, p position) bool {
 func (t *tailer) recoverRotated() {
 	byDir := map[string][]position{}
 	for _, p := range t.saved {
-		if dir := filepath.Dir(p.File); slices.Contains(t.dirs, dir) {
+		if dir := filepath.Dir(p.File); t.dirs[dir] {
 			byDir[dir] = append(byDir[dir], p)
 		}
 	}
@@ -209,12 +356,13 @@ func (t *tailer) recoverRotated() {
 			}
 			key := keyOf(st)
 			tf := &tailFile{key: key, path: path, dir: dir, f: f, pos: p.Pos, size: -1, lastGrowth: time.Now(), gone: true}
+			tf.group = t.groupOf(dir, filepath.Base(p.File))
+			tf.cl = newRecFile(tf.group)
 			if !t.sameFile(tf, p) {
 				f.Close()
 				continue
 			}
 			t.log.Info("taildir source reads the rest of a file rotated while it was stopped", "file", path, "was", p.File, "pos", p.Pos)
-			tf.group = t.groupOf(dir, filepath.Base(p.File))
 			t.files[key] = tf
 			t.dirty[tf] = true
 		}
@@ -224,7 +372,7 @@ func (t *tailer) recoverRotated() {
 func (t *tailer) groupOf(dir, name string) *group {
 	var first *group
 	for _, g := range t.s.groups {
-		if g.dir != dir {
+		if !g.hasDir(dir) {
 			continue
 		}
 		if g.re.MatchString(name) {

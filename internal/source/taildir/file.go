@@ -37,6 +37,11 @@ type tailFile struct {
 	// and base+pos is the offset in it.
 	spill string
 	base  int64
+
+	cl   *recFile // container log records (format cri, docker, auto); nil for lines
+	pod  *podMeta // what the path says of the pod, once asked
+	link bool     // found through a symbolic link: its writes are not watched, it is polled
+	next uint64   // of a spill file: the inode of the file that replaced the original
 }
 
 func keyOf(st os.FileInfo) fileKey {

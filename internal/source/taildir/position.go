@@ -41,6 +41,28 @@ type fingerprint struct {
 	// Piece is how many pieces of the line at Pos were sent, when that
 	// line is longer than maxLineLength (0 at a line's start).
 	Piece int `json:"piece,omitempty"`
+	// Of a file of container log records (recState): the pieces sent of
+	// each stream's line in progress, how many events cut from Pos were
+	// sent, and whether its last lines are being sent as they are.
+	Pieces []int `json:"pieces,omitempty"`
+	Sent   int   `json:"sent,omitempty"`
+	Flush  bool  `json:"flush,omitempty"`
+}
+
+// recState returns the record state the fingerprint keeps.
+func (f fingerprint) recState() recState {
+	var st recState
+	copy(st.pieces[:], f.Pieces)
+	st.sent, st.flush = f.Sent, f.Flush
+	return st
+}
+
+// keepRecState sets the record state of st in the fingerprint.
+func (f *fingerprint) keepRecState(st recState) {
+	if st.pieces != [len(st.pieces)]int{} {
+		f.Pieces = st.pieces[:]
+	}
+	f.Sent, f.Flush = st.sent, st.flush
 }
 
 func sidecar(positionFile string) string { return positionFile + ".sluice" }
@@ -58,7 +80,7 @@ func loadFingerprints(positionFile string) map[position]fingerprint {
 	}
 	out := make(map[position]fingerprint, len(fps))
 	for _, f := range fps {
-		if f.SigLen >= 0 && f.SigLen <= sigLen && f.Piece >= 0 {
+		if f.SigLen >= 0 && f.SigLen <= sigLen && f.Piece >= 0 && f.Sent >= 0 && len(f.Pieces) <= 2 && !slices.ContainsFunc(f.Pieces, func(n int) bool { return n < 0 }) {
 			out[position{Inode: f.Inode, Pos: f.Pos, File: f.File}] = f
 		}
 	}
@@ -157,7 +179,11 @@ func (t *tailer) savePositions() {
 			continue // not a file of the groups: the spill file itself says what is left
 		}
 		entries = append(entries, position{Inode: tf.key.ino, Pos: tf.pos, File: tf.path})
-		fps = append(fps, fingerprint{Dev: tf.key.dev, Inode: tf.key.ino, Pos: tf.pos, File: tf.path, SigLen: tf.sig.n, SigSum: tf.sig.sum, Piece: tf.piece})
+		fp := fingerprint{Dev: tf.key.dev, Inode: tf.key.ino, Pos: tf.pos, File: tf.path, SigLen: tf.sig.n, SigSum: tf.sig.sum, Piece: tf.piece}
+		if tf.cl != nil {
+			fp.keepRecState(tf.cl.st)
+		}
+		fps = append(fps, fp)
 	}
 	slices.SortFunc(entries, func(a, b position) int { return cmpString(a.File, b.File) })
 	slices.SortFunc(fps, func(a, b fingerprint) int { return cmpString(a.File, b.File) })

@@ -78,6 +78,14 @@ func (t *tailer) readFile(ctx context.Context, tf *tailFile) bool {
 	} else if size > tf.pos && tf.sig.n > 0 && !tf.sig.matches(tf.f, tf.pos) {
 		t.restart(tf, "the bytes before the position changed")
 	}
+	if tf.cl != nil {
+		return t.readRecords(ctx, tf, size)
+	}
+	return t.readLines(ctx, tf, size)
+}
+
+// readLines is readFile for a file of lines.
+func (t *tailer) readLines(ctx context.Context, tf *tailFile, size int64) bool {
 	if size == tf.pos {
 		tf.flush = false
 		return false
@@ -170,6 +178,10 @@ func (t *tailer) restart(tf *tailFile, why string) {
 	t.log.Info("taildir source reads a truncated file again from the start", "file", tf.path, "pos", tf.pos, "reason", why)
 	t.findCopy(tf)
 	tf.pos, tf.sig, tf.tail, tf.piece = 0, sig{}, tf.tail[:0], 0
+	if tf.cl != nil {
+		tf.cl.st = recState{}
+		t.release(tf)
+	}
 	t.posDirty = true
 }
 
@@ -205,7 +217,10 @@ func (t *tailer) findCopy(tf *tailFile) {
 		t.log.Info("taildir source reads the rest of a truncated file from its copy", "file", tf.path, "copy", path, "pos", tf.pos)
 		key := keyOf(st)
 		cp := &tailFile{key: key, path: path, dir: tf.dir, group: tf.group, f: f, pos: tf.pos, sig: tf.sig, piece: tf.piece,
-			size: -1, lastGrowth: time.Now(), gone: true, seen: tf.seen}
+			size: -1, lastGrowth: time.Now(), gone: true, seen: tf.seen, link: tf.link}
+		if tf.cl != nil {
+			cp.cl = &recFile{format: tf.cl.format, st: tf.cl.st}
+		}
 		t.files[key] = cp
 		t.dirty[cp] = true
 		return

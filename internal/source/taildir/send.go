@@ -15,13 +15,17 @@ import (
 // is stopping). Each attempt builds its events afresh from the slab, so a
 // retry does not see what interceptors made of the failed one.
 func (t *tailer) put(ctx context.Context, tf *tailFile, slab []byte, chunks []chunk) bool {
+	return t.putBatch(ctx, tf, len(chunks), func(now int64) []event.Event { return t.build(tf, slab, chunks, now) })
+}
+
+// putBatch sends the n events build makes as one batch, as put does.
+func (t *tailer) putBatch(ctx context.Context, tf *tailFile, n int, build func(now int64) []event.Event) bool {
 	c := t.s.counters
-	n := len(chunks)
 	c.EventReceived.Add(int64(n))
 	c.AppendBatchReceived.Add(1)
 	now := event.Now()
 	for attempt := 1; ; attempt++ {
-		batch := t.build(tf, slab, chunks, now)
+		batch := build(now)
 		err := t.p.Process(ctx, batch)
 		clear(batch)
 		if err == nil {

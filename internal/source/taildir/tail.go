@@ -3,11 +3,13 @@ package taildir
 import (
 	"context"
 	"log/slog"
+	"os"
 	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/kubelet"
 	"github.com/sluicehq/sluice/internal/logthrottle"
 )
 
@@ -31,7 +33,7 @@ type tailer struct {
 
 	files   map[fileKey]*tailFile
 	byPath  map[string]*tailFile
-	dirs    []string // the groups' directories, each once
+	dirs    map[string]bool // the directories followed: the groups' own, and those their wildcards match now
 	saved   []position
 	fps     map[position]fingerprint
 	startup bool
@@ -44,6 +46,16 @@ type tailer struct {
 	lastSaved []byte
 	avgLine   int
 	events    []event.Event
+
+	static    map[string]bool // directories of groups without wildcards
+	globDirs  map[string]bool // directories the groups' wildcards match now
+	parents   map[string]bool // directories above those, where new ones appear
+	watched   map[string]bool
+	unwatched map[string]bool // directories that could not be watched: listed every poll
+	expandDue bool
+	globs     bool // some group's directory has wildcards
+
+	kube *kubelet.Cache // with kubernetesMetadata = kubelet; owned by the goroutine of run
 }
 
 func newTailer(s *Source, p flow.Processor, saved []position) *tailer {
@@ -51,12 +63,15 @@ func newTailer(s *Source, p flow.Processor, saved []position) *tailer {
 		s: s, p: p, log: s.env.Log().With("source", s.env.Name), throttle: logthrottle.New(30*time.Second, 1),
 		files: map[fileKey]*tailFile{}, byPath: map[string]*tailFile{},
 		saved: saved, fps: loadFingerprints(s.positionFile), dirty: map[*tailFile]bool{}, rescan: map[string]bool{},
-		avgLine: 128,
+		avgLine: 128, dirs: map[string]bool{}, static: map[string]bool{}, globDirs: map[string]bool{},
+		parents: map[string]bool{}, watched: map[string]bool{}, unwatched: map[string]bool{},
 	}
 	t.puts = flow.PutStreak(t.log, "taildir source could not put a batch; retrying", "taildir source puts batches again")
 	for _, g := range s.groups {
-		if !slices.Contains(t.dirs, g.dir) {
-			t.dirs = append(t.dirs, g.dir)
+		if !g.glob {
+			t.dirs[g.dir], t.static[g.dir] = true, true
+		} else {
+			t.globs = true
 		}
 	}
 	return t
@@ -71,20 +86,24 @@ func (t *tailer) open() error {
 			t.log.Warn("taildir source cannot watch directories; polling instead", "every", t.s.pollInterval, "err", err)
 		} else {
 			t.note = n
-			for _, d := range t.dirs {
+			for d := range t.dirs {
 				if err := n.add(d); err != nil {
 					t.log.Warn("taildir source cannot watch a directory; polling instead", "dir", d, "every", t.s.pollInterval, "err", err)
 					n.close()
 					t.note = nil
+					clear(t.watched)
 					break
 				}
+				t.watched[d] = true
 			}
 		}
 	}
+	t.expand()
 	t.startup = true
-	for _, d := range t.dirs {
+	for d := range t.dirs {
 		t.scanDir(d)
 	}
+	clear(t.rescan)
 	t.recoverRotated()
 	t.loadSpills()
 	t.startup, t.saved, t.fps = false, nil, nil
@@ -119,9 +138,23 @@ func (t *tailer) run(ctx context.Context) {
 	if t.note != nil {
 		kick = t.note.kick
 	}
+	if t.kube != nil {
+		// The first answer, so that the lines already in the files get
+		// their pods' labels; from then on lookups never wait.
+		tm := time.NewTimer(kubeletStartWait)
+		select {
+		case <-t.kube.Ready():
+		case <-tm.C:
+		case <-ctx.Done():
+		}
+		tm.Stop()
+	}
 	polls := 0
 	for {
 		t.applyNotes()
+		if t.expandDue {
+			t.expand()
+		}
 		for d := range t.rescan {
 			t.scanDir(d)
 		}
@@ -147,13 +180,23 @@ func (t *tailer) run(ctx context.Context) {
 		case <-poll.C:
 			polls++
 			if t.note == nil || polls%rescanEvery == 0 {
-				for _, d := range t.dirs {
+				for d := range t.dirs {
 					t.rescan[d] = true
 				}
+				t.expandDue = t.expandDue || t.globs
+			}
+			for d := range t.unwatched {
+				t.rescan[d] = true
 			}
 			for _, tf := range t.files {
 				if tf.gone && tf.f != nil {
 					t.dirty[tf] = true
+				} else if tf.link && !tf.gone {
+					// Writes to a file behind a link are not seen in the
+					// link's directory.
+					if st, err := os.Stat(tf.path); err == nil && (st.Size() != tf.size || st.Size() != tf.pos) {
+						t.dirty[tf] = true
+					}
 				}
 			}
 		case <-posTick.C:
@@ -176,13 +219,27 @@ func (t *tailer) drainGone() {
 	defer cancel()
 	var rest []*tailFile
 	for _, tf := range t.files {
-		if !tf.gone || tf.f == nil {
-			continue
+		if tf.gone && tf.f != nil {
+			rest = append(rest, tf)
 		}
-		for tf.spill == "" && !t.stopping && t.readFile(ctx, tf) {
-		}
-		rest = append(rest, tf)
 	}
+	// A file that replaced a rotated one first, as it reads the rotated
+	// one's end in front of its own.
+	slices.SortFunc(rest, func(a, b *tailFile) int {
+		pa, pb := a.cl != nil && a.cl.pred != nil, b.cl != nil && b.cl.pred != nil
+		switch {
+		case pa && !pb:
+			return -1
+		case pb && !pa:
+			return 1
+		}
+		return cmpString(a.path, b.path)
+	})
+	for _, tf := range rest {
+		for tf.spill == "" && !t.stopping && t.files[tf.key] == tf && t.readFile(ctx, tf) {
+		}
+	}
+	rest = slices.DeleteFunc(rest, func(tf *tailFile) bool { return t.files[tf.key] != tf || tf.f == nil })
 	// What could not be sent is kept (a spill file being read keeps its
 	// rest in a new one, so what it sent is not sent again).
 	spillCtx, cancelSpill := context.WithTimeout(context.Background(), drainTimeout)
@@ -203,8 +260,8 @@ var closedTimeChan = func() <-chan time.Time {
 func (t *tailer) checkIdle() {
 	now := time.Now()
 	for key, tf := range t.files {
-		if tf.f == nil || tf.spill != "" || now.Sub(tf.lastGrowth) < t.s.idleTimeout {
-			continue
+		if tf.f == nil || tf.spill != "" || now.Sub(tf.lastGrowth) < t.s.idleTimeout || tf.cl.held() {
+			continue // (a rotated file whose last line may go on in the next is closed once that one read it)
 		}
 		st, err := tf.f.Stat()
 		if err == nil && st.Size() != tf.size {
@@ -212,7 +269,7 @@ func (t *tailer) checkIdle() {
 			t.dirty[tf] = true
 			continue
 		}
-		if err == nil && st.Size() > tf.pos && !tf.flush {
+		if err == nil && (st.Size() > tf.pos || tf.cl.pending()) && !tf.flush {
 			tf.flush = true
 			t.dirty[tf] = true
 			continue // closed at a later check, once the partial line is sent
@@ -224,8 +281,7 @@ func (t *tailer) checkIdle() {
 		tf.f, tf.flush = nil, false
 		t.log.Debug("taildir source closed an idle file", "file", tf.path, "pos", tf.pos)
 		if tf.gone {
-			delete(t.files, key)
-			t.posDirty = true
+			t.forget(key, tf)
 		}
 	}
 }
