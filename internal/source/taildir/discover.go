@@ -174,6 +174,9 @@ func (t *tailer) goneFile(key fileKey, tf *tailFile) {
 	if t.byPath[tf.path] == tf {
 		delete(t.byPath, tf.path)
 	}
+	if tf.cl != nil && tf.cl.succ == nil && tf.f != nil {
+		t.rotated[tf.path] = tf // the file that takes its name may continue its last line
+	}
 	if tf.f == nil {
 		t.forget(key, tf)
 		return
@@ -184,6 +187,9 @@ func (t *tailer) goneFile(key fileKey, tf *tailFile) {
 
 // forget drops tf and its position.
 func (t *tailer) forget(key fileKey, tf *tailFile) {
+	if t.rotated[tf.path] == tf {
+		delete(t.rotated, tf.path)
+	}
 	t.release(tf)
 	delete(t.files, key)
 	delete(t.dirty, tf)
@@ -224,10 +230,15 @@ func (t *tailer) scanDir(dir string) {
 			}
 			if tf == nil {
 				tf = t.newFile(key, dir, path, g, st.Size())
-				if old := t.byPath[path]; old != nil && old != tf && old.cl != nil && tf.cl != nil && old.cl.succ == nil {
+				old := t.byPath[path]
+				if old == nil {
+					old = t.rotated[path] // renamed away before this one came
+				}
+				if old != nil && old != tf && old.cl != nil && tf.cl != nil && old.cl.succ == nil {
 					// The file that had this name was rotated: its last line
 					// may go on here.
 					tf.cl.pred, old.cl.succ = old, tf
+					delete(t.rotated, path)
 				}
 				if lst, err := os.Lstat(path); err == nil && lst.Mode()&os.ModeSymlink != 0 {
 					tf.link = true
@@ -260,9 +271,17 @@ func (t *tailer) scanDir(dir string) {
 func (t *tailer) newFile(key fileKey, dir, path string, g *group, size int64) *tailFile {
 	tf := &tailFile{key: key, path: path, dir: dir, group: g, lastGrowth: time.Now(), size: -1, cl: newRecFile(g)}
 	if t.startup {
-		if p, ok := t.savedPos(key.ino, path); ok && t.sameFile(tf, p) {
+		if p, ok := t.savedPos(key.ino, path); ok && t.sameFile(tf, p) && t.sameBytes(tf, path, p.Pos) {
 			tf.pos = p.Pos
 			t.log.Info("taildir source continues a file from its saved position", "file", path, "inode", key.ino, "pos", p.Pos)
+		} else if ok && tf.sig.n > 0 {
+			// The saved file was deleted and its inode given to this one
+			// (a rotated file compressed while the source was stopped).
+			t.log.Info("taildir source reads a file from the start: its inode was reused", "file", path, "inode", key.ino)
+			tf.sig, tf.piece = sig{}, 0
+			if tf.cl != nil {
+				tf.cl.st = recState{}
+			}
 		} else if ok {
 			t.log.Info("taildir source reads a file from the start: its inode was reused on another device", "file", path, "inode", key.ino)
 		} else if t.s.skipToEnd {
@@ -270,7 +289,7 @@ func (t *tailer) newFile(key fileKey, dir, path string, g *group, size int64) *t
 		}
 	}
 	t.files[key] = tf
-	t.posDirty = true
+	t.posDirty, t.newFiles = true, true
 	return tf
 }
 
@@ -312,6 +331,21 @@ func (t *tailer) sameFile(tf *tailFile, p position) bool {
 		tf.cl.st = fp.recState()
 	}
 	return true
+}
+
+// sameBytes checks, when the saved position has a signature, that the
+// bytes before the position are still those: otherwise the file is not the
+// one the position was saved for.
+func (t *tailer) sameBytes(tf *tailFile, path string, pos int64) bool {
+	if tf.sig.n == 0 {
+		return true
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return true // readFile finds out
+	}
+	defer f.Close()
+	return tf.sig.matches(f, pos)
 }
 
 // recoverRotated runs once at start: a saved file that no longer matches
@@ -363,6 +397,12 @@ func (t *tailer) recoverRotated() {
 				continue
 			}
 			t.log.Info("taildir source reads the rest of a file rotated while it was stopped", "file", path, "was", p.File, "pos", p.Pos)
+			if y := t.byPath[p.File]; y != nil && y.pos == 0 && y.cl != nil && tf.cl != nil && y.cl.pred == nil && y.cl.st == (recState{}) {
+				// The file under its name now replaced it (while the source
+				// was stopped, or before a crash it took over nothing yet):
+				// its first records may continue the last line.
+				y.cl.pred, tf.cl.succ = tf, y
+			}
 			t.files[key] = tf
 			t.dirty[tf] = true
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/atomicfile"
 )
@@ -172,6 +173,7 @@ func (t *tailer) savePositions() {
 	if !t.posDirty {
 		return
 	}
+	t.newFiles, t.lastSave = false, time.Now()
 	entries := make([]position, 0, len(t.files))
 	fps := make([]fingerprint, 0, len(t.files))
 	for _, tf := range t.files {

@@ -20,6 +20,8 @@ const (
 	rescanEvery = 10
 	// drainTimeout bounds how long a stop spends reading rotated files.
 	drainTimeout = 5 * time.Second
+	// newFileSave is how soon the position file holds a new file.
+	newFileSave = 100 * time.Millisecond
 )
 
 // tailer follows the files of one source; only its goroutine touches it.
@@ -53,7 +55,14 @@ type tailer struct {
 	watched   map[string]bool
 	unwatched map[string]bool // directories that could not be watched: listed every poll
 	expandDue bool
-	globs     bool // some group's directory has wildcards
+	globs     bool
+	// rotated holds, by the name they had, the container log files
+	// renamed away whose successor (the file that takes the name) has
+	// not come yet.
+	rotated map[string]*tailFile
+	// newFiles: a file was found since the position file was written.
+	newFiles bool
+	lastSave time.Time // some group's directory has wildcards
 
 	kube *kubelet.Cache // with kubernetesMetadata = kubelet; owned by the goroutine of run
 }
@@ -65,6 +74,7 @@ func newTailer(s *Source, p flow.Processor, saved []position) *tailer {
 		saved: saved, fps: loadFingerprints(s.positionFile), dirty: map[*tailFile]bool{}, rescan: map[string]bool{},
 		avgLine: 128, dirs: map[string]bool{}, static: map[string]bool{}, globDirs: map[string]bool{},
 		parents: map[string]bool{}, watched: map[string]bool{}, unwatched: map[string]bool{},
+		rotated: map[string]*tailFile{},
 	}
 	t.puts = flow.PutStreak(t.log, "taildir source could not put a batch; retrying", "taildir source puts batches again")
 	for _, g := range s.groups {
@@ -160,6 +170,11 @@ func (t *tailer) run(ctx context.Context) {
 		}
 		clear(t.rescan)
 		busy := t.readDirty(ctx)
+		if t.newFiles && time.Since(t.lastSave) >= newFileSave {
+			// A new file's inode is in the position file soon, so that
+			// after a crash it is found again even if it was renamed.
+			t.savePositions()
+		}
 		if t.stopping {
 			// The agent closed the intake; Stop follows.
 			<-ctx.Done()
