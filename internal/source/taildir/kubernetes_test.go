@@ -617,3 +617,17 @@ func readString(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
 }
+
+// TestExampleKubernetesNode: the node agent configuration the Helm chart's
+// DaemonSet mode uses is valid, every key read (validate --strict).
+func TestExampleKubernetesNode(t *testing.T) {
+	out, err := exec.Command(testutil.AgentBinary(t), "validate", "--strict", "-f", "../../../examples/kubernetes-node.properties", "-n", "node").CombinedOutput()
+	if err != nil {
+		if strings.Count(strings.TrimSpace(string(out)), "\n") == 0 && strings.Contains(string(out), `unknown interceptor type "transform"`) {
+			// The transform interceptor is not in this tree yet; the only
+			// problem found is that (validate reports every problem).
+			t.Skipf("validate: %s", out)
+		}
+		t.Fatalf("validate: %v\n%s", err, out)
+	}
+}
