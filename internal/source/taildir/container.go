@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -248,7 +249,7 @@ func (t *tailer) takeOver(ctx context.Context, tf *tailFile) bool {
 	cl.carry, cl.from = b[:k+1], x
 	x.cl.carriedBy = tf
 	t.log.Debug("taildir source continues a rotated file's last line in the file that replaced it",
-		"file", tf.path, "rotated", x.path, "bytes", k+1)
+		"file", tf.path, "inode", tf.key.ino, "rotated", x.key.ino, "pos", x.pos, "bytes", k+1)
 	return true
 }
 
@@ -426,4 +427,12 @@ func (t *tailer) countRecords(tf *tailFile, lines []recLine, pl int, xStart, ySt
 			t.s.joinedLines.Add(1)
 		}
 	}
+}
+
+// sentState describes a file's record state for a log line.
+func (tf *tailFile) sentState() string {
+	if tf.cl == nil {
+		return ""
+	}
+	return fmt.Sprintf("pieces %v, events %d, flush %v", tf.cl.st.pieces, tf.cl.st.sent, tf.cl.st.flush)
 }

@@ -174,6 +174,9 @@ func (t *tailer) goneFile(key fileKey, tf *tailFile) {
 	if t.byPath[tf.path] == tf {
 		delete(t.byPath, tf.path)
 	}
+	if tf.f == nil && (tf.size < 0 || tf.size > tf.pos) {
+		t.reopen(tf) // renamed away with lines not read yet: read them
+	}
 	if tf.cl != nil && tf.cl.succ == nil && tf.f != nil {
 		t.rotated[tf.path] = tf // the file that takes its name may continue its last line
 	}
@@ -181,7 +184,7 @@ func (t *tailer) goneFile(key fileKey, tf *tailFile) {
 		t.forget(key, tf)
 		return
 	}
-	t.log.Debug("taildir source reads a file that no longer matches to its end", "file", tf.path)
+	t.log.Debug("taildir source reads a file that no longer matches to its end", "file", tf.path, "inode", tf.key.ino, "pos", tf.pos)
 	t.dirty[tf] = true
 }
 
@@ -273,7 +276,7 @@ func (t *tailer) newFile(key fileKey, dir, path string, g *group, size int64) *t
 	if t.startup {
 		if p, ok := t.savedPos(key.ino, path); ok && t.sameFile(tf, p) && t.sameBytes(tf, path, p.Pos) {
 			tf.pos = p.Pos
-			t.log.Info("taildir source continues a file from its saved position", "file", path, "inode", key.ino, "pos", p.Pos)
+			t.log.Info("taildir source continues a file from its saved position", "file", path, "inode", key.ino, "pos", p.Pos, "sent", tf.sentState())
 		} else if ok && tf.sig.n > 0 {
 			// The saved file was deleted and its inode given to this one
 			// (a rotated file compressed while the source was stopped).
@@ -288,6 +291,9 @@ func (t *tailer) newFile(key fileKey, dir, path string, g *group, size int64) *t
 			tf.pos = size
 		}
 	}
+	// Opened at once: a file renamed before its first read is still read
+	// through this descriptor (a rotation soon after a restart).
+	tf.f = openKey(path, key)
 	t.files[key] = tf
 	t.posDirty, t.newFiles = true, true
 	return tf

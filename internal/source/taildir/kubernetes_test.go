@@ -37,13 +37,15 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 // write interval holds.
 //
 // What no tailer can survive is left out, as the kubelet's pace makes it
-// so: while the agent is down, deleting a pod's directory (its unread
-// lines go with it), rotating a file created since the agent went down
-// (it was never known), more than one rotation per container (the kubelet
+// so. While the agent is down: deleting a pod's directory (its unread
+// lines go with it), rotating a file created since the agent went down (it
+// was never known), more than one rotation per container (the kubelet
 // compresses a rotated file at the next rotation, at least 10 s later),
 // and after a SIGKILL any rotation (a SIGTERM keeps the unread end of a
-// rotated file in a spill file, so one rotation goes on then); and
-// renaming a file younger than minLogAge.
+// rotated file in a spill file, so one rotation goes on then). At any
+// time: renaming a file younger than minAge, and deleting a pod's
+// directory less than a second after its last line (the kubelet waits for
+// the pod's grace period).
 //
 //	SLUICE_LONG=1 go test -run TestKubernetesNode -v ./internal/source/taildir/
 //
@@ -57,9 +59,9 @@ func TestKubernetesNode(t *testing.T) {
 	for _, kill := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(kill.String(), func(t *testing.T) {
 			t.Parallel()
-			sc := nodeScenario{pods: 200, concurrent: 25, life: 800 * time.Millisecond, restarts: 2, every: 3 * time.Second}
+			sc := nodeScenario{pods: 200, concurrent: 25, minAge: 400 * time.Millisecond, life: 800 * time.Millisecond, restarts: 2, every: 3 * time.Second}
 			if long {
-				sc = nodeScenario{pods: 1000, concurrent: 50, life: 2 * time.Second, restarts: 8, every: 5 * time.Second}
+				sc = nodeScenario{pods: 1000, concurrent: 50, minAge: 1500 * time.Millisecond, life: 3 * time.Second, restarts: 8, every: 5 * time.Second}
 			}
 			runNode(t, bin, kill, sc)
 		})
@@ -68,6 +70,7 @@ func TestKubernetesNode(t *testing.T) {
 
 type nodeScenario struct {
 	pods, concurrent int
+	minAge           time.Duration // of a file the kubelet rotates
 	life             time.Duration // of a pod, on average
 	restarts         int           // of the agent
 	every            time.Duration // between them
@@ -109,6 +112,7 @@ a1.sinks.k1.sink.batchSize = 500
 `, pods, state, chans, chans, out))
 
 	n := newNode(t, pods, kill == syscall.SIGTERM)
+	n.minAge = sc.minAge
 	logs := &procLog{}
 	a := startBinary(t, bin, conf, logs)
 	n.agentUp.Store(true)
@@ -118,6 +122,7 @@ a1.sinks.k1.sink.batchSize = 500
 	var dupBound int
 	for i := range sc.restarts {
 		time.Sleep(sc.every)
+		n.down.Lock() // no pod directory is deleted until the agent runs again
 		n.agentUp.Store(false)
 		rate := float64(n.lines()) / time.Since(t0).Seconds()
 		a.signal(kill)
@@ -131,6 +136,7 @@ a1.sinks.k1.sink.batchSize = 500
 		fmt.Fprintf(logs, "--- %v\n", kill)
 		a = startBinary(t, bin, conf, logs)
 		n.agentUp.Store(true)
+		n.down.Unlock()
 	}
 	n.wait()
 	written := n.lines()
@@ -183,7 +189,9 @@ type node struct {
 	t           *testing.T
 	dir         string
 	rotateWhile bool // rotate (and compress) while the agent is down
+	minAge      time.Duration
 	agentUp     atomic.Bool
+	down        sync.RWMutex // held while the agent is restarted
 
 	started, rotations, splits, crossRotation, containerRestarts atomic.Int64
 
@@ -263,14 +271,11 @@ type pod struct {
 }
 
 // maxLogSize is the kubelet's containerLogMaxSize here: small, so that
-// files rotate often. minLogAge is the least age of a file the kubelet
-// rotates (it looks every 10 s): a file renamed away before the agent
-// wrote its position (within 100 ms of finding it) cannot be found after a
-// crash.
-const (
-	maxLogSize = 16 << 10
-	minLogAge  = 400 * time.Millisecond
-)
+// files rotate often. nodeScenario.minAge is the least age of a file the
+// kubelet rotates (it looks every 10 s): a file renamed away before the
+// agent found it and wrote its position (within 100 ms of finding it)
+// cannot be found after a crash, and a loaded machine delays the finding.
+const maxLogSize = 16 << 10
 
 func (n *node) runPod(id int, life time.Duration) {
 	p := &pod{n: n, id: id, dir: filepath.Join(n.dir, fmt.Sprintf("shop_web-%d_uid-%d", id, id), "app"), r: rand.New(rand.NewPCG(uint64(id), 7))}
@@ -325,16 +330,20 @@ func (n *node) runPod(id int, life time.Duration) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	p.f.Close()
-	// The pod is deleted; the kubelet removes its logs (not while the
-	// agent is down: see TestKubernetesNode).
-	time.Sleep(200 * time.Millisecond)
-	for !n.agentUp.Load() {
-		time.Sleep(50 * time.Millisecond)
-	}
-	p.note("pod deleted")
-	if err := os.RemoveAll(filepath.Dir(p.dir)); err != nil {
-		n.t.Error(err)
-	}
+	// The pod is deleted a second later (the kubelet removes a deleted
+	// pod's logs after its grace period; not while the agent is down: see
+	// TestKubernetesNode).
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		time.Sleep(time.Second)
+		n.down.RLock()
+		defer n.down.RUnlock()
+		p.note("pod deleted")
+		if err := os.RemoveAll(filepath.Dir(p.dir)); err != nil {
+			n.t.Error(err)
+		}
+	}()
 }
 
 func (p *pod) note(what string) {
@@ -385,7 +394,7 @@ func (p *pod) maybeRotate() {
 // kubelet compresses a rotated file at the next rotation, at least 10 s
 // later, longer than the agent takes to start again.
 func (p *pod) mayRotate() bool {
-	if time.Since(p.opened) < minLogAge {
+	if time.Since(p.opened) < p.n.minAge {
 		return false
 	}
 	if p.n.agentUp.Load() {

@@ -156,19 +156,45 @@ func (t *tailer) split(tf *tailFile, chunks []chunk) {
 // reopen opens a closed file by its name again, if the name still holds
 // the same file.
 func (t *tailer) reopen(tf *tailFile) bool {
-	f, err := os.Open(tf.path)
+	if f := openKey(tf.path, tf.key); f != nil {
+		tf.f = f
+		return true
+	}
+	t.rescan[tf.dir] = true
+	// Renamed while closed (a rotation right after the file went idle):
+	// it is still in its directory under another name.
+	ents, err := os.ReadDir(tf.dir)
 	if err != nil {
-		t.rescan[tf.dir] = true
 		return false
+	}
+	for _, ent := range ents {
+		if !ent.Type().IsRegular() {
+			continue
+		}
+		if info, err := ent.Info(); err != nil || keyOf(info) != tf.key {
+			continue
+		}
+		if f := openKey(filepath.Join(tf.dir, ent.Name()), tf.key); f != nil {
+			t.log.Debug("taildir source found a file renamed while it was closed", "file", tf.path, "now", ent.Name())
+			tf.f = f
+			return true
+		}
+	}
+	return false
+}
+
+// openKey opens path if it still holds the file key.
+func openKey(path string, key fileKey) *os.File {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
 	}
 	st, err := f.Stat()
-	if err != nil || keyOf(st) != tf.key {
+	if err != nil || keyOf(st) != key {
 		f.Close()
-		t.rescan[tf.dir] = true
-		return false
+		return nil
 	}
-	tf.f = f
-	return true
+	return f
 }
 
 // restart reads tf again from 0: it was truncated (copytruncate) or replaced

@@ -180,7 +180,7 @@ func (t *tailer) run(ctx context.Context) {
 			<-ctx.Done()
 		}
 		if ctx.Err() != nil {
-			t.drainGone()
+			t.stop()
 			return
 		}
 		var wait <-chan time.Time
@@ -189,7 +189,7 @@ func (t *tailer) run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			t.drainGone()
+			t.stop()
 			return
 		case <-kick:
 		case <-poll.C:
@@ -221,6 +221,20 @@ func (t *tailer) run(ctx context.Context) {
 		case <-wait:
 		}
 	}
+}
+
+// stop runs when the source stops: the files that came since the last
+// look are found (not read), so that their inodes are in the position file
+// and a file renamed while the source is stopped is found again by inode;
+// then drainGone.
+func (t *tailer) stop() {
+	t.applyNotes()
+	t.expand()
+	for d := range t.dirs {
+		t.scanDir(d)
+	}
+	clear(t.rescan)
+	t.drainGone()
 }
 
 // drainGone runs at stop: files that no longer match (rotated away,
@@ -294,7 +308,7 @@ func (t *tailer) checkIdle() {
 		}
 		tf.f.Close()
 		tf.f, tf.flush = nil, false
-		t.log.Debug("taildir source closed an idle file", "file", tf.path, "pos", tf.pos)
+		t.log.Debug("taildir source closed an idle file", "file", tf.path, "inode", tf.key.ino, "pos", tf.pos, "size", tf.size, "gone", tf.gone)
 		if tf.gone {
 			t.forget(key, tf)
 		}
