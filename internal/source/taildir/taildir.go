@@ -36,7 +36,14 @@
 // logged (throttled), so one line never holds more than the limit in memory.
 // Directories are watched with inotify (fsnotify), so an idle file costs
 // nothing; a rescan every few seconds, and polling when watching is not
-// possible, catch what notifications miss.
+// possible, catch what notifications miss. A group's directory may hold
+// wildcards (/var/log/pods/*/*): directories are then found as they come
+// and go (discover.go).
+//
+// Container logs (format = cri, docker, auto) are read as records, the
+// pieces of a line joined per stream, also across a rotation (records.go,
+// container.go), with the pod's metadata from the path and the kubelet
+// (k8s.go).
 package taildir
 
 import (
