@@ -37,6 +37,10 @@ func newNotifier(name string, log *slog.Logger) (*notifier, error) {
 
 func (n *notifier) add(dir string) error { return n.w.Add(dir) }
 
+// remove stops watching dir; a directory deleted is no longer watched
+// anyway, so errors do not matter.
+func (n *notifier) remove(dir string) { _ = n.w.Remove(dir) }
+
 func (n *notifier) run() {
 	defer close(n.done)
 	for {

@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/atomicfile"
 )
 
 // position is one entry of the position file: Flume's
@@ -38,6 +42,28 @@ type fingerprint struct {
 	// Piece is how many pieces of the line at Pos were sent, when that
 	// line is longer than maxLineLength (0 at a line's start).
 	Piece int `json:"piece,omitempty"`
+	// Of a file of container log records (recState): the pieces sent of
+	// each stream's line in progress, how many events cut from Pos were
+	// sent, and whether its last lines are being sent as they are.
+	Pieces []int `json:"pieces,omitempty"`
+	Sent   int   `json:"sent,omitempty"`
+	Flush  bool  `json:"flush,omitempty"`
+}
+
+// recState returns the record state the fingerprint keeps.
+func (f fingerprint) recState() recState {
+	var st recState
+	copy(st.pieces[:], f.Pieces)
+	st.sent, st.flush = f.Sent, f.Flush
+	return st
+}
+
+// keepRecState sets the record state of st in the fingerprint.
+func (f *fingerprint) keepRecState(st recState) {
+	if st.pieces != [len(st.pieces)]int{} {
+		f.Pieces = st.pieces[:]
+	}
+	f.Sent, f.Flush = st.sent, st.flush
 }
 
 func sidecar(positionFile string) string { return positionFile + ".sluice" }
@@ -55,7 +81,7 @@ func loadFingerprints(positionFile string) map[position]fingerprint {
 	}
 	out := make(map[position]fingerprint, len(fps))
 	for _, f := range fps {
-		if f.SigLen >= 0 && f.SigLen <= sigLen && f.Piece >= 0 {
+		if f.SigLen >= 0 && f.SigLen <= sigLen && f.Piece >= 0 && f.Sent >= 0 && len(f.Pieces) <= 2 && !slices.ContainsFunc(f.Pieces, func(n int) bool { return n < 0 }) {
 			out[position{Inode: f.Inode, Pos: f.Pos, File: f.File}] = f
 		}
 	}
@@ -140,4 +166,45 @@ func encodePositions(entries []position) []byte {
 	}
 	b, _ := json.Marshal(entries) // cannot fail: plain structs
 	return b
+}
+
+// savePositions writes the position file if a position changed.
+func (t *tailer) savePositions() {
+	if !t.posDirty {
+		return
+	}
+	t.newFiles, t.lastSave = false, time.Now()
+	entries := make([]position, 0, len(t.files))
+	fps := make([]fingerprint, 0, len(t.files))
+	for _, tf := range t.files {
+		if tf.spill != "" {
+			continue // not a file of the groups: the spill file itself says what is left
+		}
+		entries = append(entries, position{Inode: tf.key.ino, Pos: tf.pos, File: tf.path})
+		fp := fingerprint{Dev: tf.key.dev, Inode: tf.key.ino, Pos: tf.pos, File: tf.path, SigLen: tf.sig.n, SigSum: tf.sig.sum, Piece: tf.piece}
+		if tf.cl != nil {
+			fp.keepRecState(tf.cl.st)
+		}
+		fps = append(fps, fp)
+	}
+	slices.SortFunc(entries, func(a, b position) int { return cmpString(a.File, b.File) })
+	slices.SortFunc(fps, func(a, b fingerprint) int { return cmpString(a.File, b.File) })
+	data := encodePositions(entries)
+	t.posDirty = false
+	if bytes.Equal(data, t.lastSaved) {
+		return
+	}
+	// The side file first: if only it is written, its entries no longer
+	// match the old positions and are ignored.
+	fpData, _ := json.Marshal(fps)
+	err := atomicfile.WriteFile(sidecar(t.s.positionFile), fpData, 0o600)
+	if err == nil {
+		err = atomicfile.WriteFile(t.s.positionFile, data, 0o600)
+	}
+	if err != nil {
+		t.posDirty = true
+		t.log.Error("taildir source cannot write its position file", "file", t.s.positionFile, "err", err)
+		return
+	}
+	t.lastSaved = data
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/atomicfile"
+	"github.com/sluicehq/sluice/internal/containerlog"
 )
 
 // Spill files keep the unread lines of files rotated away (or deleted)
@@ -31,6 +32,15 @@ type spillHeader struct {
 	File  string `json:"file"`            // the original file's last path
 	Pos   int64  `json:"pos"`             // its offset of the first byte after this line
 	Piece int    `json:"piece,omitempty"` // pieces already sent of the line at Pos
+	// Of a file of container log records: its format, the record state
+	// at Pos (as the position file's side file keeps it), and the inode of
+	// the file that replaced it under its name, whose first records may
+	// continue its last line (recFile).
+	Format string `json:"format,omitempty"`
+	Pieces []int  `json:"pieces,omitempty"`
+	Sent   int    `json:"sent,omitempty"`
+	Flush  bool   `json:"flush,omitempty"`
+	Next   uint64 `json:"next,omitempty"`
 }
 
 // maxSpillHeader bounds the header line a spill file may start with.
@@ -48,7 +58,19 @@ func (t *tailer) spillRest(ctx context.Context, tf *tailFile) {
 		return
 	}
 	end := st.Size()
-	hdr, _ := json.Marshal(spillHeader{File: tf.path, Pos: tf.base + tf.pos, Piece: tf.piece})
+	h := spillHeader{File: tf.path, Pos: tf.base + tf.pos, Piece: tf.piece}
+	if cl := tf.cl; cl != nil {
+		if cl.format != containerlog.Unknown {
+			h.Format = cl.format.String()
+		}
+		var fp fingerprint
+		fp.keepRecState(cl.st)
+		h.Pieces, h.Sent, h.Flush = fp.Pieces, fp.Sent, fp.Flush
+		if cl.succ != nil {
+			h.Next = cl.succ.key.ino
+		}
+	}
+	hdr, _ := json.Marshal(h)
 	dir := filepath.Dir(t.s.positionFile)
 	name := filepath.Join(dir, spillPrefix(t.s.positionFile)+strconv.FormatInt(time.Now().UnixNano(), 36)+"-"+strconv.FormatUint(tf.key.ino, 36))
 	n, err := writeSpill(ctx, name, hdr, io.NewSectionReader(tf.f, tf.pos, end-tf.pos))
@@ -61,6 +83,11 @@ func (t *tailer) spillRest(ctx context.Context, tf *tailFile) {
 		"file", tf.path, "pos", tf.base+tf.pos, "bytes", n, "copy", name)
 	tf.pos += n
 	tf.sig, tf.tail, tf.piece = sig{}, tf.tail[:0], 0
+	if tf.cl != nil {
+		// Its rest is the spill file's now, line in progress and successor too.
+		tf.cl.st = recState{}
+		t.release(tf)
+	}
 	t.posDirty = true
 	if tf.spill != "" {
 		t.dropSpill(tf)
@@ -125,6 +152,10 @@ func (t *tailer) loadSpills() {
 			"file", tf.path, "pos", tf.base+tf.pos, "copy", path)
 		t.files[tf.key] = tf
 		t.dirty[tf] = true
+		// The file that replaced it may continue its last line.
+		if y := t.byPath[tf.path]; tf.cl != nil && tf.next != 0 && y != nil && y.key.ino == tf.next && y.cl != nil && y.pos == 0 && y.cl.pred == nil {
+			y.cl.pred, tf.cl.succ = tf, y
+		}
 	}
 }
 
@@ -138,7 +169,7 @@ func (t *tailer) openSpill(path string) (*tailFile, error) {
 	if err == nil {
 		err = json.Unmarshal(line, &h)
 	}
-	if err == nil && (h.File == "" || h.Pos < 0 || h.Piece < 0) {
+	if err == nil && (h.File == "" || h.Pos < 0 || h.Piece < 0 || h.Sent < 0 || len(h.Pieces) > 2) {
 		err = errors.New("the header names no file")
 	}
 	var st os.FileInfo
@@ -151,9 +182,18 @@ func (t *tailer) openSpill(path string) (*tailFile, error) {
 	}
 	start := int64(len(line))
 	dir := filepath.Dir(h.File)
-	return &tailFile{key: keyOf(st), path: h.File, dir: dir, group: t.groupOf(dir, filepath.Base(h.File)), f: f,
+	tf := &tailFile{key: keyOf(st), path: h.File, dir: dir, group: t.groupOf(dir, filepath.Base(h.File)), f: f,
 		pos: start, base: h.Pos - start, piece: h.Piece, size: -1, lastGrowth: time.Now(), gone: true, flush: true,
-		spill: path}, nil
+		spill: path, next: h.Next}
+	if tf.cl = newRecFile(tf.group); tf.cl != nil || h.Format != "" {
+		if tf.cl == nil {
+			tf.cl = &recFile{}
+		}
+		tf.cl.format = parseFormat(h.Format)
+		tf.cl.detectAt = start
+		tf.cl.st = fingerprint{Pieces: h.Pieces, Sent: h.Sent, Flush: h.Flush}.recState()
+	}
+	return tf, nil
 }
 
 // finishSpill deletes a spill file once everything in it was sent.

@@ -36,7 +36,14 @@
 // logged (throttled), so one line never holds more than the limit in memory.
 // Directories are watched with inotify (fsnotify), so an idle file costs
 // nothing; a rescan every few seconds, and polling when watching is not
-// possible, catch what notifications miss.
+// possible, catch what notifications miss. A group's directory may hold
+// wildcards (/var/log/pods/*/*): directories are then found as they come
+// and go (discover.go).
+//
+// Container logs (format = cri, docker, auto) are read as records, the
+// pieces of a line joined per stream, also across a rotation (records.go,
+// container.go), with the pod's metadata from the path and the kubelet
+// (k8s.go).
 package taildir
 
 import (
@@ -52,6 +59,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/kubelet"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -59,13 +67,28 @@ import (
 // one event holds.
 const DefaultMaxLineLength = 8 << 20
 
-// group is one file group: a directory and a pattern for the file names in it.
+// group is one file group: a directory and a pattern for the file names in
+// it. The directory may hold shell wildcards (/var/log/pods/*/*): then the
+// group's files are in every directory that matches, found as they come
+// and go.
 type group struct {
 	name    string
-	dir     string
+	dir     string // the directory, or the wildcard pattern of directories
+	glob    bool   // dir holds wildcards
+	root    string // the longest leading part of dir without wildcards
 	pattern string
 	re      *regexp.Regexp
 	headers map[string]string
+	format  string // line, cri, docker or auto
+}
+
+// hasDir reports whether the group's files may be in directory dir.
+func (g *group) hasDir(dir string) bool {
+	if !g.glob {
+		return g.dir == dir
+	}
+	ok, _ := filepath.Match(g.dir, dir)
+	return ok
 }
 
 // Source is the taildir source. Build it with New.
@@ -88,6 +111,11 @@ type Source struct {
 	maxLineLength    int
 	counters         *metrics.SourceCounters
 	splitLines       *atomic.Int64 // SplitLineCount: lines sent in pieces
+	joinedLines      *atomic.Int64 // JoinedLineCount: lines joined from several records
+	badRecords       *atomic.Int64 // BadRecordCount: lines of a cri or docker file that are not its records
+	kubeMiss         *atomic.Int64 // KubeletMissCount: events without the kubelet's metadata
+	kubeMeta         string        // none, path or kubelet
+	kubeConf         kubelet.Config
 
 	worker flow.Worker // the reading goroutine
 }
@@ -101,8 +129,10 @@ type Source struct {
 // backoffSleepIncrement (1000 ms), maxBackoffSleep (5000 ms) and
 // cachePatternMatching (accepted; the directory watch does its job), plus
 // sluice's pollInterval (1000 ms: how often files are polled when they
-// cannot be watched), watchFiles (true: use inotify) and maxLineLength
-// (8 MiB: a longer line is sent in pieces of at most that many bytes).
+// cannot be watched), watchFiles (true: use inotify), maxLineLength
+// (8 MiB: a longer line is sent in pieces of at most that many bytes),
+// format and format.<g> (line: how container runtimes write logs, see
+// records.go and k8s.go) and kubernetesMetadata with its keys.
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env}
 	names := p.Fields("filegroups")
@@ -149,6 +179,28 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 		g.headers[hk] = v
 	}
 
+	format := p.Enum("format", "line", formats...)
+	for _, k := range p.Keys("format.") {
+		gname := strings.TrimPrefix(k, "format.")
+		g := byName[gname]
+		if g == nil {
+			if gname != "" && !strings.Contains(gname, ".") && len(names) > 0 {
+				p.Errorf(k, "file group %q is not listed in filegroups", gname)
+			} else if gname == "" || strings.Contains(gname, ".") {
+				p.Errorf(k, "a file group's format is set as format.<filegroup> = %s", strings.Join(formats, " | "))
+			}
+			continue
+		}
+		g.format = p.Enum(k, format, formats...)
+	}
+	for _, g := range s.groups {
+		if g.format == "" {
+			g.format = format
+		}
+	}
+	s.kubeMeta = p.Enum("kubernetesMetadata", "none", "none", "path", "kubelet")
+	s.kubeConf = kubeletConfig(p, s.kubeMeta == "kubelet")
+
 	def := "~/.flume/taildir_position.json"
 	if home, err := os.UserHomeDir(); err == nil {
 		def = filepath.Join(home, ".flume", "taildir_position.json")
@@ -180,12 +232,31 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.splitLines = s.counters.Counter("SplitLineCount")
+	if s.containerFormats() {
+		s.joinedLines = s.counters.Counter("JoinedLineCount")
+		s.badRecords = s.counters.Counter("BadRecordCount")
+	} else {
+		s.joinedLines, s.badRecords = new(atomic.Int64), new(atomic.Int64)
+	}
+	s.kubeMiss = new(atomic.Int64)
+	if s.kubeMeta == "kubelet" {
+		s.kubeMiss = s.counters.Counter("KubeletMissCount")
+		s.kubeConf.Requests = s.counters.Counter("KubeletRequestCount")
+		s.kubeConf.Failures = s.counters.Counter("KubeletRequestFail")
+		s.kubeConf.Name = "taildir source " + env.Name
+		s.kubeConf.Log = env.Log().With("source", env.Name)
+		if _, err := kubelet.New(s.kubeConf); err != nil {
+			p.Errorf("kubernetesMetadata.kubeletURL", "%v", err)
+		}
+	}
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }
 
 // parseGroup splits "/abs/dir/name-regex" into a directory and a pattern
-// that must match a whole file name, as Flume's matcher does.
+// that must match a whole file name, as Flume's matcher does. The
+// directory may hold shell wildcards (*, ?, [...]; matched with
+// filepath.Match, one path element each), which Flume does not have.
 func parseGroup(name, v string) (*group, error) {
 	if !filepath.IsAbs(v) {
 		return nil, fmt.Errorf("%q is not an absolute path; use /directory/file-name-regex", v)
@@ -199,7 +270,33 @@ func parseGroup(name, v string) (*group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("file name pattern %q is not a valid regular expression: %v", pat, err)
 	}
-	return &group{name: name, dir: dir, pattern: pat, re: re}, nil
+	g := &group{name: name, dir: dir, root: dir, pattern: pat, re: re}
+	if strings.ContainsAny(dir, "*?[\\") {
+		if _, err := filepath.Match(dir, dir); err != nil {
+			return nil, fmt.Errorf("directory pattern %q is not a valid wildcard pattern: %v", dir, err)
+		}
+		g.glob = true
+		parts := strings.Split(dir, "/")
+		k := 0
+		for k < len(parts) && !strings.ContainsAny(parts[k], "*?[\\") {
+			k++
+		}
+		g.root = filepath.Clean("/" + strings.Join(parts[:k], "/"))
+	}
+	return g, nil
+}
+
+// formats are the values of format.
+var formats = []string{"line", "cri", "docker", "auto"}
+
+// containerFormats reports whether a file group reads container logs.
+func (s *Source) containerFormats() bool {
+	for _, g := range s.groups {
+		if g.format != "line" {
+			return true
+		}
+	}
+	return false
 }
 
 // millis reads a duration in milliseconds of at least lo.
@@ -224,12 +321,12 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 		return fmt.Errorf("taildir %s: already started", s.env.Name)
 	}
 	for _, g := range s.groups {
-		st, err := os.Stat(g.dir)
+		st, err := os.Stat(g.root)
 		if err != nil {
 			return fmt.Errorf("taildir %s: file group %s: %w", s.env.Name, g.name, err)
 		}
 		if !st.IsDir() {
-			return fmt.Errorf("taildir %s: file group %s: %s is not a directory", s.env.Name, g.name, g.dir)
+			return fmt.Errorf("taildir %s: file group %s: %s is not a directory", s.env.Name, g.name, g.root)
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(s.positionFile), 0o755); err != nil {
@@ -243,13 +340,28 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 			"source", s.env.Name, "file", s.positionFile, "err", err)
 	}
 	t := newTailer(s, p, saved)
+	if s.kubeMeta == "kubelet" {
+		// The tailer's goroutine owns the kubelet cache's and stops it.
+		kc, err := kubelet.New(s.kubeConf)
+		if err != nil {
+			return fmt.Errorf("taildir %s: %w", s.env.Name, err)
+		}
+		t.kube = kc
+		kc.Start()
+	}
 	if err := t.open(); err != nil {
 		t.close()
+		if t.kube != nil {
+			t.kube.Stop()
+		}
 		return fmt.Errorf("taildir %s: %w", s.env.Name, err)
 	}
 	s.counters.Started()
 	s.worker.Go("taildir source "+s.env.Name, func(ctx context.Context) {
 		t.run(ctx)
+		if t.kube != nil {
+			t.kube.Stop()
+		}
 		t.throttle.Flush()
 		t.puts.Stop()
 	})

@@ -964,3 +964,39 @@ func TestRotatedTailKeptAcrossStop(t *testing.T) {
 	fx.start()
 	fx.expect() // nothing again after another restart
 }
+
+// TestFileFoundAtStop: a file that came while the source could not look
+// (the intake closed, a stop pending) is found at the stop and its inode
+// kept, so that renamed away while the agent is down (a rotation) it is
+// still read after the restart.
+func TestFileFoundAtStop(t *testing.T) {
+	fx := newFixture(t, map[string]string{"filegroups.g1": ""})
+	fx.props["filegroups.g1"] = fx.dir + `/app\.log`
+	fx.append("app.log", "a\n")
+	gate := &gatedProcessor{inner: fx.pl.Processor}
+	fx.startWith(gate)
+	fx.expect("a")
+	gate.closed.Store(true)
+	fx.append("app.log", "b\n")
+	if !sourcetest.Eventually(func() bool { return gate.refused.Load() > 0 }, 5*time.Second) {
+		t.Fatal("no put was refused")
+	}
+	// Rotated while the source waits for its stop: a new app.log the
+	// source has not looked at, then renamed away while it is down.
+	if err := os.Rename(fx.path("app.log"), fx.path("app.log.1")); err != nil {
+		t.Fatal(err)
+	}
+	fx.append("app.log", "c\n")
+	fx.stop()
+	if err := os.Rename(fx.path("app.log"), fx.path("app.log.2")); err != nil {
+		t.Fatal(err)
+	}
+	fx.append("app.log", "d\n")
+	fx.start()
+	got := sourcetest.Bodies(fx.pl.Drain(t, 3, 5*time.Second))
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"b", "c", "d"}) {
+		t.Fatalf("got %q, want b (kept at the stop), c (the file found at the stop) and d", got)
+	}
+	fx.expect()
+}

@@ -1,0 +1,73 @@
+package containerlog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+)
+
+// maxHeader bounds the part of a CRI record before its text: a time of at
+// most 35 bytes, a stream and a tag, with room for tags to come.
+const maxHeader = 128
+
+// ParseCRI parses one record of the CRI logging format (without its
+// newline):
+//
+//	2016-10-06T00:17:09.669794202Z stdout P log content 1
+//
+// that is the time in RFC 3339 with up to nine fractional digits and an
+// offset, the stream, the tags separated by ':' of which the first is P
+// (partial: the line goes on in the next record of the stream) or F (full:
+// the line ends here), and the text after one space. The kubelet's parser
+// takes only the first tag into account and so does this one, so that tags
+// added later do not break reading. The text is the container's bytes as
+// they were (containerd has already taken "\n" or "\r\n" off the line's
+// end; a '\r' left is the container's). Text is a slice of line.
+func ParseCRI(line []byte) (Record, error) {
+	var r Record
+	head := line[:min(len(line), maxHeader)]
+	i := bytes.IndexByte(head, ' ')
+	if i < 0 {
+		return r, errors.New("no time: a CRI record starts with an RFC 3339 time and a space")
+	}
+	ns, err := ParseTime(line[:i])
+	if err != nil {
+		return r, err
+	}
+	r.Time, r.Nanos = line[:i], ns
+	rest := line[i+1:]
+	j := bytes.IndexByte(rest[:min(len(rest), maxHeader)], ' ')
+	if j < 0 {
+		return r, errors.New("no stream after the time")
+	}
+	s, ok := parseStream(rest[:j])
+	if !ok {
+		return r, fmt.Errorf("stream %q is neither stdout nor stderr", trim(rest[:j]))
+	}
+	r.Stream = s
+	rest = rest[j+1:]
+	k := bytes.IndexByte(rest[:min(len(rest), maxHeader)], ' ')
+	tags := rest
+	if k >= 0 {
+		tags, rest = rest[:k], rest[k+1:]
+	} else if len(rest) <= maxHeader {
+		rest = nil // "time stream F" with no text and no space: an empty line
+	} else {
+		return r, errors.New("no tag (P or F) after the stream")
+	}
+	if t, _, _ := bytes.Cut(tags, []byte(":")); len(t) == 1 && t[0] == 'P' {
+		r.Partial = true
+	} else if len(t) != 1 || t[0] != 'F' {
+		return r, fmt.Errorf("tag %q is neither P nor F", trim(tags))
+	}
+	r.Text = rest
+	return r, nil
+}
+
+// trim shortens b for an error message.
+func trim(b []byte) []byte {
+	if len(b) > 32 {
+		return b[:32]
+	}
+	return b
+}

@@ -1,0 +1,232 @@
+package containerlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// dockerRecord is a line of dockerd's json-file log driver. dockerd leaves
+// "log" out when it is empty and may add "attrs" (the --log-opt labels and
+// env), which sluice does not read.
+type dockerRecord struct {
+	Log    *string `json:"log"`
+	Stream string  `json:"stream"`
+	Time   string  `json:"time"`
+}
+
+// ParseDocker parses one line of Docker's json-file format (without its
+// newline):
+//
+//	{"log":"log content 1\n","stream":"stdout","time":"2019-01-01T11:11:11.111111111Z"}
+//
+// dockerd ends "log" with the container's newline; a record whose "log"
+// does not end with one is a piece of a line longer than 16 KiB (or the
+// last output of a container that did not end it): Partial. Text is "log"
+// without that newline (and a '\r' before it), newly allocated; Time is a
+// slice of line when it has no escapes.
+//
+// dockerd cuts a long line every 16 KiB whatever the bytes, and writes a
+// UTF-8 character cut in two as U+FFFD in each record: the file no longer
+// holds that character, so the joined line holds U+FFFD where it was.
+func ParseDocker(line []byte) (Record, error) {
+	var r Record
+	log, stream, tm, ok := scanDocker(line)
+	if !ok {
+		// Not the plain shape dockerd writes (attrs, odd spacing, or not
+		// JSON at all): the standard decoder decides, and explains.
+		var d dockerRecord
+		if err := json.Unmarshal(line, &d); err != nil {
+			return r, fmt.Errorf("not a JSON object of Docker's json-file format: %w", err)
+		}
+		stream, tm = []byte(d.Stream), []byte(d.Time)
+		log = nil
+		if d.Log != nil {
+			log = []byte(*d.Log)
+		}
+	}
+	s, ok := parseStream(stream)
+	if !ok {
+		if len(stream) == 0 {
+			return r, errors.New(`no "stream"`)
+		}
+		return r, fmt.Errorf("stream %q is neither stdout nor stderr", trim(stream))
+	}
+	if len(tm) == 0 {
+		return r, errors.New(`no "time"`)
+	}
+	ns, err := ParseTime(tm)
+	if err != nil {
+		return r, err
+	}
+	r.Time, r.Nanos, r.Stream = tm, ns, s
+	if t, ok := bytes.CutSuffix(log, []byte("\n")); ok {
+		log = bytes.TrimSuffix(t, []byte("\r"))
+	} else {
+		r.Partial = true
+	}
+	r.Text = log
+	return r, nil
+}
+
+// scanDocker reads the object dockerd writes: string values only, no
+// white space, each of "log", "stream" and "time" at most once. It returns
+// ok false for anything else, which the standard decoder then reads; what
+// it accepts, the standard decoder reads the same (FuzzParseDocker).
+func scanDocker(b []byte) (log, stream, tm []byte, ok bool) {
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+		return nil, nil, nil, false
+	}
+	i := 1
+	var seen [3]bool
+	for i < len(b)-1 {
+		key, n, ok := scanString(b[i:], nil)
+		if !ok || i+n >= len(b) || b[i+n] != ':' {
+			return nil, nil, nil, false
+		}
+		i += n + 1
+		var dst *[]byte
+		var k int
+		switch string(key) {
+		case "log":
+			dst, k = &log, 0
+		case "stream":
+			dst, k = &stream, 1
+		case "time":
+			dst, k = &tm, 2
+		default:
+			return nil, nil, nil, false
+		}
+		if seen[k] {
+			return nil, nil, nil, false // the standard decoder keeps the last; let it
+		}
+		seen[k] = true
+		var buf []byte
+		if k == 0 {
+			buf = make([]byte, 0, len(b)-i)
+		}
+		v, n, ok := scanString(b[i:], buf)
+		if !ok {
+			return nil, nil, nil, false
+		}
+		*dst = v
+		i += n
+		if b[i] == ',' {
+			i++
+			if i >= len(b)-1 {
+				return nil, nil, nil, false
+			}
+		} else if b[i] != '}' || i != len(b)-1 {
+			return nil, nil, nil, false
+		}
+	}
+	return log, stream, tm, true
+}
+
+// scanString decodes the JSON string at the start of b and returns it and
+// how many bytes it took. Without escapes or bytes above ASCII the result
+// is a slice of b (buf nil) or appended to buf; with them it is appended
+// to buf (allocated when nil). Invalid UTF-8 and lone surrogates become
+// U+FFFD, as encoding/json makes them.
+func scanString(b []byte, buf []byte) ([]byte, int, bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return nil, 0, false
+	}
+	i := 1
+	for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 && b[i] < utf8.RuneSelf {
+		i++
+	}
+	if i < len(b) && b[i] == '"' {
+		if buf != nil {
+			return append(buf, b[1:i]...), i + 1, true
+		}
+		return b[1:i], i + 1, true
+	}
+	out := append(buf, b[1:i]...)
+	for i < len(b) {
+		c := b[i]
+		switch {
+		case c == '"':
+			return out, i + 1, true
+		case c < 0x20:
+			return nil, 0, false
+		case c == '\\':
+			if i+1 >= len(b) {
+				return nil, 0, false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/':
+				out = append(out, b[i+1])
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := hex4(b[i+2:])
+				if !ok {
+					return nil, 0, false
+				}
+				i += 6
+				if utf16.IsSurrogate(r) {
+					if i+1 < len(b) && b[i] == '\\' && b[i+1] == 'u' {
+						if r2, ok := hex4(b[i+2:]); ok {
+							if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+								out = utf8.AppendRune(out, dec)
+								i += 6
+								continue
+							}
+						}
+					}
+					r = utf8.RuneError
+				}
+				out = utf8.AppendRune(out, r)
+				continue
+			default:
+				return nil, 0, false
+			}
+			i += 2
+		case c < utf8.RuneSelf:
+			out = append(out, c)
+			i++
+		default:
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 {
+				out = utf8.AppendRune(out, utf8.RuneError)
+			} else {
+				out = append(out, b[i:i+size]...)
+			}
+			i += size
+		}
+	}
+	return nil, 0, false
+}
+
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}

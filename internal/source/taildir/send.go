@@ -1,0 +1,95 @@
+package taildir
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
+)
+
+// put sends the chunks of slab as one batch, retrying while the channel is
+// full, and reports whether they were committed (false only when the source
+// is stopping). Each attempt builds its events afresh from the slab, so a
+// retry does not see what interceptors made of the failed one.
+func (t *tailer) put(ctx context.Context, tf *tailFile, slab []byte, chunks []chunk) bool {
+	return t.putBatch(ctx, tf, len(chunks), func(now int64) []event.Event { return t.build(tf, slab, chunks, now) })
+}
+
+// putBatch sends the n events build makes as one batch, as put does.
+func (t *tailer) putBatch(ctx context.Context, tf *tailFile, n int, build func(now int64) []event.Event) bool {
+	c := t.s.counters
+	c.EventReceived.Add(int64(n))
+	c.AppendBatchReceived.Add(1)
+	now := event.Now()
+	for attempt := 1; ; attempt++ {
+		batch := build(now)
+		err := t.p.Process(ctx, batch)
+		clear(batch)
+		if err == nil {
+			t.puts.Ok()
+			break
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if errors.Is(err, flow.ErrStopping) {
+			// The agent is stopping or replacing the source: nothing more
+			// will be put. run waits for Stop; the position stays, so the
+			// next start reads on from here.
+			t.stopping = true
+			return false
+		}
+		if errors.Is(err, flow.ErrChannelFull) || errors.Is(err, flow.ErrClosed) {
+			c.ChannelWriteFail.Add(1)
+		} else {
+			c.GenericProcessingFail.Add(1)
+		}
+		wait := min(time.Duration(attempt)*t.s.backoffIncrement, t.s.maxBackoff)
+		t.puts.Fail(err, "file", tf.path, "events", n, "retry_in", wait.String())
+		tm := time.NewTimer(wait)
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+			tm.Stop()
+			return false
+		}
+	}
+	c.EventAccepted.Add(int64(n))
+	c.AppendBatchAccepted.Add(1)
+	return true
+}
+
+// build makes the events of one batch: the bodies are slices of slab, and
+// headers are made only when some are configured or the event is a piece
+// of a split line.
+func (t *tailer) build(tf *tailFile, slab []byte, chunks []chunk, now int64) []event.Event {
+	g := tf.group
+	headers := t.s.byteOffsetHeader || t.s.fileHeader || (g != nil && len(g.headers) > 0)
+	t.events = t.events[:0]
+	for _, c := range chunks {
+		e := event.Event{Body: slab[c.lo:c.hi:c.hi], ReceivedAt: now}
+		if headers || c.piece > 0 {
+			e.Headers = make(map[string]string, 4)
+			if g != nil {
+				for k, v := range g.headers {
+					e.Headers[k] = v
+				}
+			}
+			if t.s.fileHeader {
+				e.Headers[t.s.fileHeaderKey] = tf.path
+			}
+			if t.s.byteOffsetHeader {
+				e.Headers["byteoffset"] = strconv.FormatInt(tf.base+tf.pos+int64(c.lo), 10)
+			}
+			if c.piece > 0 {
+				e.Headers[pieceHeader] = strconv.Itoa(c.piece)
+				e.Headers[lastPieceHeader] = strconv.FormatBool(c.last)
+			}
+		}
+		t.events = append(t.events, e)
+	}
+	return t.events
+}
