@@ -386,3 +386,11 @@ func (c *Channel) pruneTakes(d int, w *wal.Log, upTo wal.Ticket) {
 	clear(c.unsure[d][len(kept):])
 	c.unsure[d] = kept
 }
+
+func diskFree(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
