@@ -116,13 +116,7 @@ type Source struct {
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env}
 	bind := p.Required("bind")
-	port := 0
-	if p.Has("port") {
-		port = p.IntRange("port", 0, 0, 65535)
-	} else {
-		p.Required("port")
-	}
-	s.addr = net.JoinHostPort(bind, strconv.Itoa(port))
+	s.addr = net.JoinHostPort(bind, strconv.Itoa(listener.ReadPort(p, "port")))
 	s.srv.Deflate = p.Enum("compression-type", "none", "none", "deflate") == "deflate"
 	p.Int("threads", 0)
 	s.tls = tlsconf.ReadServer(p)
@@ -198,12 +192,11 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	if err != nil {
 		return fmt.Errorf("avro source %s: %w", s.env.Name, err)
 	}
-	g := listener.NewGroup(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection})
-	ln, err := g.Listen(s.addr)
+	g, lns, err := listener.Open(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection}, s.addr)
 	if err != nil {
-		_ = g.Shutdown(context.Background())
-		return fmt.Errorf("avro source %s: listen %s: %w", s.env.Name, s.addr, err)
+		return fmt.Errorf("avro source %s: %w", s.env.Name, err)
 	}
+	ln := lns[0]
 	s.group, s.ln, s.proc = g, ln.Addr(), p
 	s.budget = listener.NewBudget(s.maxInFlight)
 	s.srv.Memory = s.budget

@@ -108,11 +108,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	if strings.TrimSpace(s.bind) == "" {
 		p.Errorf("bind", "is empty; set an address to listen on, such as 0.0.0.0")
 	}
-	if !p.Has("port") {
-		p.Required("port")
-	} else {
-		s.port = p.IntRange("port", 0, 0, 65535)
-	}
+	s.port = listener.ReadPort(p, "port")
 	switch h := strings.TrimSpace(p.String("handler", DefaultHandler)); h {
 	case DefaultHandler, "JSONHandler":
 	case MorphlineBlobHandler, CoreBlobHandler:
@@ -197,13 +193,12 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	if err != nil {
 		return fmt.Errorf("http %s: %w", s.env.Name, err)
 	}
-	g := listener.NewGroup(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection})
-	addr := net.JoinHostPort(s.bind, strconv.Itoa(s.port))
-	gl, err := g.Listen(addr)
+	g, lns, err := listener.Open(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection},
+		net.JoinHostPort(s.bind, strconv.Itoa(s.port)))
 	if err != nil {
-		_ = g.Shutdown(context.Background())
-		return fmt.Errorf("http %s: listen %s: %w", s.env.Name, addr, err)
+		return fmt.Errorf("http %s: %w", s.env.Name, err)
 	}
+	gl := lns[0]
 	var ln net.Listener = gl
 	if tlsConf != nil {
 		ln = tls.NewListener(gl, tlsConf)
