@@ -1,7 +1,6 @@
 package flow_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func TestBackoffWait(t *testing.T) {
@@ -67,27 +67,9 @@ func (p *scriptProc) Process(_ context.Context, events []event.Event) error {
 	return err
 }
 
-// logBuffer collects log lines for a test; safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func newRetry(t *testing.T, retryAll bool) (*flow.Retry, *metrics.SourceCounters, *logBuffer) {
+func newRetry(t *testing.T, retryAll bool) (*flow.Retry, *metrics.SourceCounters, *testutil.LogBuffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testutil.LogBuffer{}
 	c := metrics.NewSourceCounters("r1", "test")
 	r := flow.NewRetry(slog.New(slog.NewTextHandler(logs, nil)), "test", "r1", c, flow.PutBackoff{Min: time.Millisecond, Max: 2 * time.Millisecond}, retryAll)
 	return r, c, logs

@@ -3,7 +3,6 @@ package avrosource_test
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"testing"
 	"time"
 
@@ -27,25 +26,10 @@ func TestSourceSuite(t *testing.T) {
 	})
 }
 
-type avroSender struct{ c *avrorpc.Client }
-
 func dialAvro(ctx context.Context, addr string) (sourcetest.Session, error) {
 	c, err := avrorpc.Dial(ctx, addr, avrorpc.ClientConfig{ConnectTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
 	if err != nil {
 		return nil, err
 	}
-	return avroSender{c}, nil
+	return sourcetest.RPCSession(c, avrorpc.OK), nil
 }
-
-func (s avroSender) Send(ctx context.Context, bodies []string) error {
-	st, err := s.c.AppendBatch(ctx, sourcetest.Events(bodies))
-	if err != nil {
-		return err
-	}
-	if st != avrorpc.OK {
-		return fmt.Errorf("replied %s", st)
-	}
-	return nil
-}
-
-func (s avroSender) Close() error { return s.c.Close() }

@@ -27,7 +27,10 @@ func TestSourceSuite(t *testing.T) {
 	t.Run("netcatudp", func(t *testing.T) {
 		sourcetest.RunSourceSuite(t, sourcetest.Harness{
 			Type: "netcatudp", New: netcat.NewUDP, Props: sourcetest.Loopback(nil),
-			Dial: dialDatagrams, Lossy: true,
+			Dial: func(ctx context.Context, addr string) (sourcetest.Session, error) {
+				return sourcetest.DatagramSession(ctx, addr, func(body string) string { return body })
+			},
+			Lossy: true,
 		})
 	})
 }
@@ -70,26 +73,3 @@ func (s *lineSender) Send(ctx context.Context, bodies []string) error {
 }
 
 func (s *lineSender) Close() error { return s.c.Close() }
-
-// datagramSender sends one datagram per body.
-type datagramSender struct{ c net.Conn }
-
-func dialDatagrams(ctx context.Context, addr string) (sourcetest.Session, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "udp", addr)
-	if err != nil {
-		return nil, err
-	}
-	return datagramSender{c}, nil
-}
-
-func (s datagramSender) Send(_ context.Context, bodies []string) error {
-	for _, b := range bodies {
-		if _, err := s.c.Write([]byte(b)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s datagramSender) Close() error { return s.c.Close() }

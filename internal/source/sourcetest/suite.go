@@ -436,6 +436,18 @@ func suiteStop(t *testing.T, h Harness) {
 	}
 }
 
+// delivering starts the source with room in its channel and a session
+// that has sent SeqBody(0).
+func delivering(ctx context.Context, t *testing.T, h Harness) (*fixture, Session) {
+	t.Helper()
+	f := newFixture(t, h, 1000)
+	sess := f.dial(t)
+	if err := sess.Send(ctx, []string{SeqBody(0)}); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	return f, sess
+}
+
 // suiteStopping: once the agent is stopping (the processor is closed, the
 // source not yet stopped), a new batch is refused with the source's
 // documented reply, on a connection opened before and on one opened
@@ -444,13 +456,9 @@ func suiteStopping(t *testing.T, h Harness) {
 	if h.Dial == nil {
 		t.Skip("the source has no sender")
 	}
-	f := newFixture(t, h, 1000)
-	before := f.dial(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := before.Send(ctx, []string{SeqBody(0)}); err != nil {
-		t.Fatalf("send: %v", err)
-	}
+	f, before := delivering(ctx, t, h)
 	if got := seqOf(Bodies(f.pl.Drain(t, 1, 5*time.Second))); !slices.Equal(got, []string{SeqBody(0)}) {
 		t.Fatalf("the channel holds %q, want %q", got, SeqBody(0))
 	}
@@ -493,13 +501,9 @@ func suiteMalformed(t *testing.T, h Harness) {
 	if h.Malformed == nil || h.Dial == nil {
 		t.Skip("the source has no connections, or no input it cannot read")
 	}
-	f := newFixture(t, h, 1000)
-	good := f.dial(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := good.Send(ctx, []string{SeqBody(0)}); err != nil {
-		t.Fatalf("send: %v", err)
-	}
+	f, good := delivering(ctx, t, h)
 	raw, err := net.Dial("tcp", f.addr)
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,10 @@ func TestSourceSuite(t *testing.T) {
 		{Type: "multiport_syslogtcp", New: syslog.NewMultiport, Props: map[string]string{"host": "127.0.0.1", "ports": "0"},
 			Dial: dialStream, Malformed: notSyslog, MalformedKept: true},
 		{Type: "syslogudp", New: syslog.NewUDP, Props: map[string]string{"host": "127.0.0.1", "port": "0"},
-			Dial: dialDatagrams, Lossy: true},
+			Dial: func(ctx context.Context, addr string) (sourcetest.Session, error) {
+				return sourcetest.DatagramSession(ctx, addr, line)
+			},
+			Lossy: true},
 	} {
 		t.Run(h.Type, func(t *testing.T) { sourcetest.RunSourceSuite(t, h) })
 	}
@@ -63,26 +66,3 @@ func (s streamSender) ClosedBySource(wait time.Duration) bool {
 }
 
 func (s streamSender) Close() error { return s.c.Close() }
-
-// datagramSender sends one message per datagram.
-type datagramSender struct{ c net.Conn }
-
-func dialDatagrams(ctx context.Context, addr string) (sourcetest.Session, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "udp", addr)
-	if err != nil {
-		return nil, err
-	}
-	return datagramSender{c}, nil
-}
-
-func (s datagramSender) Send(_ context.Context, bodies []string) error {
-	for _, b := range bodies {
-		if _, err := s.c.Write([]byte(line(b))); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s datagramSender) Close() error { return s.c.Close() }

@@ -2,7 +2,6 @@ package thriftsource_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -23,25 +22,10 @@ func TestSourceSuite(t *testing.T) {
 	})
 }
 
-type thriftSender struct{ c *thriftrpc.Client }
-
 func dialThrift(ctx context.Context, addr string) (sourcetest.Session, error) {
 	c, err := thriftrpc.Dial(ctx, addr, thriftrpc.ClientConfig{ConnectTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
 	if err != nil {
 		return nil, err
 	}
-	return thriftSender{c}, nil
+	return sourcetest.RPCSession(c, thriftrpc.OK), nil
 }
-
-func (s thriftSender) Send(ctx context.Context, bodies []string) error {
-	st, err := s.c.AppendBatch(ctx, sourcetest.Events(bodies))
-	if err != nil {
-		return err
-	}
-	if st != thriftrpc.OK {
-		return fmt.Errorf("replied %s", st)
-	}
-	return nil
-}
-
-func (s thriftSender) Close() error { return s.c.Close() }
