@@ -79,6 +79,7 @@ type Source struct {
 	rules       []ipRule
 	hygiene     listener.Config
 	maxInFlight int64
+	budget      *listener.Budget // the bytes in flight allowed; what it holds is BytesInFlight
 	counters    *metrics.SourceCounters
 	rejects     *listener.Rejects
 	// receivedAtHeader names the header an upstream avro sink put the
@@ -96,7 +97,6 @@ type Source struct {
 	mu     sync.Mutex
 	group  *listener.Group
 	ln     net.Addr
-	budget *listener.Budget
 	cancel context.CancelFunc // stops intake
 }
 
@@ -154,6 +154,8 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	}
 	s.receivedAtHeader = p.String("receivedAtHeader", "")
 
+	s.budget = listener.NewBudget(s.maxInFlight)
+	s.srv.Memory = s.budget
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,
 		slices.Concat([]listener.Reason{reasonBadData, reasonOverBudget, reasonDenied}, listener.ConnReasons, listener.TLSReasons)...)
@@ -162,15 +164,8 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	return s, nil
 }
 
-func (s *Source) inFlight() int64 {
-	s.mu.Lock()
-	b := s.budget
-	s.mu.Unlock()
-	if b == nil {
-		return 0
-	}
-	return b.InUse()
-}
+// inFlight is what the source's budget holds now (its BytesInFlight).
+func (s *Source) inFlight() int64 { return s.budget.InUse() }
 
 // Addr is the address the source listens on once started (with the port
 // the system chose when port is 0), or nil.
@@ -198,8 +193,6 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	}
 	ln := lns[0]
 	s.group, s.ln, s.proc = g, ln.Addr(), p
-	s.budget = listener.NewBudget(s.maxInFlight)
-	s.srv.Memory = s.budget
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.puts, s.stopPuts = context.WithCancel(context.Background())

@@ -78,19 +78,19 @@ type Source struct {
 	port        int
 	maxBody     int64
 	maxInFlight int64
+	budget      *listener.Budget // the bytes in flight allowed; what it holds is BytesInFlight
 	hygiene     listener.Config
 	tls         tlsconf.Settings
 	counters    *metrics.SourceCounters
 	rejects     *listener.Rejects
 	blob        *blobHandler // nil: the JSON handler
 
-	mu     sync.Mutex // guards the fields below
-	srv    *http.Server
-	group  *listener.Group
-	ln     net.Listener
-	done   chan struct{}
-	proc   flow.Processor
-	budget *listener.Budget
+	mu    sync.Mutex // guards the fields below
+	srv   *http.Server
+	group *listener.Group
+	ln    net.Listener
+	done  chan struct{}
+	proc  flow.Processor
 }
 
 // New builds an HTTP source from Flume's properties bind (0.0.0.0), port,
@@ -155,6 +155,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 		KeystorePassword: pick("keystore-password", "keystorePassword"),
 		ExcludeProtocols: pick("exclude-protocols", "excludeProtocols"),
 	})
+	s.budget = listener.NewBudget(s.maxInFlight)
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,
 		slices.Concat([]listener.Reason{reasonTooLarge, reasonOverBudget, reasonBadRequest, reasonCharset, reasonMethod, reasonProtocol},
@@ -164,15 +165,8 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	return s, nil
 }
 
-func (s *Source) inFlight() int64 {
-	s.mu.Lock()
-	b := s.budget
-	s.mu.Unlock()
-	if b == nil {
-		return 0
-	}
-	return b.InUse()
-}
+// inFlight is what the source's budget holds now (its BytesInFlight).
+func (s *Source) inFlight() int64 { return s.budget.InUse() }
 
 // Addr returns the address the source listens on, once started.
 func (s *Source) Addr() net.Addr {
@@ -219,7 +213,6 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	done := make(chan struct{})
 	s.mu.Lock()
 	s.srv, s.group, s.ln, s.done, s.proc = srv, g, gl, done, p
-	s.budget = listener.NewBudget(s.maxInFlight)
 	s.mu.Unlock()
 	s.counters.Started()
 	s.env.Log().Info("http source listening", "source", s.env.Name, "addr", gl.Addr().String(), "tls", tlsConf != nil)

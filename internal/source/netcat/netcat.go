@@ -83,6 +83,7 @@ type Source struct {
 	batchDur    time.Duration
 	hygiene     listener.Config
 	maxInFlight int64
+	budget      *listener.Budget     // max-bytes-in-flight; what it holds is BytesInFlight
 	bigBufs     *listener.BigBuffers // room for the longest line, and at least minReadBuffer
 	counters    *metrics.SourceCounters
 	rejects     *listener.Rejects
@@ -91,7 +92,6 @@ type Source struct {
 	mu     sync.Mutex // guards the fields below
 	group  *listener.Group
 	addr   net.Addr
-	budget *listener.Budget
 	cancel context.CancelFunc
 	okBuf  []byte // "OK\n" × limit, read-only once built
 }
@@ -133,21 +133,15 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,
 		append([]listener.Reason{reasonLineTooLong, reasonPartialLine, reasonOverBudget}, listener.ConnReasons...)...)
+	s.budget = listener.NewBudget(s.maxInFlight)
 	s.counters.Gauge("BytesInFlight", func() string { return strconv.FormatInt(s.inFlight(), 10) })
 	s.retry = flow.NewRetry(env.Log(), "netcat", env.Name, s.counters, flow.FullBackoff, false)
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }
 
-func (s *Source) inFlight() int64 {
-	s.mu.Lock()
-	b := s.budget
-	s.mu.Unlock()
-	if b == nil {
-		return 0
-	}
-	return b.InUse()
-}
+// inFlight is what the source's budget holds now (its BytesInFlight).
+func (s *Source) inFlight() int64 { return s.budget.InUse() }
 
 // checkUTF8 accepts key when it names UTF-8 (or is unset): sluice moves the
 // bytes as they come, which is what Flume does for UTF-8 input.
@@ -184,9 +178,9 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	}
 	ln := lns[0]
 	ctx, cancel := context.WithCancel(context.Background())
-	budget := listener.NewBudget(s.maxInFlight)
+	budget := s.budget
 	s.mu.Lock()
-	s.group, s.addr, s.cancel, s.budget = g, ln.Addr(), cancel, budget
+	s.group, s.addr, s.cancel = g, ln.Addr(), cancel
 	s.limit = s.batch.Limit(p)
 	s.okBuf = bytes.Repeat([]byte("OK\n"), s.limit)
 	s.mu.Unlock()

@@ -80,6 +80,7 @@ type tcpServer struct {
 	counters    *metrics.SourceCounters
 	hygiene     listener.Config
 	maxInFlight int64
+	budget      *listener.Budget     // max-bytes-in-flight; what it holds is BytesInFlight
 	bigBufs     *listener.BigBuffers // room for the longest frame, at least minReadBuffer
 	rejects     *listener.Rejects
 	retry       *flow.Retry // puts a batch until the channel takes it
@@ -87,7 +88,6 @@ type tcpServer struct {
 	mu       sync.Mutex // guards the fields below
 	group    *listener.Group
 	addrs    []net.Addr
-	budget   *listener.Budget
 	stopRead context.CancelFunc // ends reading
 	stopProc context.CancelFunc // ends puts still waiting for the channel
 }
@@ -114,19 +114,13 @@ func (s *tcpServer) readLimits(p *config.Props) {
 	s.rejects = listener.NewRejects(s.env.Name, s.env.Log(), s.counters.Set,
 		slices.Concat([]listener.Reason{reasonOversize, reasonInvalid, reasonUnreadable, reasonTruncated, reasonOverBudget},
 			listener.ConnReasons, listener.TLSReasons)...)
+	s.budget = listener.NewBudget(s.maxInFlight)
 	s.counters.Gauge("BytesInFlight", func() string { return strconv.FormatInt(s.inFlight(), 10) })
 	s.retry = flow.NewRetry(s.env.Log(), s.kind, s.env.Name, s.counters, flow.FullBackoff, false)
 }
 
-func (s *tcpServer) inFlight() int64 {
-	s.mu.Lock()
-	b := s.budget
-	s.mu.Unlock()
-	if b == nil {
-		return 0
-	}
-	return b.InUse()
-}
+// inFlight is what the source's budget holds now (its BytesInFlight).
+func (s *tcpServer) inFlight() int64 { return s.budget.InUse() }
 
 // BatchSize reports the most events put in one transaction.
 func (s *tcpServer) BatchSize() int { return s.batch.Size() }
@@ -164,9 +158,9 @@ func (s *tcpServer) Start(_ context.Context, p flow.Processor) error {
 	}
 	readCtx, stopRead := context.WithCancel(context.Background())
 	procCtx, stopProc := context.WithCancel(context.Background())
-	budget := listener.NewBudget(s.maxInFlight)
+	budget := s.budget
 	s.mu.Lock()
-	s.group, s.addrs, s.budget = g, addrs, budget
+	s.group, s.addrs = g, addrs
 	s.stopRead, s.stopProc = stopRead, stopProc
 	s.limit = s.batch.Limit(p)
 	s.mu.Unlock()
