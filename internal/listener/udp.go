@@ -241,6 +241,14 @@ func (u *UDP) Read(readErr func(error), fn func(datagram []byte, from netip.Addr
 	}
 }
 
+// Addr is the socket's address; nil for a nil UDP (a source not started).
+func (u *UDP) Addr() net.Addr {
+	if u == nil {
+		return nil
+	}
+	return u.Conn.LocalAddr()
+}
+
 // StopReading makes Read read what the socket holds and return.
 func (u *UDP) StopReading() { _ = u.Conn.SetReadDeadline(time.Now()) }
 

@@ -80,10 +80,7 @@ func NewUDP(env flow.Env, p *config.Props) (flow.Source, error) {
 func (s *UDPSource) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.sock == nil {
-		return nil
-	}
-	return s.sock.Conn.LocalAddr()
+	return s.sock.Addr()
 }
 
 // Start binds bind:port and reads datagrams in a goroutine Stop ends.

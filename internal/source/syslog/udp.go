@@ -107,10 +107,7 @@ func (s *UDPSource) BatchSize() int { return s.batch.Size() }
 func (s *UDPSource) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.sock == nil {
-		return nil
-	}
-	return s.sock.Conn.LocalAddr()
+	return s.sock.Addr()
 }
 
 // Start binds host:port and starts the reader and the putter.
