@@ -13,7 +13,8 @@ import (
 const PutStreakHold = 5 * time.Second
 
 // PutStreak is the failure streak of a source that keeps a batch its
-// channels refused and puts it again (taildir, spooldir, exec, seq): the
+// channels refused and puts it again (every source that puts through a
+// Retry; the thrift source, whose sender retries): the
 // first refusal at WARN, a summary every 30 s while they go on, and once
 // puts have succeeded for PutStreakHold the summary then recovered. The
 // source calls Fail for each refused put, Ok after each put, and Stop when

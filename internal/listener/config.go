@@ -55,3 +55,13 @@ func ReadBudget(p *config.Props, n Names, def, lo int64) int64 {
 	}
 	return v
 }
+
+// ReadPort reads a source's required port (0 to 65535; 0 lets the system
+// pick a free one, for tests).
+func ReadPort(p *config.Props, key string) int {
+	if !p.Has(key) {
+		p.Required(key)
+		return 0
+	}
+	return p.IntRange(key, 0, 0, 65535)
+}

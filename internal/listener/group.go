@@ -135,6 +135,23 @@ func NewGroup(cfg Config, opt Options) *Group {
 	return g
 }
 
+// Open is how a TCP source starts listening: a new group with cfg's
+// limits, listening on each of addrs. If one cannot be listened on, the
+// group is shut down and the error says which address.
+func Open(cfg Config, opt Options, addrs ...string) (*Group, []*Listener, error) {
+	g := NewGroup(cfg, opt)
+	lns := make([]*Listener, 0, len(addrs))
+	for _, addr := range addrs {
+		ln, err := g.Listen(addr)
+		if err != nil {
+			_ = g.Shutdown(context.Background())
+			return nil, nil, fmt.Errorf("listen %s: %w", addr, err)
+		}
+		lns = append(lns, ln)
+	}
+	return g, lns, nil
+}
+
 // Config returns the group's limits.
 func (g *Group) Config() Config { return g.cfg }
 

@@ -2,6 +2,7 @@ package listener
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -186,4 +187,74 @@ func DrainUDP(conn *net.UDPConn, buf []byte, max time.Duration, fn func(datagram
 		}
 		fn(buf[:n], from)
 	}
+}
+
+// UDPDrainMax bounds how long a stopping UDP source reads what its socket
+// still holds (UDP.Read), so that a sender that keeps sending cannot hold
+// the stop.
+const UDPDrainMax = time.Second
+
+// maxDatagram is the largest UDP payload, and the size of UDP.Read's buffer.
+const maxDatagram = 1 << 16
+
+// UDP is the socket of a UDP source (syslogudp, netcatudp), with the watch
+// of what the kernel drops on it and the read loop both run.
+type UDP struct {
+	Conn  *net.UDPConn
+	drops *DropWatch
+}
+
+// OpenUDP binds addr with a receive buffer of want bytes (see ListenUDP),
+// tells a capped buffer in the log (RecvBuffer.Note; configured: the user
+// set the size), and starts counting what the kernel drops on it, passing
+// each increase to dropped.
+func OpenUDP(addr string, want int, configured bool, log *slog.Logger, kind, source string, dropped func(n int64)) (*UDP, error) {
+	conn, rb, err := ListenUDP(addr, want)
+	if err != nil {
+		return nil, err
+	}
+	rb.Note(log, kind, source, configured)
+	return &UDP{Conn: conn, drops: WatchDrops(conn, dropped)}, nil
+}
+
+// Read calls fn with each datagram, in the caller's goroutine, until
+// StopReading; then it calls fn with what the socket still holds (for at
+// most UDPDrainMax: DrainUDP) and returns. fn must not keep the datagram's
+// bytes: the buffer is reused. A read error other than the stop is passed
+// to readErr, and reading goes on; a closed socket ends Read.
+func (u *UDP) Read(readErr func(error), fn func(datagram []byte, from netip.AddrPort)) {
+	buf := make([]byte, maxDatagram)
+	for {
+		n, from, err := u.Conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				DrainUDP(u.Conn, buf, UDPDrainMax, fn)
+				return
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			readErr(err)
+			continue
+		}
+		fn(buf[:n], from)
+	}
+}
+
+// Addr is the socket's address; nil for a nil UDP (a source not started).
+func (u *UDP) Addr() net.Addr {
+	if u == nil {
+		return nil
+	}
+	return u.Conn.LocalAddr()
+}
+
+// StopReading makes Read read what the socket holds and return.
+func (u *UDP) StopReading() { _ = u.Conn.SetReadDeadline(time.Now()) }
+
+// Close reads the drop count a last time and closes the socket. Call it
+// once Read has returned (or will no longer be waited for).
+func (u *UDP) Close() error {
+	u.drops.Stop()
+	return u.Conn.Close()
 }

@@ -12,30 +12,28 @@
 // while it was idle is not a failure: the batch is sent again at once on a
 // new connection (internal/downstream). With reset-connection-interval the
 // connection is replaced that often, so a load balancer in front of several
-// collectors spreads the agents again.
+// collectors spreads the agents again. All of this is the thrift sink's too
+// (internal/sink/rpcsink); the Avro transport is this package's part.
 package avrosink
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"math"
-	"net"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/downstream"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/sink/rpcsink"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
 // DefaultBatchSize is Flume's batch-size.
-const DefaultBatchSize = 100
+const DefaultBatchSize = rpcsink.DefaultBatchSize
 
 // Options configure a Writer.
 type Options struct {
@@ -51,75 +49,43 @@ type Options struct {
 }
 
 // Writer delivers batches over one avrorpc.Client, connecting on demand.
-type Writer struct {
-	opt  Options
-	addr string
-
-	mu      sync.Mutex
-	cfg     avrorpc.ClientConfig // with TLS loaded
-	conn    *downstream.Conn[*avrorpc.Client]
-	stamped stamped // events with the receivedAt header, when set
-}
+type Writer = rpcsink.Writer[*avrorpc.Client]
 
 // NewWriter returns a Writer; c receives the connection counters.
 func NewWriter(opt Options, c *metrics.SinkCounters, log *slog.Logger) *Writer {
-	w := &Writer{opt: opt, addr: net.JoinHostPort(opt.Host, strconv.Itoa(opt.Port)), cfg: opt.Client}
-	w.conn = downstream.New(downstream.Options{Name: "avro sink", Addr: w.addr, Counters: c, Log: log, ResetInterval: opt.ResetInterval}, w.dial)
-	return w
+	cfg := rpcsink.Config{Host: opt.Host, Port: opt.Port, ResetInterval: opt.ResetInterval, TLS: opt.TLS}
+	return rpcsink.NewWriter(cfg, transport(opt.Client, opt.ReceivedAtHeader), c, log)
 }
 
-// Start loads the truststore (when ssl is on). It does not connect: the
-// first Write does, so a downstream that is down does not stop the agent.
-func (w *Writer) Start(context.Context) error {
-	tcfg, err := w.opt.TLS.ClientConfig(w.opt.Host)
-	if err != nil {
-		return fmt.Errorf("avro sink: %w", err)
+// transport is Flume's Avro RPC with the client settings cc; with
+// receivedAt set, each event is sent with that header (see stamped).
+func transport(cc avrorpc.ClientConfig, receivedAt string) rpcsink.Transport[*avrorpc.Client] {
+	var st stamped // used under the Writer's lock, one batch at a time
+	return rpcsink.Transport[*avrorpc.Client]{
+		Kind: "avro",
+		// The handshake is done at once, so a peer that is not a Flume Avro
+		// source is found before events are sent.
+		Dial: func(ctx context.Context, addr string, tcfg *tls.Config) (*avrorpc.Client, error) {
+			cfg := cc
+			cfg.TLS = tcfg
+			cl, err := avrorpc.Dial(ctx, addr, cfg)
+			if err != nil {
+				return nil, err
+			}
+			if err := cl.Ping(ctx); err != nil {
+				_ = cl.Close() // the ping's failure is the one to report
+				return nil, err
+			}
+			return cl, nil
+		},
+		AppendBatch: func(ctx context.Context, cl *avrorpc.Client, events []event.Event) (fmt.Stringer, bool, error) {
+			if receivedAt != "" {
+				events = st.with(events, receivedAt)
+			}
+			reply, err := cl.AppendBatch(ctx, events)
+			return reply, reply == avrorpc.OK, err
+		},
 	}
-	w.mu.Lock()
-	w.cfg.TLS = tcfg
-	w.mu.Unlock()
-	return nil
-}
-
-// Write sends events in one appendBatch and returns nil only when the
-// source replied OK.
-func (w *Writer) Write(ctx context.Context, events []event.Event) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.opt.ReceivedAtHeader != "" {
-		events = w.stamped.with(events, w.opt.ReceivedAtHeader)
-	}
-	return w.conn.Send(ctx, func(cl *avrorpc.Client) error {
-		st, err := cl.AppendBatch(ctx, events)
-		if err != nil {
-			return fmt.Errorf("avro sink: appendBatch to %s: %w", w.addr, err)
-		}
-		if st != avrorpc.OK {
-			return downstream.Refused(fmt.Errorf("avro sink: %s replied %s to a batch of %d events (its channel may be full)", w.addr, st, len(events)))
-		}
-		return nil
-	})
-}
-
-// dial connects and does the handshake, so a peer that is not a Flume Avro
-// source is found before events are sent. Caller holds mu.
-func (w *Writer) dial(ctx context.Context) (*avrorpc.Client, error) {
-	cl, err := avrorpc.Dial(ctx, w.addr, w.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := cl.Ping(ctx); err != nil {
-		_ = cl.Close() // the ping's failure is the one to report
-		return nil, err
-	}
-	return cl, nil
-}
-
-// Stop closes the connection.
-func (w *Writer) Stop(context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.conn.Stop()
 }
 
 // New builds an Avro sink from its properties: hostname and port
@@ -132,26 +98,11 @@ func (w *Writer) Stop(context.Context) error {
 // receivedAtHeader (unset:
 // the header that carries each event's first receive time to the next tier).
 func New(env flow.Env, p *config.Props) (flow.Sink, error) {
-	opt := Options{Host: p.Required("hostname")}
-	if p.Has("port") {
-		opt.Port = p.IntRange("port", 0, 1, 65535)
-	} else {
-		p.Required("port")
-	}
-	batch := p.IntRange("batch-size", DefaultBatchSize, 1, math.MaxInt32)
-	ms := func(key string, def time.Duration) time.Duration {
-		return time.Duration(p.IntRange(key, int(def/time.Millisecond), 1, math.MaxInt32)) * time.Millisecond
-	}
-	opt.Client.ConnectTimeout = ms("connect-timeout", avrorpc.DefaultConnectTimeout)
-	opt.Client.RequestTimeout = ms("request-timeout", avrorpc.DefaultRequestTimeout)
-	opt.ResetInterval = time.Duration(p.IntRange("reset-connection-interval", 0, 0, math.MaxInt32)) * time.Second
-	opt.Client.Deflate = p.Enum("compression-type", "none", "none", "deflate") == "deflate"
-	opt.Client.DeflateLevel = p.IntRange("compression-level", 6, 1, 9)
-	opt.TLS = tlsconf.ReadClient(p)
+	cfg := rpcsink.ReadConfig(p, avrorpc.DefaultConnectTimeout, avrorpc.DefaultRequestTimeout)
+	cc := avrorpc.ClientConfig{ConnectTimeout: cfg.ConnectTimeout, RequestTimeout: cfg.RequestTimeout}
+	cc.Deflate = p.Enum("compression-type", "none", "none", "deflate") == "deflate"
+	cc.DeflateLevel = p.IntRange("compression-level", 6, 1, 9)
 	p.Int("maxIoWorkers", 0)
-	opt.ReceivedAtHeader = p.String("receivedAtHeader", "")
-
-	c := metrics.NewSinkCounters(env.Name, env.Type)
-	env.Registry().Add(c.Set)
-	return flow.NewBatchSink(env, NewWriter(opt, c, env.Log()), batch, c), nil
+	receivedAt := p.String("receivedAtHeader", "")
+	return rpcsink.New(env, cfg, transport(cc, receivedAt)), nil
 }

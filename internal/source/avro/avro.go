@@ -79,6 +79,7 @@ type Source struct {
 	rules       []ipRule
 	hygiene     listener.Config
 	maxInFlight int64
+	budget      *listener.Budget // the bytes in flight allowed; what it holds is BytesInFlight
 	counters    *metrics.SourceCounters
 	rejects     *listener.Rejects
 	// receivedAtHeader names the header an upstream avro sink put the
@@ -96,7 +97,6 @@ type Source struct {
 	mu     sync.Mutex
 	group  *listener.Group
 	ln     net.Addr
-	budget *listener.Budget
 	cancel context.CancelFunc // stops intake
 }
 
@@ -116,13 +116,7 @@ type Source struct {
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env}
 	bind := p.Required("bind")
-	port := 0
-	if p.Has("port") {
-		port = p.IntRange("port", 0, 0, 65535)
-	} else {
-		p.Required("port")
-	}
-	s.addr = net.JoinHostPort(bind, strconv.Itoa(port))
+	s.addr = net.JoinHostPort(bind, strconv.Itoa(listener.ReadPort(p, "port")))
 	s.srv.Deflate = p.Enum("compression-type", "none", "none", "deflate") == "deflate"
 	p.Int("threads", 0)
 	s.tls = tlsconf.ReadServer(p)
@@ -160,6 +154,8 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	}
 	s.receivedAtHeader = p.String("receivedAtHeader", "")
 
+	s.budget = listener.NewBudget(s.maxInFlight)
+	s.srv.Memory = s.budget
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,
 		slices.Concat([]listener.Reason{reasonBadData, reasonOverBudget, reasonDenied}, listener.ConnReasons, listener.TLSReasons)...)
@@ -168,15 +164,8 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	return s, nil
 }
 
-func (s *Source) inFlight() int64 {
-	s.mu.Lock()
-	b := s.budget
-	s.mu.Unlock()
-	if b == nil {
-		return 0
-	}
-	return b.InUse()
-}
+// inFlight is what the source's budget holds now (its BytesInFlight).
+func (s *Source) inFlight() int64 { return s.budget.InUse() }
 
 // Addr is the address the source listens on once started (with the port
 // the system chose when port is 0), or nil.
@@ -198,15 +187,12 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	if err != nil {
 		return fmt.Errorf("avro source %s: %w", s.env.Name, err)
 	}
-	g := listener.NewGroup(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection})
-	ln, err := g.Listen(s.addr)
+	g, lns, err := listener.Open(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection}, s.addr)
 	if err != nil {
-		_ = g.Shutdown(context.Background())
-		return fmt.Errorf("avro source %s: listen %s: %w", s.env.Name, s.addr, err)
+		return fmt.Errorf("avro source %s: %w", s.env.Name, err)
 	}
+	ln := lns[0]
 	s.group, s.ln, s.proc = g, ln.Addr(), p
-	s.budget = listener.NewBudget(s.maxInFlight)
-	s.srv.Memory = s.budget
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.puts, s.stopPuts = context.WithCancel(context.Background())

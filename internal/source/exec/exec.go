@@ -25,7 +25,6 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
-	"github.com/sluicehq/sluice/internal/logthrottle"
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
@@ -35,10 +34,11 @@ const (
 	maxLine = 16 << 20
 	// stopGrace is how long a command has to exit after SIGTERM before it
 	// (and its process group) gets SIGKILL.
-	stopGrace      = 5 * time.Second
-	minFullBackoff = 10 * time.Millisecond
-	maxFullBackoff = time.Second
+	stopGrace = 5 * time.Second
 )
+
+// fullBackoff paces the attempts of a batch the channels refused.
+var fullBackoff = flow.PutBackoff{Min: 10 * time.Millisecond, Max: time.Second}
 
 // Source is the exec source. Build it with New.
 type Source struct {
@@ -51,7 +51,7 @@ type Source struct {
 	batch           flow.Batching
 	batchTimeout    time.Duration
 	counters        *metrics.SourceCounters
-	puts            *logthrottle.Streak // refused puts
+	retry           *flow.Retry // puts a batch until the channels take it
 
 	worker flow.Worker // the reading goroutine
 }
@@ -62,8 +62,6 @@ type Source struct {
 // flow.Batching), batchTimeout (3000 ms) and charset (UTF-8).
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env}
-	s.puts = flow.PutStreak(env.Log(), "exec source could not put a batch; holding the command's output and retrying",
-		"exec source puts batches again")
 	s.command = p.Required("command")
 	if shell := strings.Fields(p.String("shell", "")); len(shell) > 0 {
 		s.args = append(shell, s.command)
@@ -80,6 +78,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.batchTimeout = time.Duration(p.IntRange("batchTimeout", 3000, 1, math.MaxInt32)) * time.Millisecond
 	checkCharset(p)
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
+	s.retry = flow.NewRetry(env.Log(), "exec", env.Name, s.counters, fullBackoff, true)
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }
@@ -122,7 +121,7 @@ func (s *Source) Stop(ctx context.Context) error {
 		return nil
 	}
 	defer s.counters.Stopped()
-	defer s.puts.Stop()
+	defer s.retry.Stop()
 	if err := s.worker.Stop(ctx); err != nil {
 		return fmt.Errorf("exec %s: stop: %w", s.env.Name, err)
 	}
@@ -313,34 +312,19 @@ func (b *batcher) put(ctx context.Context, slab []byte, bounds []int) error {
 	}
 	n := len(b.events)
 	c.EventReceived.Add(int64(n))
-	backoff := time.Duration(0)
-	for {
+	err := b.s.retry.Put(ctx, b.p, func() []event.Event {
 		b.scratch = append(b.scratch[:0], b.events...)
-		batch := b.scratch
-		err := b.p.Process(ctx, batch)
-		clear(batch)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, flow.ErrChannelFull) || errors.Is(err, flow.ErrClosed) {
-			c.ChannelWriteFail.Add(1)
-		} else {
-			c.GenericProcessingFail.Add(1)
-		}
-		backoff = min(max(2*backoff, minFullBackoff), maxFullBackoff)
-		b.s.puts.Fail(err, "source", b.s.env.Name, "events", n, "retry_in", backoff.String())
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
+		return b.scratch
+	}, nil)
+	if errors.Is(err, flow.ErrStopping) {
+		// The agent is stopping: nothing more will be put. The command's
+		// output waits in the pipe until Stop ends it.
+		<-ctx.Done()
+		return ctx.Err()
 	}
-	b.s.puts.Ok("source", b.s.env.Name)
+	if err != nil {
+		return err
+	}
 	c.EventAccepted.Add(int64(n))
 	c.AppendBatchAccepted.Add(1)
 	return nil

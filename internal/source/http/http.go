@@ -78,19 +78,19 @@ type Source struct {
 	port        int
 	maxBody     int64
 	maxInFlight int64
+	budget      *listener.Budget // the bytes in flight allowed; what it holds is BytesInFlight
 	hygiene     listener.Config
 	tls         tlsconf.Settings
 	counters    *metrics.SourceCounters
 	rejects     *listener.Rejects
 	blob        *blobHandler // nil: the JSON handler
 
-	mu     sync.Mutex // guards the fields below
-	srv    *http.Server
-	group  *listener.Group
-	ln     net.Listener
-	done   chan struct{}
-	proc   flow.Processor
-	budget *listener.Budget
+	mu    sync.Mutex // guards the fields below
+	srv   *http.Server
+	group *listener.Group
+	ln    net.Listener
+	done  chan struct{}
+	proc  flow.Processor
 }
 
 // New builds an HTTP source from Flume's properties bind (0.0.0.0), port,
@@ -108,11 +108,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	if strings.TrimSpace(s.bind) == "" {
 		p.Errorf("bind", "is empty; set an address to listen on, such as 0.0.0.0")
 	}
-	if !p.Has("port") {
-		p.Required("port")
-	} else {
-		s.port = p.IntRange("port", 0, 0, 65535)
-	}
+	s.port = listener.ReadPort(p, "port")
 	switch h := strings.TrimSpace(p.String("handler", DefaultHandler)); h {
 	case DefaultHandler, "JSONHandler":
 	case MorphlineBlobHandler, CoreBlobHandler:
@@ -159,6 +155,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 		KeystorePassword: pick("keystore-password", "keystorePassword"),
 		ExcludeProtocols: pick("exclude-protocols", "excludeProtocols"),
 	})
+	s.budget = listener.NewBudget(s.maxInFlight)
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,
 		slices.Concat([]listener.Reason{reasonTooLarge, reasonOverBudget, reasonBadRequest, reasonCharset, reasonMethod, reasonProtocol},
@@ -168,15 +165,8 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	return s, nil
 }
 
-func (s *Source) inFlight() int64 {
-	s.mu.Lock()
-	b := s.budget
-	s.mu.Unlock()
-	if b == nil {
-		return 0
-	}
-	return b.InUse()
-}
+// inFlight is what the source's budget holds now (its BytesInFlight).
+func (s *Source) inFlight() int64 { return s.budget.InUse() }
 
 // Addr returns the address the source listens on, once started.
 func (s *Source) Addr() net.Addr {
@@ -197,13 +187,12 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	if err != nil {
 		return fmt.Errorf("http %s: %w", s.env.Name, err)
 	}
-	g := listener.NewGroup(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection})
-	addr := net.JoinHostPort(s.bind, strconv.Itoa(s.port))
-	gl, err := g.Listen(addr)
+	g, lns, err := listener.Open(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection},
+		net.JoinHostPort(s.bind, strconv.Itoa(s.port)))
 	if err != nil {
-		_ = g.Shutdown(context.Background())
-		return fmt.Errorf("http %s: listen %s: %w", s.env.Name, addr, err)
+		return fmt.Errorf("http %s: %w", s.env.Name, err)
 	}
+	gl := lns[0]
 	var ln net.Listener = gl
 	if tlsConf != nil {
 		ln = tls.NewListener(gl, tlsConf)
@@ -224,7 +213,6 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	done := make(chan struct{})
 	s.mu.Lock()
 	s.srv, s.group, s.ln, s.done, s.proc = srv, g, gl, done, p
-	s.budget = listener.NewBudget(s.maxInFlight)
 	s.mu.Unlock()
 	s.counters.Started()
 	s.env.Log().Info("http source listening", "source", s.env.Name, "addr", gl.Addr().String(), "tls", tlsConf != nil)

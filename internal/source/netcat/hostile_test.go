@@ -215,7 +215,7 @@ func TestUDPReceiveBuffer(t *testing.T) {
 		s := newUDP(t, tt.props)
 		start(t, s, pl.Processor)
 		s.mu.Lock()
-		conn := s.conn
+		conn := s.sock.Conn
 		s.mu.Unlock()
 		want := tt.want
 		if max := rmemMax(t); os.Geteuid() != 0 && max < want {

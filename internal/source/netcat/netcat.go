@@ -45,10 +45,6 @@ const (
 	maxReadBuffer = 256 << 10
 	// lineGuess is the line length the buffer is sized for.
 	lineGuess = 256
-	// Retry pacing while the channel is full. The channel itself already
-	// waits up to its keep-alive before refusing a put, so these are short.
-	minFullBackoff = 10 * time.Millisecond
-	maxFullBackoff = 500 * time.Millisecond
 )
 
 // Reasons the netcat sources refuse input, each logged (throttled) and
@@ -87,14 +83,15 @@ type Source struct {
 	batchDur    time.Duration
 	hygiene     listener.Config
 	maxInFlight int64
+	budget      *listener.Budget     // max-bytes-in-flight; what it holds is BytesInFlight
 	bigBufs     *listener.BigBuffers // room for the longest line, and at least minReadBuffer
 	counters    *metrics.SourceCounters
 	rejects     *listener.Rejects
+	retry       *flow.Retry // puts a batch until the channel takes it
 
 	mu     sync.Mutex // guards the fields below
 	group  *listener.Group
 	addr   net.Addr
-	budget *listener.Budget
 	cancel context.CancelFunc
 	okBuf  []byte // "OK\n" × limit, read-only once built
 }
@@ -112,7 +109,7 @@ type Source struct {
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env}
 	s.bind = p.Required("bind")
-	s.port = requiredPort(p)
+	s.port = listener.ReadPort(p, "port")
 	s.maxLine = p.IntRange("max-line-length", 512, 2, math.MaxInt32/8)
 	s.ack = p.Bool("ack-every-event", true)
 	s.batch = flow.ReadBatching(p, "batchSize", flow.DefaultBatchSize)
@@ -136,28 +133,15 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,
 		append([]listener.Reason{reasonLineTooLong, reasonPartialLine, reasonOverBudget}, listener.ConnReasons...)...)
+	s.budget = listener.NewBudget(s.maxInFlight)
 	s.counters.Gauge("BytesInFlight", func() string { return strconv.FormatInt(s.inFlight(), 10) })
+	s.retry = flow.NewRetry(env.Log(), "netcat", env.Name, s.counters, flow.FullBackoff, false)
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }
 
-func (s *Source) inFlight() int64 {
-	s.mu.Lock()
-	b := s.budget
-	s.mu.Unlock()
-	if b == nil {
-		return 0
-	}
-	return b.InUse()
-}
-
-func requiredPort(p *config.Props) int {
-	if !p.Has("port") {
-		p.Required("port")
-		return 0
-	}
-	return p.IntRange("port", 0, 0, 65535)
-}
+// inFlight is what the source's budget holds now (its BytesInFlight).
+func (s *Source) inFlight() int64 { return s.budget.InUse() }
 
 // checkUTF8 accepts key when it names UTF-8 (or is unset): sluice moves the
 // bytes as they come, which is what Flume does for UTF-8 input.
@@ -187,17 +171,16 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	if s.Addr() != nil {
 		return fmt.Errorf("netcat %s: already started", s.env.Name)
 	}
-	g := listener.NewGroup(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection})
-	addr := net.JoinHostPort(s.bind, strconv.Itoa(s.port))
-	ln, err := g.Listen(addr)
+	g, lns, err := listener.Open(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection},
+		net.JoinHostPort(s.bind, strconv.Itoa(s.port)))
 	if err != nil {
-		_ = g.Shutdown(context.Background())
-		return fmt.Errorf("netcat %s: listen %s: %w", s.env.Name, addr, err)
+		return fmt.Errorf("netcat %s: %w", s.env.Name, err)
 	}
+	ln := lns[0]
 	ctx, cancel := context.WithCancel(context.Background())
-	budget := listener.NewBudget(s.maxInFlight)
+	budget := s.budget
 	s.mu.Lock()
-	s.group, s.addr, s.cancel, s.budget = g, ln.Addr(), cancel, budget
+	s.group, s.addr, s.cancel = g, ln.Addr(), cancel
 	s.limit = s.batch.Limit(p)
 	s.okBuf = bytes.Repeat([]byte("OK\n"), s.limit)
 	s.mu.Unlock()
@@ -223,6 +206,7 @@ func (s *Source) Stop(ctx context.Context) error {
 		return nil
 	}
 	defer s.counters.Stopped()
+	defer s.retry.Stop()
 	cancel() // ends puts waiting for channel space
 	if err := g.Shutdown(ctx); err != nil {
 		return fmt.Errorf("netcat %s: stop: %w", s.env.Name, err)
@@ -423,45 +407,31 @@ func (h *handler) put(ctx context.Context, slab []byte) error {
 	n := len(h.events)
 	c.AppendBatchReceived.Add(1)
 	c.EventReceived.Add(int64(n))
-	backoff := time.Duration(0)
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
+	again := false
+	err := h.s.retry.Put(ctx, h.p, func() []event.Event {
+		if again {
 			h.fill(slab, now)
 		}
-		err := h.p.Process(ctx, h.events)
-		if err == nil {
-			break
+		again = true
+		return h.events
+	}, func() []any { return []any{"remote", h.c.Peer()} })
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, flow.ErrStopping):
+		// Nothing will be put any more: tell the sender and close, so it
+		// stops sending here and resends elsewhere or later.
+		h.s.rejects.Add(reasonStopping, h.c.Peer(), "events", n)
+		if h.s.ack {
+			_ = h.write([]byte(strings.Repeat("FAILED: agent is stopping; nothing was kept, send again\n", n)))
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		c.ChannelWriteFail.Add(1)
-		if errors.Is(err, flow.ErrStopping) {
-			// Nothing will be put any more: tell the sender and close, so
-			// it stops sending here and resends elsewhere or later.
-			h.s.rejects.Add(reasonStopping, h.c.Peer(), "events", n)
-			if h.s.ack {
-				_ = h.write([]byte(strings.Repeat("FAILED: agent is stopping; nothing was kept, send again\n", n)))
-			}
-			return err
-		}
-		if !errors.Is(err, flow.ErrChannelFull) {
-			// Flume answers a failed put with FAILED and goes on.
-			h.s.rejects.Add(reasonPutFailed, h.c.Peer(), "events", n, "err", err)
-			line := "FAILED: " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n"
-			return h.write([]byte(strings.Repeat(line, n)))
-		}
-		backoff = min(max(2*backoff, minFullBackoff), maxFullBackoff)
-		if backoff == maxFullBackoff {
-			h.s.env.Log().Debug("netcat source waiting for channel space", "source", h.s.env.Name, "events", n)
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
+		return err
+	default:
+		// Flume answers a failed put with FAILED and goes on.
+		h.s.rejects.Add(reasonPutFailed, h.c.Peer(), "events", n, "err", err)
+		line := "FAILED: " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n"
+		return h.write([]byte(strings.Repeat(line, n)))
 	}
 	c.EventAccepted.Add(int64(n))
 	c.AppendBatchAccepted.Add(1)

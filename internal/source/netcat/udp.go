@@ -9,10 +9,8 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
@@ -21,9 +19,6 @@ import (
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/panics"
 )
-
-// maxDatagram is the largest UDP payload.
-const maxDatagram = 65535
 
 // UDPSource is the netcatudp source: one datagram is one event, whose body is
 // the datagram up to its first newline (the rest is ignored, as Flume does).
@@ -43,10 +38,10 @@ type UDPSource struct {
 	recvBufSet   bool // set in the config, so a cap by the kernel is a warning
 	counters     *metrics.SourceCounters
 	rejects      *listener.Rejects
+	retry        *flow.Retry // puts an event until the channel takes it
 
 	mu     sync.Mutex // guards the fields below
-	conn   *net.UDPConn
-	drops  *listener.DropWatch
+	sock   *listener.UDP
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -70,12 +65,13 @@ var (
 func NewUDP(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &UDPSource{env: env}
 	s.bind = p.String("bind", "0.0.0.0")
-	s.port = requiredPort(p)
+	s.port = listener.ReadPort(p, "port")
 	s.remoteHeader = p.String("remoteAddressHeader", p.String("remoteAddress", ""))
 	s.recvBufSet = p.Has("receiveBufferSize")
 	s.recvBuf = p.IntRange("receiveBufferSize", 0, 0, math.MaxInt32)
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set, reasonKernelDrop)
+	s.retry = flow.NewRetry(env.Log(), "netcatudp", env.Name, s.counters, flow.FullBackoff, false)
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }
@@ -84,10 +80,7 @@ func NewUDP(env flow.Env, p *config.Props) (flow.Source, error) {
 func (s *UDPSource) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.conn == nil {
-		return nil
-	}
-	return s.conn.LocalAddr()
+	return s.sock.Addr()
 }
 
 // Start binds bind:port and reads datagrams in a goroutine Stop ends.
@@ -96,64 +89,59 @@ func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
 		return fmt.Errorf("netcatudp %s: already started", s.env.Name)
 	}
 	addr := net.JoinHostPort(s.bind, strconv.Itoa(s.port))
-	conn, rb, err := listener.ListenUDP(addr, s.recvBuf)
+	sock, err := listener.OpenUDP(addr, s.recvBuf, s.recvBufSet, s.env.Log(), "netcatudp", s.env.Name,
+		func(n int64) { s.rejects.AddN(reasonKernelDrop, n, "") })
 	if err != nil {
 		return fmt.Errorf("netcatudp %s: listen %s: %w", s.env.Name, addr, err)
 	}
-	rb.Note(s.env.Log(), "netcatudp", s.env.Name, s.recvBufSet)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s.counters.Started()
-	drops := listener.WatchDrops(conn, func(n int64) { s.rejects.AddN(reasonKernelDrop, n, "") })
 	s.mu.Lock()
-	s.conn, s.drops, s.cancel, s.done = conn, drops, cancel, done
+	s.sock, s.cancel, s.done = sock, cancel, done
 	s.mu.Unlock()
-	s.env.Log().Info("netcatudp source listening", "source", s.env.Name, "addr", conn.LocalAddr().String())
+	s.env.Log().Info("netcatudp source listening", "source", s.env.Name, "addr", sock.Conn.LocalAddr().String())
 	panics.Go("netcatudp source "+s.env.Name, func() {
 		defer close(done)
-		s.run(ctx, conn, p)
+		s.run(ctx, sock, p)
 	})
 	return nil
 }
 
 // Stop stops the reader: a put waiting for room gives up, and the
-// datagrams the socket still holds are read (for at most udpDrainMax) and
-// counted as dropped (DatagramDropCount); the socket's drop count is read a
-// last time before it closes.
+// datagrams the socket still holds are read (for at most
+// listener.UDPDrainMax) and counted as dropped (DatagramDropCount); the
+// socket's drop count is read a last time before it closes.
 func (s *UDPSource) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	conn, drops, cancel, done := s.conn, s.drops, s.cancel, s.done
-	s.conn, s.drops, s.cancel, s.done = nil, nil, nil, nil
+	sock, cancel, done := s.sock, s.cancel, s.done
+	s.sock, s.cancel, s.done = nil, nil, nil
 	s.mu.Unlock()
-	if conn == nil {
+	if sock == nil {
 		return nil
 	}
 	cancel()
-	_ = conn.SetReadDeadline(time.Now()) // the reader drains the socket and returns
+	sock.StopReading() // the reader drains the socket and returns
 	defer s.counters.Stopped()
 	defer s.rejects.Flush()
+	defer s.retry.Stop()
 	var err error
 	select {
 	case <-done:
 	case <-ctx.Done():
 		err = fmt.Errorf("netcatudp %s: stop: %w", s.env.Name, ctx.Err())
 	}
-	drops.Stop()
-	_ = conn.Close() // read-only; its drop count was read last
+	_ = sock.Close() // read-only; its drop count was read last
 	return err
 }
 
-// udpDrainMax bounds how long a stopping netcatudp source reads what its
-// socket still holds, so that a sender that keeps sending cannot hold the
-// stop.
-const udpDrainMax = time.Second
-
-func (s *UDPSource) run(ctx context.Context, conn *net.UDPConn, p flow.Processor) {
-	log := s.env.Log()
-	buf := make([]byte, maxDatagram)
+func (s *UDPSource) run(ctx context.Context, sock *listener.UDP, p flow.Processor) {
 	batch := make([]event.Event, 1)
 	var sender []byte // "/ip:port" as Java's InetSocketAddress prints it
-	datagram := func(d []byte, from netip.AddrPort) {
+	sock.Read(func(err error) {
+		s.counters.EventReadFail.Add(1)
+		s.env.Log().Warn("netcatudp source could not read a datagram", "source", s.env.Name, "err", err)
+	}, func(d []byte, from netip.AddrPort) {
 		line := d
 		if i := bytes.IndexByte(line, '\n'); i >= 0 {
 			line = line[:i]
@@ -167,66 +155,32 @@ func (s *UDPSource) run(ctx context.Context, conn *net.UDPConn, p flow.Processor
 			ev.Headers = map[string]string{s.remoteHeader: string(sender)}
 		}
 		s.counters.EventReceived.Add(1)
-		if !s.put(ctx, p, ev, batch) {
-			s.rejects.Add(reasonStopDrop, "") // stopping: UDP cannot hand it back
-		}
-	}
-	for {
-		n, from, err := conn.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				listener.DrainUDP(conn, buf, udpDrainMax, datagram)
-				return
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			s.counters.EventReadFail.Add(1)
-			log.Warn("netcatudp source could not read a datagram", "source", s.env.Name, "err", err)
-			continue
-		}
-		datagram(buf[:n], from)
-	}
+		s.put(ctx, p, ev, batch)
+	})
 }
 
 // put commits ev, retrying while the channel is full. UDP has no way to push
 // back, so meanwhile newer datagrams wait in (and may overflow) the socket's
-// receive buffer. It reports false when the source is stopping.
-func (s *UDPSource) put(ctx context.Context, p flow.Processor, ev event.Event, batch []event.Event) bool {
-	backoff := time.Duration(0)
-	for {
+// receive buffer. What cannot be put is counted as dropped: UDP cannot hand
+// it back.
+func (s *UDPSource) put(ctx context.Context, p flow.Processor, ev event.Event, batch []event.Event) {
+	err := s.retry.Put(ctx, p, func() []event.Event {
 		batch[0] = ev
 		if ev.Headers != nil {
-			// Interceptors may change the map in place; retry with the original.
+			// Interceptors may change the map in place; each attempt has its own.
 			batch[0].Headers = map[string]string{s.remoteHeader: ev.Headers[s.remoteHeader]}
 		}
-		err := p.Process(ctx, batch)
-		if err == nil {
-			s.counters.EventAccepted.Add(1)
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		s.counters.ChannelWriteFail.Add(1)
-		if errors.Is(err, flow.ErrStopping) {
-			// UDP cannot hand it back: counted until Stop closes the socket.
-			s.rejects.Add(reasonStopDrop, "")
-			return true
-		}
-		if !errors.Is(err, flow.ErrChannelFull) {
-			// Not a matter of space: Flume drops the event and logs it.
-			s.rejects.Add(reasonPutDrop, "", "err", err)
-			return true
-		}
-		backoff = min(max(2*backoff, minFullBackoff), maxFullBackoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		}
+		return batch
+	}, nil)
+	switch {
+	case err == nil:
+		s.counters.EventAccepted.Add(1)
+	case ctx.Err() != nil || errors.Is(err, flow.ErrStopping):
+		// Stopping: counted until Stop closes the socket.
+		s.rejects.Add(reasonStopDrop, "")
+	default:
+		// Not a matter of space: Flume drops the event and logs it.
+		s.rejects.Add(reasonPutDrop, "", "err", err)
 	}
 }
 

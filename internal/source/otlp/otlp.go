@@ -100,7 +100,8 @@ type Source struct {
 	mapping      otlpconv.Mapping
 	maxBody      int64
 	maxInFlight  int64
-	maxEvent     int64 // 0: no limit
+	budget       *listener.Budget // the bytes in flight allowed; what it holds is BytesInFlight
+	maxEvent     int64            // 0: no limit
 	hygiene      listener.Config
 	tls          tlsconf.Settings
 	counters     *metrics.SourceCounters
@@ -114,7 +115,6 @@ type Source struct {
 	grpcAddr net.Addr
 	httpAddr net.Addr
 	proc     flow.Processor
-	budget   *listener.Budget
 	serving  sync.WaitGroup // the Serve goroutines
 }
 
@@ -170,21 +170,15 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set,
 		append([]listener.Reason{reasonTooLarge, reasonOverBudget, reasonBadRequest, reasonMediaType, reasonNotFound,
 			reasonProtocol, reasonEventTooLarge}, listener.ConnReasons...)...)
+	s.budget = listener.NewBudget(s.maxInFlight)
 	s.counters.Gauge("BytesInFlight", func() string { return strconv.FormatInt(s.inFlight(), 10) })
 	s.droppedLarge = env.Registry().Dropped(env.Name, "event_too_large")
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }
 
-func (s *Source) inFlight() int64 {
-	s.mu.Lock()
-	b := s.budget
-	s.mu.Unlock()
-	if b == nil {
-		return 0
-	}
-	return b.InUse()
-}
+// inFlight is what the source's budget holds now (its BytesInFlight).
+func (s *Source) inFlight() int64 { return s.budget.InUse() }
 
 // GRPCAddr and HTTPAddr return the addresses the listeners listen on, once
 // started; nil for a listener that is off.
@@ -233,7 +227,6 @@ func (s *Source) Start(_ context.Context, p flow.Processor) error {
 	}
 	s.mu.Lock()
 	s.group, s.proc = g, p
-	s.budget = listener.NewBudget(s.maxInFlight)
 	s.mu.Unlock()
 	s.counters.Started()
 	if grpcLn != nil {

@@ -63,6 +63,13 @@ func (g *generator) accepted(n int64) {
 	g.counters.EventAccepted.Add(n)
 }
 
+// newRetry returns how the generator puts a batch until the channels take
+// it: every refusal retried, the waits backoffSleepIncrement doubling up to
+// maxBackoffSleep.
+func (g *generator) newRetry() *flow.Retry {
+	return flow.NewRetry(g.env.Log(), g.env.Type, g.env.Name, g.counters, flow.PutBackoff{Min: g.backoffStep, Max: g.backoffMax}, true)
+}
+
 // refused counts a batch the channels refused (Flume counts a
 // ChannelException as ChannelWriteFail; anything else escapes to its
 // runner) and returns the next wait, from the last one.

@@ -59,33 +59,23 @@ func (g *generator) readGenerator(env flow.Env, p *config.Props) {
 // batch is tried again with the same bodies, so the sequence has no gaps.
 // The next start begins again from 0, as Flume's does.
 func (s *Source) generate(ctx context.Context, p flow.Processor) {
-	log := s.env.Log()
-	puts := flow.PutStreak(log, "seq source could not put a batch; retrying the same events", "seq source puts batches again")
-	defer puts.Stop()
+	retry := s.newRetry()
+	defer retry.Stop()
 	batch := make([]event.Event, 0, s.batchSize)
-	backoff := time.Duration(0)
 	next := int64(0)
 	for next < s.totalEvents {
 		n := int(min(int64(s.batchSize), s.totalEvents-next))
-		batch = fill(batch[:0], next, n)
-		err := p.Process(ctx, batch)
-		if err == nil {
-			backoff = 0
-			next += int64(n)
-			s.accepted(int64(n))
-			puts.Ok("source", s.env.Name)
-			continue
+		err := retry.Put(ctx, p, func() []event.Event {
+			batch = fill(batch[:0], next, n)
+			return batch
+		}, func() []any { return []any{"first", next} })
+		if err != nil {
+			return // stopping
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		backoff = s.refused(err, backoff)
-		puts.Fail(err, "source", s.env.Name, "first", next, "events", n, "retry_in", backoff.String())
-		if !sleep(ctx, backoff) {
-			return
-		}
+		next += int64(n)
+		s.accepted(int64(n))
 	}
-	log.Info("seq source generated every event", "source", s.env.Name, "totalEvents", s.totalEvents)
+	s.env.Log().Info("seq source generated every event", "source", s.env.Name, "totalEvents", s.totalEvents)
 }
 
 // fill appends n events with the bodies first, first+1, ... to batch. The

@@ -1,6 +1,8 @@
-// Package sourcetest holds helpers for the sources' tests: a pipeline of a
-// real memory channel behind a processor, and a sink-side drain that takes
-// events in transactions.
+// Package sourcetest holds the conformance suite every push source runs
+// (RunSourceSuite, with a Harness: the source and its own sender), and
+// helpers for the sources' tests: a pipeline of a real memory channel
+// behind a processor, and a sink-side drain that takes events in
+// transactions.
 package sourcetest
 
 import (

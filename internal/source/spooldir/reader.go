@@ -410,8 +410,8 @@ func (r *reader) put(ctx context.Context, path string, bodies [][]byte) bool {
 	c.EventReceived.Add(int64(n))
 	c.AppendBatchReceived.Add(1)
 	now := event.Now()
-	backoff := minBackoff
-	for {
+	retry := flow.Retry{RetryAll: true, Counters: c, Streak: r.puts, Backoff: flow.PutBackoff{Min: minBackoff, Max: r.s.maxBackoff}}
+	err := retry.Put(ctx, r.p, func() []event.Event {
 		r.events = r.events[:0]
 		for _, b := range bodies {
 			e := event.Event{Body: b, ReceivedAt: now}
@@ -426,35 +426,15 @@ func (r *reader) put(ctx context.Context, path string, bodies [][]byte) bool {
 			}
 			r.events = append(r.events, e)
 		}
-		err := r.p.Process(ctx, r.events)
-		clear(r.events)
-		if err == nil {
-			r.puts.Ok()
-			break
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		if errors.Is(err, flow.ErrStopping) {
-			// The agent is stopping or replacing the source: nothing more
-			// will be put; wait for Stop, which reads on from here next time.
-			<-ctx.Done()
-			return false
-		}
-		if errors.Is(err, flow.ErrChannelFull) || errors.Is(err, flow.ErrClosed) {
-			c.ChannelWriteFail.Add(1)
-		} else {
-			c.GenericProcessingFail.Add(1)
-		}
-		r.puts.Fail(err, "file", path, "events", n, "retry_in", backoff.String())
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		}
-		backoff = min(2*backoff, r.s.maxBackoff)
+		return r.events
+	}, func() []any { return []any{"file", path} })
+	if errors.Is(err, flow.ErrStopping) {
+		// The agent is stopping or replacing the source: nothing more
+		// will be put; wait for Stop, which reads on from here next time.
+		<-ctx.Done()
+	}
+	if err != nil {
+		return false
 	}
 	c.EventAccepted.Add(int64(n))
 	c.AppendBatchAccepted.Add(1)

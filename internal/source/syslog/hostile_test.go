@@ -137,7 +137,7 @@ func TestUDPReceiveBuffer(t *testing.T) {
 		s, _, _ := newSource(t, "syslogudp", tt.props, pl)
 		u := s.(*UDPSource)
 		u.mu.Lock()
-		conn := u.conn
+		conn := u.sock.Conn
 		u.mu.Unlock()
 		rc, err := conn.SyscallConn()
 		if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/listener"
 	"github.com/sluicehq/sluice/internal/tlsconf"
 )
 
@@ -78,14 +79,6 @@ func readFraming(p *config.Props) bool {
 	return p.Enum("framing", "auto", "auto", "newline") == "auto"
 }
 
-func readPort(p *config.Props, key string) int {
-	if !p.Has(key) {
-		p.Required(key)
-		return 0
-	}
-	return p.IntRange(key, 0, 0, 65535)
-}
-
 // NewTCP builds a syslogtcp source from Flume's properties host (all
 // interfaces when unset), port, eventSize (2500), keepFields (none),
 // clientIPHeader, clientHostnameHeader and the SSL ones (ssl, keystore,
@@ -97,7 +90,7 @@ func NewTCP(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &TCPSource{}
 	s.env, s.kind = env, "syslogtcp"
 	s.host = p.String("host", "")
-	s.ports = []int{readPort(p, "port")}
+	s.ports = []int{listener.ReadPort(p, "port")}
 	size := p.IntRange("eventSize", DefaultEventSize, 1, maxEventSize)
 	s.framer = framer{maxSize: max(size, minEventSize), octet: readFraming(p), flume: true}
 	s.batch = flow.ReadBatching(p, "batchSize", DefaultBatchSize)

@@ -29,11 +29,7 @@ const (
 	// left at its default gets this size (its limit is known at Start).
 	maxReadBuffer = 256 << 10
 	msgGuess      = 256
-	// Retry pacing while the channel is full; the channel itself already
-	// waited its keep-alive before refusing.
-	minFullBackoff = 10 * time.Millisecond
-	maxFullBackoff = 500 * time.Millisecond
-	lookupTimeout  = 2 * time.Second
+	lookupTimeout = 2 * time.Second
 	// Memory: a connection reads into a small buffer of its own; one that
 	// needs more (a read filled it, or a message in progress outgrew it)
 	// takes a large one from the source's budget, maxBytesInFlight (a
@@ -84,13 +80,14 @@ type tcpServer struct {
 	counters    *metrics.SourceCounters
 	hygiene     listener.Config
 	maxInFlight int64
+	budget      *listener.Budget     // max-bytes-in-flight; what it holds is BytesInFlight
 	bigBufs     *listener.BigBuffers // room for the longest frame, at least minReadBuffer
 	rejects     *listener.Rejects
+	retry       *flow.Retry // puts a batch until the channel takes it
 
 	mu       sync.Mutex // guards the fields below
 	group    *listener.Group
 	addrs    []net.Addr
-	budget   *listener.Budget
 	stopRead context.CancelFunc // ends reading
 	stopProc context.CancelFunc // ends puts still waiting for the channel
 }
@@ -117,18 +114,13 @@ func (s *tcpServer) readLimits(p *config.Props) {
 	s.rejects = listener.NewRejects(s.env.Name, s.env.Log(), s.counters.Set,
 		slices.Concat([]listener.Reason{reasonOversize, reasonInvalid, reasonUnreadable, reasonTruncated, reasonOverBudget},
 			listener.ConnReasons, listener.TLSReasons)...)
+	s.budget = listener.NewBudget(s.maxInFlight)
 	s.counters.Gauge("BytesInFlight", func() string { return strconv.FormatInt(s.inFlight(), 10) })
+	s.retry = flow.NewRetry(s.env.Log(), s.kind, s.env.Name, s.counters, flow.FullBackoff, false)
 }
 
-func (s *tcpServer) inFlight() int64 {
-	s.mu.Lock()
-	b := s.budget
-	s.mu.Unlock()
-	if b == nil {
-		return 0
-	}
-	return b.InUse()
-}
+// inFlight is what the source's budget holds now (its BytesInFlight).
+func (s *tcpServer) inFlight() int64 { return s.budget.InUse() }
 
 // BatchSize reports the most events put in one transaction.
 func (s *tcpServer) BatchSize() int { return s.batch.Size() }
@@ -152,24 +144,23 @@ func (s *tcpServer) Start(_ context.Context, p flow.Processor) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", s.kind, s.env.Name, err)
 	}
-	g := listener.NewGroup(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection})
-	var lns []*listener.Listener
-	var addrs []net.Addr
-	for _, port := range s.ports {
-		addr := net.JoinHostPort(s.host, strconv.Itoa(port))
-		ln, err := g.Listen(addr)
-		if err != nil {
-			_ = g.Shutdown(context.Background())
-			return fmt.Errorf("%s %s: listen %s: %w", s.kind, s.env.Name, addr, err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr())
+	hostPorts := make([]string, len(s.ports))
+	for i, port := range s.ports {
+		hostPorts[i] = net.JoinHostPort(s.host, strconv.Itoa(port))
+	}
+	g, lns, err := listener.Open(s.hygiene, listener.Options{Source: s.env.Name, Log: s.env.Log(), Rejects: s.rejects, Open: s.counters.OpenConnection}, hostPorts...)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", s.kind, s.env.Name, err)
+	}
+	addrs := make([]net.Addr, len(lns))
+	for i, ln := range lns {
+		addrs[i] = ln.Addr()
 	}
 	readCtx, stopRead := context.WithCancel(context.Background())
 	procCtx, stopProc := context.WithCancel(context.Background())
-	budget := listener.NewBudget(s.maxInFlight)
+	budget := s.budget
 	s.mu.Lock()
-	s.group, s.addrs, s.budget = g, addrs, budget
+	s.group, s.addrs = g, addrs
 	s.stopRead, s.stopProc = stopRead, stopProc
 	s.limit = s.batch.Limit(p)
 	s.mu.Unlock()
@@ -209,6 +200,7 @@ func (s *tcpServer) Stop(ctx context.Context) error {
 		return nil
 	}
 	defer s.counters.Stopped()
+	defer s.retry.Stop()
 	defer stopProc()
 	stopRead()
 	err := g.Shutdown(ctx)
@@ -465,41 +457,28 @@ func (h *conn) collect(eof bool) (end, skip, n, readFails int) {
 // failed Process may have changed the events (interceptors), so a retry
 // builds them again from the buffer, which nothing touches meanwhile.
 func (h *conn) put(ctx context.Context, eof bool) (committed bool, err error) {
-	c := h.s.counters
-	backoff := time.Duration(0)
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
+	n := len(h.events)
+	again := false
+	err = h.s.retry.Put(ctx, h.p, func() []event.Event {
+		if again {
 			h.collect(eof)
 		}
-		err := h.p.Process(ctx, h.events)
-		if err == nil {
-			return true, nil
-		}
-		if ctx.Err() != nil {
-			return false, ctx.Err()
-		}
-		c.ChannelWriteFail.Add(1)
-		if errors.Is(err, flow.ErrStopping) {
-			// Nothing will be put any more: stop reading and close, so the
-			// sender keeps what it has not sent yet.
-			h.s.rejects.AddN(reasonStopping, int64(len(h.events)), h.lc.Peer())
-			return false, err
-		}
-		if !errors.Is(err, flow.ErrChannelFull) {
-			// Not a matter of space: Flume drops the events and logs it.
-			h.s.rejects.Add(reasonPutFailed, h.lc.Peer(), "events", len(h.events), "err", err)
-			return false, nil
-		}
-		backoff = min(max(2*backoff, minFullBackoff), maxFullBackoff)
-		if backoff == maxFullBackoff {
-			h.s.env.Log().Debug(h.s.kind+" source waiting for channel space", "source", h.s.env.Name, "events", len(h.events))
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return false, ctx.Err()
-		}
+		again = true
+		return h.events
+	}, func() []any { return []any{"remote", h.lc.Peer()} })
+	switch {
+	case err == nil:
+		return true, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case errors.Is(err, flow.ErrStopping):
+		// Nothing will be put any more: stop reading and close, so the
+		// sender keeps what it has not sent yet.
+		h.s.rejects.AddN(reasonStopping, int64(n), h.lc.Peer())
+		return false, err
+	default:
+		// Not a matter of space: Flume drops the events and logs it.
+		h.s.rejects.Add(reasonPutFailed, h.lc.Peer(), "events", n, "err", err)
+		return false, nil
 	}
 }

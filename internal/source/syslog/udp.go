@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -20,9 +20,6 @@ import (
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/panics"
 )
-
-// maxDatagram is the largest UDP payload (Flume reads up to 64 KiB).
-const maxDatagram = 1 << 16
 
 // UDPSource is the syslogudp source: one datagram is one message. Build it
 // with NewUDP.
@@ -49,10 +46,10 @@ type UDPSource struct {
 	recvBufSet bool // set in the config, so a cap by the kernel is a warning
 	counters   *metrics.SourceCounters
 	rejects    *listener.Rejects
+	retry      *flow.Retry // puts a batch until the channel takes it
 
 	mu       sync.Mutex // guards the fields below
-	conn     *net.UDPConn
-	drops    *listener.DropWatch
+	sock     *listener.UDP
 	stopProc context.CancelFunc
 	readDone chan struct{} // closed when the reader returned
 	done     chan struct{} // closed when the reader and the putter returned
@@ -85,7 +82,7 @@ var (
 func NewUDP(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &UDPSource{env: env}
 	s.host = p.String("host", "")
-	s.port = readPort(p, "port")
+	s.port = listener.ReadPort(p, "port")
 	s.batch = flow.ReadBatching(p, "batchSize", DefaultBatchSize)
 	if p.Has("eventSize") {
 		p.IntRange("eventSize", DefaultEventSize, 1, maxEventSize)
@@ -98,6 +95,7 @@ func NewUDP(env flow.Env, p *config.Props) (flow.Source, error) {
 	s.parser = FlumeParser{Keep: keep}
 	s.counters = metrics.NewSourceCounters(env.Name, env.Type)
 	s.rejects = listener.NewRejects(env.Name, env.Log(), s.counters.Set, reasonKernelDrop, reasonInvalid, reasonUnreadable)
+	s.retry = flow.NewRetry(env.Log(), "syslogudp", env.Name, s.counters, flow.FullBackoff, false)
 	env.Registry().Add(s.counters.Set)
 	return s, nil
 }
@@ -109,10 +107,7 @@ func (s *UDPSource) BatchSize() int { return s.batch.Size() }
 func (s *UDPSource) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.conn == nil {
-		return nil
-	}
-	return s.conn.LocalAddr()
+	return s.sock.Addr()
 }
 
 // Start binds host:port and starts the reader and the putter.
@@ -121,19 +116,18 @@ func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
 		return fmt.Errorf("syslogudp %s: already started", s.env.Name)
 	}
 	addr := net.JoinHostPort(s.host, strconv.Itoa(s.port))
-	conn, rb, err := listener.ListenUDP(addr, s.recvBuf)
+	sock, err := listener.OpenUDP(addr, s.recvBuf, s.recvBufSet, s.env.Log(), "syslogudp", s.env.Name,
+		func(n int64) { s.rejects.AddN(reasonKernelDrop, n, "") })
 	if err != nil {
 		return fmt.Errorf("syslogudp %s: listen %s: %w", s.env.Name, addr, err)
 	}
-	rb.Note(s.env.Log(), "syslogudp", s.env.Name, s.recvBufSet)
 	procCtx, stopProc := context.WithCancel(context.Background())
 	readDone, done := make(chan struct{}), make(chan struct{})
 	s.counters.Started()
-	drops := listener.WatchDrops(conn, func(n int64) { s.rejects.AddN(reasonKernelDrop, n, "") })
 	s.mu.Lock()
-	s.conn, s.drops, s.stopProc, s.readDone, s.done = conn, drops, stopProc, readDone, done
+	s.sock, s.stopProc, s.readDone, s.done = sock, stopProc, readDone, done
 	s.mu.Unlock()
-	s.env.Log().Info("syslogudp source listening", "source", s.env.Name, "addr", conn.LocalAddr().String())
+	s.env.Log().Info("syslogudp source listening", "source", s.env.Name, "addr", sock.Conn.LocalAddr().String())
 	// A batch is at most what the queue holds: datagrams are up to 64 KiB
 	// each, so the queue keeps its size (4 × batchSize) whatever the
 	// channels' transactionCapacity, and at most 8 × batchSize datagrams
@@ -142,30 +136,31 @@ func (s *UDPSource) Start(_ context.Context, p flow.Processor) error {
 	limit := min(s.batch.Limit(p), cap(queue))
 	var wg sync.WaitGroup
 	wg.Add(2)
-	panics.Go("syslogudp source "+s.env.Name+": reader", func() { defer wg.Done(); defer close(readDone); s.read(conn, queue) })
+	panics.Go("syslogudp source "+s.env.Name+": reader", func() { defer wg.Done(); defer close(readDone); s.read(sock, queue) })
 	panics.Go("syslogudp source "+s.env.Name+": putter", func() { defer wg.Done(); s.putLoop(procCtx, queue, p, limit) })
 	panics.Go("syslogudp source "+s.env.Name+": stop", func() { wg.Wait(); close(done) })
 	return nil
 }
 
 // Stop stops reading: the datagrams the socket still holds are read (for
-// at most udpDrainMax) and go the way of every other, and the socket's drop
-// count is read a last time before it closes. Then the events already read
+// at most listener.UDPDrainMax) and go the way of every other, and the
+// socket's drop count is read a last time before it closes. Then the events already read
 // reach the channel (for as long as ctx allows: then what is left is
 // counted as dropped) and both goroutines are waited for.
 func (s *UDPSource) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	conn, drops, stopProc, readDone, done := s.conn, s.drops, s.stopProc, s.readDone, s.done
-	s.conn = nil
+	sock, stopProc, readDone, done := s.sock, s.stopProc, s.readDone, s.done
+	s.sock = nil
 	s.mu.Unlock()
-	if conn == nil {
+	if sock == nil {
 		return nil
 	}
 	defer s.counters.Stopped()
 	defer s.rejects.Flush()
+	defer s.retry.Stop()
 	defer stopProc()
 	var err error
-	_ = conn.SetReadDeadline(time.Now()) // the reader drains the socket and returns
+	sock.StopReading() // the reader drains the socket and returns
 	select {
 	case <-readDone:
 	case <-ctx.Done():
@@ -175,8 +170,7 @@ func (s *UDPSource) Stop(ctx context.Context) error {
 		<-readDone
 		err = fmt.Errorf("syslogudp %s: stop: %w", s.env.Name, ctx.Err())
 	}
-	drops.Stop()
-	_ = conn.Close() // read-only; its drop count was read last
+	_ = sock.Close() // read-only; its drop count was read last
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -187,34 +181,15 @@ func (s *UDPSource) Stop(ctx context.Context) error {
 	return err
 }
 
-// udpDrainMax bounds how long a stopping UDP source reads what its socket
-// still holds, so that a sender that keeps sending cannot hold the stop.
-const udpDrainMax = time.Second
-
-// read parses datagrams into queue until Stop sets the socket's read
-// deadline; then it reads what the socket still holds and closes queue.
-func (s *UDPSource) read(conn *net.UDPConn, queue chan<- event.Event) {
+// read parses datagrams into queue until Stop stops the socket's reading;
+// then it reads what the socket still holds and closes queue.
+func (s *UDPSource) read(sock *listener.UDP, queue chan<- event.Event) {
 	defer close(queue)
-	buf := make([]byte, maxDatagram)
 	hosts := newHostCache()
-	for {
-		n, from, err := conn.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				listener.DrainUDP(conn, buf, udpDrainMax, func(d []byte, from netip.AddrPort) {
-					s.datagram(d, from, hosts, queue)
-				})
-				return
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			s.counters.EventReadFail.Add(1)
-			s.env.Log().Warn("syslogudp source could not read a datagram", "source", s.env.Name, "err", err)
-			continue
-		}
-		s.datagram(buf[:n], from, hosts, queue)
-	}
+	sock.Read(func(err error) {
+		s.counters.EventReadFail.Add(1)
+		s.env.Log().Warn("syslogudp source could not read a datagram", "source", s.env.Name, "err", err)
+	}, func(d []byte, from netip.AddrPort) { s.datagram(d, from, hosts, queue) })
 }
 
 // datagram parses one datagram into an event for queue.
@@ -279,59 +254,27 @@ func (s *UDPSource) putLoop(ctx context.Context, queue <-chan event.Event, p flo
 }
 
 // put commits orig, retrying while the channel is full. Each attempt puts
-// copies (with copied header maps), since interceptors may change events of
-// a failed attempt. It reports false when ctx ended first.
+// copies with copied header maps, since interceptors may change the events
+// of a failed attempt. It reports false when the source is stopping.
 func (s *UDPSource) put(ctx context.Context, p flow.Processor, orig, batch []event.Event) bool {
-	backoff := time.Duration(0)
-	for attempt := 0; ; attempt++ {
+	err := s.retry.Put(ctx, p, func() []event.Event {
 		batch = batch[:0]
-		if attempt == 0 {
-			batch = append(batch, orig...)
-		} else {
-			for _, e := range orig {
-				h := make(map[string]string, len(e.Headers))
-				for k, v := range e.Headers {
-					h[k] = v
-				}
-				e.Headers = h
-				batch = append(batch, e)
-			}
+		for _, e := range orig {
+			e.Headers = maps.Clone(e.Headers)
+			batch = append(batch, e)
 		}
-		if attempt == 0 {
-			// The first attempt may change orig's maps; keep pristine ones.
-			for i := range orig {
-				h := make(map[string]string, len(orig[i].Headers))
-				for k, v := range orig[i].Headers {
-					h[k] = v
-				}
-				orig[i].Headers = h
-			}
-		}
-		err := p.Process(ctx, batch)
-		if err == nil {
-			s.counters.EventAccepted.Add(int64(len(orig)))
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		s.counters.ChannelWriteFail.Add(1)
-		if errors.Is(err, flow.ErrStopping) {
-			return false
-		}
-		if !errors.Is(err, flow.ErrChannelFull) {
-			s.rejects.AddN(reasonUDPPutFailed, int64(len(orig)), "", "err", err)
-			return true
-		}
-		backoff = min(max(2*backoff, minFullBackoff), maxFullBackoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		}
+		return batch
+	}, nil)
+	switch {
+	case err == nil:
+		s.counters.EventAccepted.Add(int64(len(orig)))
+	case ctx.Err() != nil || errors.Is(err, flow.ErrStopping):
+		return false
+	default:
+		// Not a matter of space: Flume drops the events and logs it.
+		s.rejects.AddN(reasonUDPPutFailed, int64(len(orig)), "", "err", err)
 	}
+	return true
 }
 
 // hostCache remembers reverse lookups of UDP senders for a while, since

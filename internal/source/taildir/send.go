@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
@@ -24,38 +23,17 @@ func (t *tailer) putBatch(ctx context.Context, tf *tailFile, n int, build func(n
 	c.EventReceived.Add(int64(n))
 	c.AppendBatchReceived.Add(1)
 	now := event.Now()
-	for attempt := 1; ; attempt++ {
-		batch := build(now)
-		err := t.p.Process(ctx, batch)
-		clear(batch)
-		if err == nil {
-			t.puts.Ok()
-			break
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		if errors.Is(err, flow.ErrStopping) {
-			// The agent is stopping or replacing the source: nothing more
-			// will be put. run waits for Stop; the position stays, so the
-			// next start reads on from here.
-			t.stopping = true
-			return false
-		}
-		if errors.Is(err, flow.ErrChannelFull) || errors.Is(err, flow.ErrClosed) {
-			c.ChannelWriteFail.Add(1)
-		} else {
-			c.GenericProcessingFail.Add(1)
-		}
-		wait := min(time.Duration(attempt)*t.s.backoffIncrement, t.s.maxBackoff)
-		t.puts.Fail(err, "file", tf.path, "events", n, "retry_in", wait.String())
-		tm := time.NewTimer(wait)
-		select {
-		case <-tm.C:
-		case <-ctx.Done():
-			tm.Stop()
-			return false
-		}
+	r := flow.Retry{RetryAll: true, Counters: c, Streak: t.puts,
+		Backoff: flow.PutBackoff{Min: t.s.backoffIncrement, Max: t.s.maxBackoff, Linear: true}}
+	err := r.Put(ctx, t.p, func() []event.Event { return build(now) }, func() []any { return []any{"file", tf.path} })
+	if errors.Is(err, flow.ErrStopping) {
+		// The agent is stopping or replacing the source: nothing more
+		// will be put. run waits for Stop; the position stays, so the
+		// next start reads on from here.
+		t.stopping = true
+	}
+	if err != nil {
+		return false
 	}
 	c.EventAccepted.Add(int64(n))
 	c.AppendBatchAccepted.Add(1)

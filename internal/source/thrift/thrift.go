@@ -82,13 +82,7 @@ type Source struct {
 func New(env flow.Env, p *config.Props) (flow.Source, error) {
 	s := &Source{env: env, guard: "thrift source " + env.Name + ": connection", logs: logthrottle.New(10*time.Second, 3)}
 	bind := p.Required("bind")
-	port := 0
-	if p.Has("port") {
-		port = p.IntRange("port", 0, 0, 65535)
-	} else {
-		p.Required("port")
-	}
-	s.addr = net.JoinHostPort(bind, strconv.Itoa(port))
+	s.addr = net.JoinHostPort(bind, strconv.Itoa(listener.ReadPort(p, "port")))
 	proto, err := thriftrpc.ParseProtocol(p.String("protocol", "compact"))
 	if err != nil {
 		p.Errorf("protocol", "%v; Flume's thrift source speaks compact (the default) or binary", err)
