@@ -6,7 +6,7 @@
 # when a row breaks a limit (the RSS bound of docs/operations.md "Limits", an
 # honest client refused, a log not throttled, a loss not counted).
 # Takes about a minute and a half; needs Linux (/proc) and ~8000 open files.
-# Extra arguments go to `go test`. SLUICE_HOSTILE_BIN=path runs another binary
+# Extra arguments go to `go test`. SLUICE_AGENT_BIN=path runs another binary
 # (an older build, to compare) instead of building one.
 set -euo pipefail
 cd "$(dirname "$0")/.."

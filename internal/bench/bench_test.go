@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/source/netcat"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // delayWriter is the sink of the known-delay pipeline: it holds every
@@ -162,9 +163,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func writeConfig(t *testing.T, conf string) string {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "bench.properties")
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteFile(t, file, conf)
 	return file
 }
 

@@ -50,9 +50,7 @@ func TestCrashKill9(t *testing.T) {
 	if os.Getenv("SLUICE_LONG") != "" {
 		p.kills, p.maxUptime, p.conns, p.rate = 20, 1500*time.Millisecond, 4, 3000
 	}
-	if n, err := strconv.Atoi(os.Getenv("SLUICE_CRASH_KILLS")); err == nil && n > 0 {
-		p.kills = n
-	}
+	p.kills = testutil.EnvInt("SLUICE_CRASH_KILLS", p.kills)
 	runCrash(t, p)
 }
 

@@ -103,10 +103,7 @@ func TestEveryComponentSurvivesItsDefaults(t *testing.T) {
 	}
 	quiet, steady := defaultsTimers()
 	bin := testutil.AgentBinary(t)
-	loggerBin, err := exec.LookPath("logger")
-	if err != nil {
-		t.Skip("logger (util-linux) not found; scripts/test.sh installs it")
-	}
+	loggerBin := testutil.SystemTool(t, "logger", "bsdutils")
 	root := t.TempDir()
 	homeA, homeB := filepath.Join(root, "a"), filepath.Join(root, "b")
 	for _, d := range []string{homeA, homeB, filepath.Join(root, "tail"), filepath.Join(root, "spool"), filepath.Join(root, "spool-in")} {
@@ -139,7 +136,7 @@ func TestEveryComponentSurvivesItsDefaults(t *testing.T) {
 	// "go" exists in its directory.
 	script := filepath.Join(root, "trickle.sh")
 	execGo := filepath.Join(root, "go")
-	writeFile(t, script, "#!/bin/sh\ni=0\nwhile :; do if [ -e "+execGo+" ]; then i=$((i+1)); printf 'exec-%06d\\n' \"$i\"; fi; sleep 0.5; done\n")
+	testutil.WriteFile(t, script, "#!/bin/sh\ni=0\nwhile :; do if [ -e "+execGo+" ]; then i=$((i+1)); printf 'exec-%06d\\n' \"$i\"; fi; sleep 0.5; done\n")
 	if err := os.Chmod(script, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +146,7 @@ func TestEveryComponentSurvivesItsDefaults(t *testing.T) {
 	}
 	hdfsDir, rollDir := filepath.Join(root, "hdfs"), filepath.Join(root, "roll")
 	confA := filepath.Join(root, "a.properties")
-	writeFile(t, confA, fmt.Sprintf(`a1.sources = r_netcat r_avro r_kafka r_thrift r_http r_syslogtcp r_multiport r_syslogudp r_netcatudp r_taildir r_spooldir r_exec r_seq r_stress
+	testutil.WriteFile(t, confA, fmt.Sprintf(`a1.sources = r_netcat r_avro r_kafka r_thrift r_http r_syslogtcp r_multiport r_syslogudp r_netcatudp r_taildir r_spooldir r_exec r_seq r_stress
 a1.channels = c_mem c_log c_file c_kafka c_jdbc c_syslog c_null c_udp c_files c_exec c_gen
 a1.sinks = k_tcp k_logger k_avro k_thrift k_http k_es k_null k_kafka k_hdfs k_roll k_slow
 
@@ -252,7 +249,7 @@ a1.sinks.k_slow.channel = c_gen
 		port["syslogudp"], port["netcatudp"], filepath.Join(root, "tail"), filepath.Join(root, "spool"), script,
 		tcpOut.port(), portOf(avroAddr), portOf(thriftAddr), httpSrv.URL, vl, hdfsDir, rollDir, slowOut.port()))
 	confB := filepath.Join(root, "b.properties")
-	writeFile(t, confB, fmt.Sprintf(`a1.sources = r_avro
+	testutil.WriteFile(t, confB, fmt.Sprintf(`a1.sources = r_avro
 a1.channels = c_spill
 a1.sinks = k_tcp
 a1.sources.r_avro.type = avro
@@ -266,11 +263,11 @@ a1.sinks.k_tcp.port = %d
 a1.sinks.k_tcp.channel = c_spill
 `, port["avroB"], tcpOutB.port()))
 
-	start := func(conf, home, httpAddr string) *agentProc {
-		cmd := agentCmd(bin, conf, "--http", httpAddr)
+	start := func(conf, home, httpAddr string) *testutil.AgentProcess {
+		cmd := testutil.AgentCommand(bin, conf, "--log-format", "json", "--http", httpAddr)
 		cmd.Dir = home
 		cmd.Env = append(os.Environ(), "HOME="+home)
-		return runAgent(t, cmd)
+		return testutil.RunAgent(t, cmd)
 	}
 	httpA, httpB := "127.0.0.1:"+strconv.Itoa(port["httpA"]), "127.0.0.1:"+strconv.Itoa(port["httpB"])
 	pA, pB := start(confA, homeA, httpA), start(confB, homeB, httpB)
@@ -309,10 +306,10 @@ a1.sinks.k_tcp.channel = c_spill
 	alive := func(what string, d time.Duration) {
 		t.Helper()
 		for t0 := time.Now(); time.Since(t0) < d; time.Sleep(200 * time.Millisecond) {
-			for name, p := range map[string]*agentProc{"A": pA, "B": pB} {
+			for name, p := range map[string]*testutil.AgentProcess{"A": pA, "B": pB} {
 				select {
-				case <-p.done:
-					t.Fatalf("agent %s exited %v into %s: %v", name, time.Since(t0).Round(time.Second), what, p.err)
+				case <-p.Done():
+					t.Fatalf("agent %s exited %v into %s: %v", name, time.Since(t0).Round(time.Second), what, p.Err())
 				default:
 				}
 			}
@@ -320,7 +317,7 @@ a1.sinks.k_tcp.channel = c_spill
 	}
 	execOn := func(on bool) {
 		if on {
-			writeFile(t, execGo, "")
+			testutil.WriteFile(t, execGo, "")
 		} else {
 			os.Remove(execGo)
 		}
@@ -408,18 +405,18 @@ a1.sinks.k_tcp.channel = c_spill
 		t.Errorf("through the slow sink: seq up to %d without a gap, %d stress events; want both going", seqMax, stress)
 	}
 
-	pA.signal(syscall.SIGTERM)
-	pB.signal(syscall.SIGTERM)
-	for name, p := range map[string]*agentProc{"A": pA, "B": pB} {
-		if code := p.exit(60 * time.Second); code != 0 {
+	pA.Signal(syscall.SIGTERM)
+	pB.Signal(syscall.SIGTERM)
+	for name, p := range map[string]*testutil.AgentProcess{"A": pA, "B": pB} {
+		if code := p.Exit(60 * time.Second); code != 0 {
 			t.Errorf("agent %s: exit %d after SIGTERM, want 0", name, code)
 		}
-		for _, rec := range p.log.records("") {
+		for _, rec := range p.Log.Records("") {
 			if rec["level"] == "ERROR" {
 				t.Errorf("agent %s logged an ERROR: %v", name, rec)
 			}
 		}
-		if strings.Contains(p.log.String(), "panic") {
+		if strings.Contains(p.Log.String(), "panic") {
 			t.Errorf("agent %s: the log mentions a panic", name)
 		}
 	}
@@ -967,7 +964,7 @@ func startVL(t *testing.T) string {
 		}
 	})
 	base := "http://" + addr
-	waitUntil(t, 20*time.Second, "VictoriaLogs answers", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "VictoriaLogs answers", func() bool {
 		if exited.Load() {
 			t.Fatal("victoria-logs exited")
 		}

@@ -198,24 +198,24 @@ func TestStopShowsDrain(t *testing.T) {
 	port, httpPort := testutil.FreePort(t), testutil.FreePort(t)
 	httpAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort))
 	conf := filepath.Join(dir, "a.properties")
-	writeFile(t, conf, "a1.sources = r1\na1.channels = c1\na1.sinks = k1\n"+route(1, port, col.srv.URL))
+	testutil.WriteFile(t, conf, "a1.sources = r1\na1.channels = c1\na1.sinks = k1\n"+route(1, port, col.srv.URL))
 	p := startAgent(t, conf, "--shutdown-timeout", "60", "--http", httpAddr)
 	if err := waitAccepting(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	acked := sendAcked(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 0, 4000)
-	p.signal(syscall.SIGTERM)
-	p.waitLog("intake closed: sources refuse new events from now on", 10*time.Second)
+	p.Signal(syscall.SIGTERM)
+	p.WaitLog("intake closed: sources refuse new events from now on", 10*time.Second)
 	stopped := func() bool {
 		select {
-		case <-p.done:
+		case <-p.Done():
 			return false
 		default:
 			return true
 		}
 	}
 	polls := pollDrain(t, httpAddr, col, 60*time.Second, stopped)
-	code := p.exit(30 * time.Second)
+	code := p.Exit(30 * time.Second)
 	seen := checkDraining(t, polls, "c1", "k1", len(acked), "")
 	t.Logf("%d polls, %d of them during the drain; exit %d", len(polls), seen, code)
 	if seen < 2 {
@@ -253,7 +253,7 @@ func TestReloadDrainsInBackground(t *testing.T) {
 	httpAddr := addr(httpPort)
 	conf := filepath.Join(dir, "a.properties")
 	kept := route(1, p1, live.srv.URL)
-	writeFile(t, conf, "a1.sources = r1 r2\na1.channels = c1 c2\na1.sinks = k1 k2\n"+kept+route(2, p2, col.srv.URL))
+	testutil.WriteFile(t, conf, "a1.sources = r1 r2\na1.channels = c1 c2\na1.sinks = k1 k2\n"+kept+route(2, p2, col.srv.URL))
 	p := startAgent(t, conf, "--shutdown-timeout", "60", "--http", httpAddr)
 	for _, port := range []int{p1, p2} {
 		if err := waitAccepting(addr(port), 30*time.Second); err != nil {
@@ -262,15 +262,15 @@ func TestReloadDrainsInBackground(t *testing.T) {
 	}
 	acked := sendAcked(t, addr(p2), 0, 5000)
 
-	writeFile(t, conf, "a1.sources = r1\na1.channels = c1\na1.sinks = k1\n"+kept)
+	testutil.WriteFile(t, conf, "a1.sources = r1\na1.channels = c1\na1.sinks = k1\n"+kept)
 	hup := time.Now()
-	p.signal(syscall.SIGHUP)
-	rec := p.waitLog("configuration reloaded", 10*time.Second)
+	p.Signal(syscall.SIGHUP)
+	rec := p.WaitLog("configuration reloaded", 10*time.Second)
 	t.Logf("first reload logged %v after SIGHUP, with %d of %d events received", time.Since(hup).Round(time.Millisecond), col.count(), len(acked))
 	if rec["draining"] != "c2" {
 		t.Errorf("reload record %v: want draining=c2", rec)
 	}
-	draining := func() bool { return len(p.log.records("channels a reload removed are drained")) == 0 }
+	draining := func() bool { return len(p.Log.Records("channels a reload removed are drained")) == 0 }
 	if !draining() {
 		t.Fatal("the drain ended before it could be seen; the test proves nothing")
 	}
@@ -304,10 +304,10 @@ func TestReloadDrainsInBackground(t *testing.T) {
 	}
 
 	// A second reload during the drain adds a source: it takes effect at once.
-	writeFile(t, conf, "a1.sources = r1 r3\na1.channels = c1\na1.sinks = k1\n"+kept+
+	testutil.WriteFile(t, conf, "a1.sources = r1 r3\na1.channels = c1\na1.sinks = k1\n"+kept+
 		fmt.Sprintf("a1.sources.r3.type = avro\na1.sources.r3.bind = 127.0.0.1\na1.sources.r3.port = %d\na1.sources.r3.channels = c1\n", p3))
 	hup = time.Now()
-	p.signal(syscall.SIGHUP)
+	p.Signal(syscall.SIGHUP)
 	var took time.Duration
 	for {
 		if st, err := sendOne(addr(p3), 900000); err == nil && st == avrorpc.OK {
@@ -340,7 +340,7 @@ func TestReloadDrainsInBackground(t *testing.T) {
 			t.Errorf("poll %d: /healthz %d %q during the background drain, want 200 ok and the drain's lines", i, p.code, p.text)
 		}
 	}
-	waitUntil(t, 60*time.Second, "the drain ends", func() bool { return !draining() })
+	testutil.WaitFor(t, 60*time.Second, "the drain ends", func() bool { return !draining() })
 	if m := col.missing(acked); m > 0 {
 		t.Errorf("%d events acknowledged into the removed channel never arrived", m)
 	}
@@ -356,8 +356,8 @@ func TestReloadDrainsInBackground(t *testing.T) {
 	if code, body := healthz(t, httpAddr); code != 200 || body != "ok\n" {
 		t.Errorf("/healthz after the drain: %d %q", code, body)
 	}
-	p.signal(syscall.SIGTERM)
-	if code := p.exit(30 * time.Second); code != 0 {
+	p.Signal(syscall.SIGTERM)
+	if code := p.Exit(30 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM, want 0", code)
 	}
 }

@@ -1,19 +1,12 @@
 package crashtest
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,127 +18,18 @@ import (
 
 func TestMain(m *testing.M) { testutil.Main(m) }
 
-// agentProc is one run of the agent binary, with its JSON log.
-type agentProc struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	log  *logBuffer
-	done chan struct{}
-	err  error
-}
-
-// startAgent runs `sluice agent -f conf -n a1 --log-format json` plus args.
-// Its log is shown when the test fails, or always with SLUICE_TEST_LOG set.
-func startAgent(t *testing.T, conf string, args ...string) *agentProc {
+// startAgent runs the agent binary on conf with a JSON log
+// (testutil.StartAgent); its log is shown when the test fails, or always
+// with SLUICE_TEST_LOG set.
+func startAgent(t *testing.T, conf string, args ...string) *testutil.AgentProcess {
 	t.Helper()
 	return startAgentBin(t, testutil.AgentBinary(t), conf, args...)
 }
 
 // startAgentBin is startAgent with the binary bin.
-func startAgentBin(t *testing.T, bin, conf string, args ...string) *agentProc {
+func startAgentBin(t *testing.T, bin, conf string, args ...string) *testutil.AgentProcess {
 	t.Helper()
-	return runAgent(t, agentCmd(bin, conf, args...))
-}
-
-// agentCmd is the command startAgentBin runs.
-func agentCmd(bin, conf string, args ...string) *exec.Cmd {
-	return exec.Command(bin, append([]string{"agent", "-f", conf, "-n", "a1", "--log-format", "json", "--no-reload-conf"}, args...)...)
-}
-
-// runAgent starts cmd (from agentCmd, its directory or environment set as
-// a test needs) with its output in the agentProc's log.
-func runAgent(t *testing.T, cmd *exec.Cmd) *agentProc {
-	t.Helper()
-	p := &agentProc{t: t, log: &logBuffer{}, done: make(chan struct{}), cmd: cmd}
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() || os.Getenv("SLUICE_TEST_LOG") != "" {
-			t.Logf("agent log:\n%s", p.log.tail(12000))
-		}
-	})
-	return p
-}
-
-func (p *agentProc) signal(sig syscall.Signal) {
-	p.t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		p.t.Fatal(err)
-	}
-}
-
-// exit waits up to d for the process to end and returns its exit code.
-func (p *agentProc) exit(d time.Duration) int {
-	p.t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(d):
-		p.t.Fatalf("the agent did not exit within %v", d)
-	}
-	var ee *exec.ExitError
-	if errors.As(p.err, &ee) {
-		return ee.ExitCode()
-	}
-	if p.err != nil {
-		p.t.Fatal(p.err)
-	}
-	return 0
-}
-
-// waitLog waits up to d for a log record with message msg and returns it.
-func (p *agentProc) waitLog(msg string, d time.Duration) map[string]any {
-	p.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		if recs := p.log.records(msg); len(recs) > 0 {
-			return recs[0]
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("no log record %q within %v", msg, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// logBuffer collects the agent's output; safe for concurrent use.
-type logBuffer struct{ testutil.LogBuffer }
-
-func (l *logBuffer) tail(n int) string {
-	s := l.String()
-	if len(s) > n {
-		s = "..." + s[len(s)-n:]
-	}
-	return s
-}
-
-// records returns the JSON log records whose msg is msg (every record
-// when msg is "").
-func (l *logBuffer) records(msg string) []map[string]any {
-	var out []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(l.String()))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var rec map[string]any
-		if json.Unmarshal(sc.Bytes(), &rec) != nil {
-			continue
-		}
-		if msg == "" || rec["msg"] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
+	return testutil.StartAgent(t, bin, conf, append([]string{"--log-format", "json"}, args...)...)
 }
 
 // avroSender sends numbered events in appendBatch calls on conns
@@ -284,25 +168,6 @@ func healthz(t *testing.T, addr string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-// waitUntil polls cond every 20 ms until it holds, or fails after d.
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // num reads a JSON log attribute as an int (-1 when absent).

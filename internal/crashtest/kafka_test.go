@@ -33,7 +33,7 @@ func TestKafkaRecoversWithoutRestart(t *testing.T) {
 	httpAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
 	const grace = 3 * time.Second
 	conf := filepath.Join(t.TempDir(), "a.properties")
-	writeFile(t, conf, fmt.Sprintf(`a1.sources = r1
+	testutil.WriteFile(t, conf, fmt.Sprintf(`a1.sources = r1
 a1.channels = c1
 a1.sinks = k1
 a1.sources.r1.type = org.apache.flume.source.kafka.KafkaSource
@@ -91,41 +91,41 @@ a1.sinks.k1.healthGraceMillis = %[2]d
 	}
 
 	arrive(produce("a", 10), 20*time.Second)
-	waitUntil(t, 10*time.Second, "/healthz 200", func() bool { code, _ := healthz(t, httpAddr); return code == 200 })
+	testutil.WaitFor(t, 10*time.Second, "/healthz 200", func() bool { code, _ := healthz(t, httpAddr); return code == 200 })
 
 	kc.RestartEmpty(t)
 	wiped := time.Now()
 	arrive(produce("b", 10), 30*time.Second)
 	t.Logf("events flowed again %v after the cluster restarted empty", time.Since(wiped).Round(time.Millisecond))
-	waitUntil(t, 10*time.Second, "/healthz 200 after the restart", func() bool { code, _ := healthz(t, httpAddr); return code == 200 })
+	testutil.WaitFor(t, 10*time.Second, "/healthz 200 after the restart", func() bool { code, _ := healthz(t, httpAddr); return code == 200 })
 	// What the agent does about the new topic IDs is said in its own
 	// words; kgo's "we do not adopt the new ID, the topic fails with
 	// UNKNOWN_TOPIC_ID until it is purged" reads as permanent.
-	for _, rec := range p.log.records("") {
+	for _, rec := range p.Log.Records("") {
 		if msg, _ := rec["msg"].(string); rec["level"] != "DEBUG" && strings.HasPrefix(msg, "kafka client:") {
 			t.Errorf("kgo's own line at %v: %v", rec["level"], rec)
 		}
 	}
 
-	before := len(p.log.records(""))
+	before := len(p.Log.Records(""))
 	kc.Down()
 	down := time.Now()
 	if code, body := healthz(t, httpAddr); code != 200 && time.Since(down) < grace {
 		t.Errorf("/healthz %d %q within the grace period of an outage", code, body)
 	}
-	waitUntil(t, grace+15*time.Second, "/healthz 503 with the brokers down", func() bool { code, _ := healthz(t, httpAddr); return code == 503 })
+	testutil.WaitFor(t, grace+15*time.Second, "/healthz 503 with the brokers down", func() bool { code, _ := healthz(t, httpAddr); return code == 503 })
 	code, body := healthz(t, httpAddr)
 	t.Logf("/healthz %v into the outage: %d\n%s", time.Since(down).Round(time.Millisecond), code, body)
 	if since := time.Since(down); since < grace {
 		t.Errorf("/healthz turned 503 %v into the outage, before the %v grace period", since, grace)
 	}
 	for _, c := range []string{"source r1", "channel c1", "sink k1"} {
-		waitUntil(t, 10*time.Second, "/healthz names "+c, func() bool { _, body := healthz(t, httpAddr); return strings.Contains(body, c) })
+		testutil.WaitFor(t, 10*time.Second, "/healthz names "+c, func() bool { _, body := healthz(t, httpAddr); return strings.Contains(body, c) })
 	}
 	time.Sleep(time.Until(down.Add(kafkatest.Outage())))
 	kc.Up(t)
 	up := time.Now()
-	waitUntil(t, 15*time.Second, "/healthz 200 after the outage", func() bool { code, _ := healthz(t, httpAddr); return code == 200 })
+	testutil.WaitFor(t, 15*time.Second, "/healthz 200 after the outage", func() bool { code, _ := healthz(t, httpAddr); return code == 200 })
 	t.Logf("/healthz 200 %v after the brokers came back", time.Since(up).Round(time.Millisecond))
 	arrive(produce("c", 10), 20*time.Second)
 
@@ -138,11 +138,11 @@ a1.sinks.k1.healthGraceMillis = %[2]d
 		"k1": {"kafka sink: cannot deliver to Kafka; the events stay in the channel and are sent again", "kafka sink: delivering again"},
 	}
 	for _, st := range streaks {
-		p.waitLog(st[1], 20*time.Second)
+		p.WaitLog(st[1], 20*time.Second)
 	}
 	outage := up.Sub(down)
 	maxSummaries := 1 + int(outage/(30*time.Second))
-	recs := p.log.records("")[before:]
+	recs := p.Log.Records("")[before:]
 	warn, errs := 0, 0
 	for comp, st := range streaks {
 		var seq []string
@@ -179,8 +179,8 @@ a1.sinks.k1.healthGraceMillis = %[2]d
 	if errs > 0 || warn > 3*(1+maxSummaries) {
 		t.Errorf("%d ERROR and %d WARN lines in a %v outage, want none and at most %d", errs, warn, outage, 3*(1+maxSummaries))
 	}
-	p.signal(syscall.SIGTERM)
-	if code := p.exit(30 * time.Second); code != 0 {
+	p.Signal(syscall.SIGTERM)
+	if code := p.Exit(30 * time.Second); code != 0 {
 		t.Errorf("exit status %d after SIGTERM, want 0", code)
 	}
 }

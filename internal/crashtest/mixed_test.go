@@ -61,10 +61,10 @@ func runMixed(t *testing.T, actions []string, maxUptime time.Duration, rng *rand
 	writeConfig := func() {
 		c := agentConfig(base, port, rcv.port(), sinkBatch)
 		c = strings.Replace(c, "a1.channels.c1.type = file\n", fmt.Sprintf("a1.channels.c1.type = file\na1.channels.c1.capacity = %d\n", capacity), 1)
-		writeFile(t, conf, c)
+		testutil.WriteFile(t, conf, c)
 	}
 	writeConfig()
-	start := func() *agentProc { return startAgent(t, conf, "--shutdown-timeout", "1") }
+	start := func() *testutil.AgentProcess { return startAgent(t, conf, "--shutdown-timeout", "1") }
 
 	snd := newSender(addr, conns, rate)
 	defer snd.stop(0)
@@ -78,29 +78,29 @@ func runMixed(t *testing.T, actions []string, maxUptime time.Duration, rng *rand
 		ackedBefore := snd.acked.Load()
 		switch act {
 		case "kill":
-			p.signal(syscall.SIGKILL)
+			p.Signal(syscall.SIGKILL)
 			select {
-			case <-p.done:
+			case <-p.Done():
 			case <-time.After(10 * time.Second):
 				t.Fatal("no exit after SIGKILL")
 			}
 			p = start()
 		case "term":
-			p.signal(syscall.SIGTERM)
-			if code := p.exit(20 * time.Second); code != 0 {
+			p.Signal(syscall.SIGTERM)
+			if code := p.Exit(20 * time.Second); code != 0 {
 				t.Fatalf("action %d: exit status %d after SIGTERM with a file channel, want 0", i, code)
 			}
-			if len(p.log.records("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline")) > 0 {
+			if len(p.Log.Records("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline")) > 0 {
 				t.Fatalf("action %d: a file channel reported dropped events", i)
 			}
 			p = start()
 		case "hup":
 			capacity = map[bool]int{true: 900000, false: 1000000}[capacity == 1000000]
 			writeConfig()
-			before := len(p.log.records("configuration reloaded"))
-			p.signal(syscall.SIGHUP)
-			waitUntil(t, 30*time.Second, "the reload", func() bool { return len(p.log.records("configuration reloaded")) > before })
-			if n := len(p.log.records("component failed to start; retrying")); n > 0 {
+			before := len(p.Log.Records("configuration reloaded"))
+			p.Signal(syscall.SIGHUP)
+			testutil.WaitFor(t, 30*time.Second, "the reload", func() bool { return len(p.Log.Records("configuration reloaded")) > before })
+			if n := len(p.Log.Records("component failed to start; retrying")); n > 0 {
 				t.Fatalf("action %d: a component failed to start after the reload", i)
 			}
 		}
@@ -122,8 +122,8 @@ func runMixed(t *testing.T, actions []string, maxUptime time.Duration, rng *rand
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	p.signal(syscall.SIGTERM)
-	code := p.exit(30 * time.Second)
+	p.Signal(syscall.SIGTERM)
+	code := p.Exit(30 * time.Second)
 	dups, _ := rcv.dups()
 	bound := len(actions) * sinkBatch
 	t.Logf("%d actions: %s", len(actions), strings.Join(done, " "))

@@ -35,23 +35,23 @@ func TestReloadStormUnderLoad(t *testing.T) {
 			port := testutil.FreePort(t)
 			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 			conf := filepath.Join(dir, "a.properties")
-			writeFile(t, conf, avroToTCP(port, rcv.port(), channel(100000)))
+			testutil.WriteFile(t, conf, avroToTCP(port, rcv.port(), channel(100000)))
 			p := startAgent(t, conf, "--shutdown-timeout", "1")
 			if err := waitAccepting(addr, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			snd := newAvroSender(addr, 2, 100, time.Millisecond)
 			defer snd.stop()
-			waitUntil(t, 30*time.Second, "a backlog of 5000 events", func() bool {
+			testutil.WaitFor(t, 30*time.Second, "a backlog of 5000 events", func() bool {
 				return snd.ackedCount()-rcv.count() >= 5000
 			})
 			for i := range 6 {
-				writeFile(t, conf, avroToTCP(port, rcv.port(), channel(100000-1000*(i%2+1))))
-				p.signal(syscall.SIGHUP)
+				testutil.WriteFile(t, conf, avroToTCP(port, rcv.port(), channel(100000-1000*(i%2+1))))
+				p.Signal(syscall.SIGHUP)
 				time.Sleep(time.Duration(30+40*i) * time.Millisecond)
 			}
-			waitUntil(t, 30*time.Second, "every reload done", func() bool {
-				return len(p.log.records("configuration reloaded")) >= 2
+			testutil.WaitFor(t, 30*time.Second, "every reload done", func() bool {
+				return len(p.Log.Records("configuration reloaded")) >= 2
 			})
 			time.Sleep(500 * time.Millisecond)
 			if typ == "memory" {
@@ -59,26 +59,26 @@ func TestReloadStormUnderLoad(t *testing.T) {
 				// the senders were refused during the reloads and the
 				// downstream may have caught up, so rebuild a backlog and
 				// slow the downstream to 200 events/s first.
-				waitUntil(t, 30*time.Second, "a backlog of 2000 events before the stop", func() bool {
+				testutil.WaitFor(t, 30*time.Second, "a backlog of 2000 events before the stop", func() bool {
 					return snd.ackedCount()-rcv.count() >= 2000
 				})
 				rcv.limit.Store(200)
 			}
-			p.signal(syscall.SIGTERM)
-			code := p.exit(30 * time.Second)
+			p.Signal(syscall.SIGTERM)
+			code := p.Exit(30 * time.Second)
 			acked := snd.stop()
 			rcv.limit.Store(0)
 			received := settle(rcv)
 			missing := len(rcv.missing(acked))
 			reported, inFlight := 0, 0
-			for _, rec := range p.log.records("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline") {
+			for _, rec := range p.Log.Records("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline") {
 				reported += num(rec, "events")
 			}
-			for _, rec := range p.log.records("channel dropped events its sinks were delivering when the shutdown deadline cut them off: the downstream may or may not have them (in flight, outcome unknown)") {
+			for _, rec := range p.Log.Records("channel dropped events its sinks were delivering when the shutdown deadline cut them off: the downstream may or may not have them (in flight, outcome unknown)") {
 				inFlight += num(rec, "events")
 			}
 			t.Logf("exit %d; reloads %d; acknowledged %d, received %d, missing %d, reported lost %d and in flight %d",
-				code, len(p.log.records("configuration reloaded")), len(acked), received, missing, reported, inFlight)
+				code, len(p.Log.Records("configuration reloaded")), len(acked), received, missing, reported, inFlight)
 			if typ == "memory" {
 				if code != 3 {
 					t.Fatalf("exit %d, want 3", code)
@@ -94,11 +94,11 @@ func TestReloadStormUnderLoad(t *testing.T) {
 				t.Fatalf("exit %d, want 0", code)
 			}
 			p2 := startAgent(t, conf)
-			waitUntil(t, 60*time.Second, "every acknowledged event arrives after the restart", func() bool {
+			testutil.WaitFor(t, 60*time.Second, "every acknowledged event arrives after the restart", func() bool {
 				return len(rcv.missing(acked)) == 0
 			})
-			p2.signal(syscall.SIGTERM)
-			if code := p2.exit(30 * time.Second); code != 0 {
+			p2.Signal(syscall.SIGTERM)
+			if code := p2.Exit(30 * time.Second); code != 0 {
 				t.Errorf("second run: exit %d", code)
 			}
 		})
@@ -147,7 +147,7 @@ func TestStopWithStalledTCPPeer(t *testing.T) {
 	port := testutil.FreePort(t)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	conf := filepath.Join(dir, "a.properties")
-	writeFile(t, conf, avroToTCP(port, ln.Addr().(*net.TCPAddr).Port, memoryChannel(100000))+
+	testutil.WriteFile(t, conf, avroToTCP(port, ln.Addr().(*net.TCPAddr).Port, memoryChannel(100000))+
 		"a1.sinks.k1.request-timeout = 60000\n")
 	p := startAgent(t, conf, "--shutdown-timeout", "1")
 	if err := waitAccepting(addr, 30*time.Second); err != nil {
@@ -156,8 +156,8 @@ func TestStopWithStalledTCPPeer(t *testing.T) {
 	acked := sendAcked(t, addr, 0, 100000) // 10 MB of lines: more than the socket buffers hold
 	time.Sleep(500 * time.Millisecond)     // the sink's write is blocked by now
 	start := time.Now()
-	p.signal(syscall.SIGTERM)
-	code := p.exit(60 * time.Second)
+	p.Signal(syscall.SIGTERM)
+	code := p.Exit(60 * time.Second)
 	took := time.Since(start)
 	t.Logf("exit %d after %v", code, took.Round(time.Millisecond))
 	if took > 4*time.Second {
@@ -166,7 +166,7 @@ func TestStopWithStalledTCPPeer(t *testing.T) {
 	if code != 3 {
 		t.Fatalf("exit %d, want 3", code)
 	}
-	rec := p.waitLog("agent stopped", time.Second)
+	rec := p.WaitLog("agent stopped", time.Second)
 	// The socket buffers between the sink and the peer hold at most 4 MiB
 	// of the lines (100 bytes each) the sink counts as delivered; the rest
 	// is what the channel drops: lost, and the blocked batch in flight.

@@ -46,7 +46,7 @@ func TestOTLPLoss(t *testing.T) {
 	base := testutil.MemoryDir(t)
 	port := testutil.FreePort(t)
 	conf := filepath.Join(base, "agent.properties")
-	writeFile(t, conf, fmt.Sprintf(`a1.sources = r1
+	testutil.WriteFile(t, conf, fmt.Sprintf(`a1.sources = r1
 a1.channels = c1
 a1.sinks = k1
 a1.sources.r1.type = otlp
@@ -131,8 +131,8 @@ a1.sinks.k1.channel = c1
 	outageAt(0.1)
 	at(0.5)
 	t.Logf("%v: %d acknowledged, %d delivered: SIGKILL", time.Since(start).Round(time.Millisecond), acked.Load(), down.Count())
-	agent.signal(syscall.SIGKILL)
-	agent.exit(10 * time.Second)
+	agent.Signal(syscall.SIGKILL)
+	agent.Exit(10 * time.Second)
 	agent = startAgent(t, conf)
 	if err := waitAccepting(addr, 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -179,8 +179,8 @@ a1.sinks.k1.channel = c1
 	if len(want) < total*9/10 {
 		t.Fatalf("only %d of %d records acknowledged: the load did not get through", len(want), total)
 	}
-	agent.signal(syscall.SIGTERM)
-	if code := agent.exit(30 * time.Second); code != 0 {
+	agent.Signal(syscall.SIGTERM)
+	if code := agent.Exit(30 * time.Second); code != 0 {
 		t.Errorf("exit status %d after SIGTERM", code)
 	}
 }

@@ -31,7 +31,7 @@ func TestSinkPanicIsRecovered(t *testing.T) {
 	bin := testutil.AgentBinaryWithFaults(t)
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "panic-while-this-exists")
-	writeFile(t, marker, "")
+	testutil.WriteFile(t, marker, "")
 	rcv, err := listen(0)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func TestSinkPanicIsRecovered(t *testing.T) {
 	httpAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
 	out := func(k string) string { return filepath.Join(dir, k+".out") }
 	conf := filepath.Join(dir, "a.properties")
-	writeFile(t, conf, fmt.Sprintf(`a1.sources = r1 r2 r3
+	testutil.WriteFile(t, conf, fmt.Sprintf(`a1.sources = r1 r2 r3
 a1.channels = c1 c2 c3
 a1.sinks = k1 k2 k3
 a1.sources.r1.type = avro
@@ -84,20 +84,20 @@ a1.sinks.k3.port = %[8]d
 	}
 	acked1 := sendAcked(t, addr(0), 0, 50)
 	acked2 := sendAcked(t, addr(1), 1000, 50)
-	waitUntil(t, 10*time.Second, "both sinks panicked", func() bool { return len(p.log.records(sinkPanicked)) == 2 })
+	testutil.WaitFor(t, 10*time.Second, "both sinks panicked", func() bool { return len(p.Log.Records(sinkPanicked)) == 2 })
 	// The panicking sinks retry (backoff 100 ms doubling); meanwhile the
 	// rest of the agent works.
 	acked1 = append(acked1, sendAcked(t, addr(0), 50, 30)...)
 	acked2 = append(acked2, sendAcked(t, addr(1), 1050, 30)...)
 	acked3 := sendAcked(t, addr(2), 2000, 100)
-	waitUntil(t, 10*time.Second, "the healthy route delivers", func() bool { return len(rcv.missing(acked3)) == 0 })
+	testutil.WaitFor(t, 10*time.Second, "the healthy route delivers", func() bool { return len(rcv.missing(acked3)) == 0 })
 	code, body := healthz(t, httpAddr)
 	if code != 503 || !strings.Contains(body, "sink k1: panicked delivering a batch") || !strings.Contains(body, "sink k2: panicked delivering a batch") ||
 		!strings.Contains(body, "assignment to entry in nil map") || strings.Contains(body, "k3") {
 		t.Fatalf("/healthz while k1 and k2 panic: %d\n%s", code, body)
 	}
 	time.Sleep(1500 * time.Millisecond) // several retries, each panicking
-	recs := p.log.records(sinkPanicked)
+	recs := p.Log.Records(sinkPanicked)
 	if len(recs) != 2 {
 		t.Fatalf("%d ERROR lines %q, want one per sink", len(recs), sinkPanicked)
 	}
@@ -120,16 +120,16 @@ a1.sinks.k3.port = %[8]d
 		t.Fatal(err)
 	}
 	for k, acked := range map[string][]uint64{"k1": acked1, "k2": acked2} {
-		waitUntil(t, 15*time.Second, k+" delivers every acknowledged event", func() bool {
+		testutil.WaitFor(t, 15*time.Second, k+" delivers every acknowledged event", func() bool {
 			return len(missingIn(t, out(k), acked)) == 0
 		})
 	}
-	waitUntil(t, 5*time.Second, "/healthz 200", func() bool { c, _ := healthz(t, httpAddr); return c == 200 })
-	if n := len(p.log.records("sink delivered again after panicking")); n != 2 {
+	testutil.WaitFor(t, 5*time.Second, "/healthz 200", func() bool { c, _ := healthz(t, httpAddr); return c == 200 })
+	if n := len(p.Log.Records("sink delivered again after panicking")); n != 2 {
 		t.Errorf("%d recovery lines, want 2", n)
 	}
-	p.signal(syscall.SIGTERM)
-	if code := p.exit(30 * time.Second); code != 0 {
+	p.Signal(syscall.SIGTERM)
+	if code := p.Exit(30 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM, want 0", code)
 	}
 }
@@ -150,18 +150,18 @@ func TestPanicElsewhereExits70(t *testing.T) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	base := avroToTCP(port, sinkPort, fileChannel(dir, 10000))
 	conf := filepath.Join(dir, "a.properties")
-	writeFile(t, conf, strings.Replace(base, "a1.sources = r1\n", "a1.sources = r1 r2\n", 1)+
+	testutil.WriteFile(t, conf, strings.Replace(base, "a1.sources = r1\n", "a1.sources = r1 r2\n", 1)+
 		"a1.sources.r2.type = faulty_panic\na1.sources.r2.panicAfterMillis = 2000\na1.sources.r2.channels = c1\n")
 	p := startAgentBin(t, bin, conf)
 	if err := waitAccepting(addr, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	acked := sendAcked(t, addr, 0, 200)
-	if code := p.exit(30 * time.Second); code != 70 {
+	if code := p.Exit(30 * time.Second); code != 70 {
 		t.Fatalf("exit %d, want 70", code)
 	}
 	var panicked []map[string]any
-	for _, rec := range p.log.records("") {
+	for _, rec := range p.Log.Records("") {
 		if rec["level"] == "ERROR" && rec["goroutine"] != nil {
 			panicked = append(panicked, rec)
 		}
@@ -174,7 +174,7 @@ func TestPanicElsewhereExits70(t *testing.T) {
 		!strings.Contains(fmt.Sprint(rec["stack"]), "faulty.(*source).Start") || num(rec, "exit_status") != 70 {
 		t.Errorf("panic line %v", rec)
 	}
-	for _, l := range strings.Split(p.log.String(), "\n") {
+	for _, l := range strings.Split(p.Log.String(), "\n") {
 		if strings.HasPrefix(l, "panic: ") {
 			t.Errorf("Go's own crash trace on stderr: %s", l)
 		}
@@ -185,11 +185,11 @@ func TestPanicElsewhereExits70(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rcv.close()
-	writeFile(t, conf, base)
+	testutil.WriteFile(t, conf, base)
 	p2 := startAgentBin(t, bin, conf)
-	waitUntil(t, 30*time.Second, "every acknowledged event arrives after the restart", func() bool { return len(rcv.missing(acked)) == 0 })
-	p2.signal(syscall.SIGTERM)
-	if code := p2.exit(30 * time.Second); code != 0 {
+	testutil.WaitFor(t, 30*time.Second, "every acknowledged event arrives after the restart", func() bool { return len(rcv.missing(acked)) == 0 })
+	p2.Signal(syscall.SIGTERM)
+	if code := p2.Exit(30 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM, want 0", code)
 	}
 }

@@ -99,7 +99,7 @@ func TestSinkOutageLines(t *testing.T) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	_, colPort, _ := net.SplitHostPort(col.addr)
 	conf := filepath.Join(dir, "a.properties")
-	writeFile(t, conf, fmt.Sprintf(`a1.sources = r1
+	testutil.WriteFile(t, conf, fmt.Sprintf(`a1.sources = r1
 a1.channels = c1
 a1.sinks = k1
 a1.sources.r1.type = avro
@@ -125,7 +125,7 @@ a1.sinks.k1.channel = c1
 		sent++
 	}
 	send()
-	waitUntil(t, 10*time.Second, "the first event at the avroCollector", func() bool { return col.received.Load() == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the first event at the avroCollector", func() bool { return col.received.Load() == 1 })
 
 	col.down()
 	outage := time.Now()
@@ -134,16 +134,16 @@ a1.sinks.k1.channel = c1
 		time.Sleep(200 * time.Millisecond)
 	}
 	col.up(t)
-	waitUntil(t, 20*time.Second, "every event at the avroCollector", func() bool { return col.received.Load() >= int64(sent) })
+	testutil.WaitFor(t, 20*time.Second, "every event at the avroCollector", func() bool { return col.received.Load() >= int64(sent) })
 	t.Logf("%d events sent, %d received; outage %v", sent, col.received.Load(), time.Since(outage).Round(time.Millisecond))
 	time.Sleep(time.Second) // anything the outage would still say after it ended
-	p.signal(syscall.SIGTERM)
-	if code := p.exit(30 * time.Second); code != 0 {
+	p.Signal(syscall.SIGTERM)
+	if code := p.Exit(30 * time.Second); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
 
 	var seq []string
-	for _, rec := range p.log.records("") {
+	for _, rec := range p.Log.Records("") {
 		msg, _ := rec["msg"].(string)
 		lvl, _ := rec["level"].(string)
 		switch {

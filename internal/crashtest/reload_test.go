@@ -69,20 +69,20 @@ func TestReloadChangedChannelKeepsEvents(t *testing.T) {
 			port, sinkPort := testutil.FreePort(t), testutil.FreePort(t)
 			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 			conf := filepath.Join(dir, "a.properties")
-			writeFile(t, conf, avroToTCP(port, sinkPort, channel(1000)))
+			testutil.WriteFile(t, conf, avroToTCP(port, sinkPort, channel(1000)))
 			p := startAgent(t, conf)
 			if err := waitAccepting(addr, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			acked := sendAcked(t, addr, 0, 100)
 
-			writeFile(t, conf, avroToTCP(port, sinkPort, channel(500)))
+			testutil.WriteFile(t, conf, avroToTCP(port, sinkPort, channel(500)))
 			start := time.Now()
-			p.signal(syscall.SIGHUP)
-			p.waitLog("configuration reloaded", 30*time.Second)
+			p.Signal(syscall.SIGHUP)
+			p.WaitLog("configuration reloaded", 30*time.Second)
 			t.Logf("reload took %v", time.Since(start).Round(time.Millisecond))
 			if typ == "memory" {
-				rec := p.waitLog("channel replaced: its events were handed to the new one", time.Second)
+				rec := p.WaitLog("channel replaced: its events were handed to the new one", time.Second)
 				if num(rec, "events") != 100 {
 					t.Errorf("handover record %v: want events=100", rec)
 				}
@@ -97,14 +97,14 @@ func TestReloadChangedChannelKeepsEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer rcv.close()
-			waitUntil(t, 30*time.Second, "every acknowledged event reaches the downstream", func() bool {
+			testutil.WaitFor(t, 30*time.Second, "every acknowledged event reaches the downstream", func() bool {
 				return len(rcv.missing(acked)) == 0
 			})
 			if d, _ := rcv.dups(); d != 0 {
 				t.Errorf("%d duplicates", d)
 			}
-			p.signal(syscall.SIGTERM)
-			if code := p.exit(30 * time.Second); code != 0 {
+			p.Signal(syscall.SIGTERM)
+			if code := p.Exit(30 * time.Second); code != 0 {
 				t.Errorf("exit %d after SIGTERM, want 0", code)
 			}
 		})
@@ -156,7 +156,7 @@ func TestReloadRemovedChannels(t *testing.T) {
 	p1, p2, p3, dead, httpPort := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
 	addr := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 	conf := filepath.Join(dir, "a.properties")
-	writeFile(t, conf, threeRoutes(p1, p2, p3, live.port(), slow.port(), dead, false))
+	testutil.WriteFile(t, conf, threeRoutes(p1, p2, p3, live.port(), slow.port(), dead, false))
 	p := startAgent(t, conf, "--shutdown-timeout", "3", "--http", addr(httpPort))
 	for _, port := range []int{p1, p2, p3} {
 		if err := waitAccepting(addr(port), 30*time.Second); err != nil {
@@ -166,18 +166,18 @@ func TestReloadRemovedChannels(t *testing.T) {
 	viaSlow := sendAcked(t, addr(p2), 0, 3000)
 	viaDead := sendAcked(t, addr(p3), 100000, 300)
 
-	writeFile(t, conf, threeRoutes(p1, p2, p3, live.port(), slow.port(), dead, true))
-	p.signal(syscall.SIGHUP)
+	testutil.WriteFile(t, conf, threeRoutes(p1, p2, p3, live.port(), slow.port(), dead, true))
+	p.Signal(syscall.SIGHUP)
 	viaLive := sendAcked(t, addr(p1), 200000, 200) // during the reload
-	if rec := p.waitLog("configuration reloaded", 10*time.Second); rec["draining"] != "c2 c3" {
+	if rec := p.WaitLog("configuration reloaded", 10*time.Second); rec["draining"] != "c2 c3" {
 		t.Errorf("reload record %v: want draining=c2 c3", rec)
 	}
-	rec := p.waitLog(drainDropped, 30*time.Second)
+	rec := p.WaitLog(drainDropped, 30*time.Second)
 	if rec["level"] != "ERROR" || num(rec, "dropped") != len(viaDead) || rec["channels"] != "c2 c3" {
 		t.Errorf("drain record %v: want ERROR with dropped=%d, channels=c2 c3", rec, len(viaDead))
 	}
 	var c3 map[string]any
-	for _, r := range p.log.records("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline") {
+	for _, r := range p.Log.Records("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline") {
 		if r["component"] != "c3" {
 			t.Errorf("loss reported for %v: only c3 (downstream down) may lose events", r["component"])
 		}
@@ -190,7 +190,7 @@ func TestReloadRemovedChannels(t *testing.T) {
 		t.Errorf("%d events acknowledged into the removed c2 never arrived (it was drained before the reload went on)", len(m))
 	}
 	viaLive = append(viaLive, sendAcked(t, addr(p1), 300000, 100)...)
-	waitUntil(t, 20*time.Second, "the kept route delivers", func() bool { return len(live.missing(viaLive)) == 0 })
+	testutil.WaitFor(t, 20*time.Second, "the kept route delivers", func() bool { return len(live.missing(viaLive)) == 0 })
 	resp, err := http.Get("http://" + addr(httpPort) + "/metrics/prometheus")
 	if err != nil {
 		t.Fatal(err)
@@ -204,8 +204,8 @@ func TestReloadRemovedChannels(t *testing.T) {
 	if code, body := healthz(t, addr(httpPort)); code != 200 {
 		t.Errorf("/healthz after the reload: %d %s", code, body)
 	}
-	p.signal(syscall.SIGTERM)
-	if code := p.exit(30 * time.Second); code != 0 {
+	p.Signal(syscall.SIGTERM)
+	if code := p.Exit(30 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM, want 0 (c1 was drained)", code)
 	}
 }
@@ -239,21 +239,21 @@ func TestReloadRetriesBusyPort(t *testing.T) {
 	addr := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 	conf := filepath.Join(dir, "a.properties")
 	p1 := testutil.FreePort(t)
-	writeFile(t, conf, avroOnly(p1))
+	testutil.WriteFile(t, conf, avroOnly(p1))
 	p := startAgent(t, conf, "--http", httpAddr)
 	if err := waitAccepting(addr(p1), 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "/healthz 200", func() bool { code, _ := healthz(t, httpAddr); return code == 200 })
+	testutil.WaitFor(t, 10*time.Second, "/healthz 200", func() bool { code, _ := healthz(t, httpAddr); return code == 200 })
 
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p2 := held.Addr().(*net.TCPAddr).Port
-	writeFile(t, conf, avroOnly(p2))
-	p.signal(syscall.SIGHUP)
-	p.waitLog("configuration reloaded", 20*time.Second)
+	testutil.WriteFile(t, conf, avroOnly(p2))
+	p.Signal(syscall.SIGHUP)
+	p.WaitLog("configuration reloaded", 20*time.Second)
 	code, body := healthz(t, httpAddr)
 	t.Logf("/healthz with the port held: %d %s", code, body)
 	if code != 503 || !strings.Contains(body, "source r1: not running: failed to start") || !strings.Contains(body, "address already in use") {
@@ -264,13 +264,13 @@ func TestReloadRetriesBusyPort(t *testing.T) {
 	if err := os.Chtimes(conf, now, now); err != nil {
 		t.Fatal(err)
 	}
-	p.signal(syscall.SIGHUP)
-	waitUntil(t, 20*time.Second, "the second reload", func() bool { return len(p.log.records("configuration reloaded")) >= 2 })
+	p.Signal(syscall.SIGHUP)
+	testutil.WaitFor(t, 20*time.Second, "the second reload", func() bool { return len(p.Log.Records("configuration reloaded")) >= 2 })
 	if code, _ := healthz(t, httpAddr); code != 503 {
 		t.Fatalf("/healthz %d with the port still held", code)
 	}
 	// Enough failed starts that some are held back from the log.
-	waitUntil(t, 30*time.Second, "a fourth failed start", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "a fourth failed start", func() bool {
 		_, body := healthz(t, httpAddr)
 		i := strings.Index(body, "(attempt ")
 		n := 0
@@ -281,7 +281,7 @@ func TestReloadRetriesBusyPort(t *testing.T) {
 	})
 	held.Close()
 	freed := time.Now()
-	waitUntil(t, 40*time.Second, "the source comes up on the freed port", func() bool {
+	testutil.WaitFor(t, 40*time.Second, "the source comes up on the freed port", func() bool {
 		st, err := sendOne(addr(p2), 1)
 		return err == nil && st == avrorpc.OK
 	})
@@ -289,7 +289,7 @@ func TestReloadRetriesBusyPort(t *testing.T) {
 	if code, body := healthz(t, httpAddr); code != 200 {
 		t.Fatalf("/healthz once the source runs: %d %q", code, body)
 	}
-	if recs := p.log.records("component started after failing to"); len(recs) != 1 || num(recs[0], "failures") < 4 || recs[0]["recovered_after"] == nil {
+	if recs := p.Log.Records("component started after failing to"); len(recs) != 1 || num(recs[0], "failures") < 4 || recs[0]["recovered_after"] == nil {
 		t.Errorf("records of the source starting after its failures: %v, want one with failures >= 4 and recovered_after", recs)
 	}
 
@@ -299,30 +299,30 @@ func TestReloadRetriesBusyPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	writeFile(t, conf, avroOnly(held.Addr().(*net.TCPAddr).Port))
-	p.signal(syscall.SIGHUP)
-	waitUntil(t, 20*time.Second, "the third reload", func() bool { return len(p.log.records("configuration reloaded")) >= 3 })
+	testutil.WriteFile(t, conf, avroOnly(held.Addr().(*net.TCPAddr).Port))
+	p.Signal(syscall.SIGHUP)
+	testutil.WaitFor(t, 20*time.Second, "the third reload", func() bool { return len(p.Log.Records("configuration reloaded")) >= 3 })
 	if code, _ := healthz(t, httpAddr); code != 503 {
 		t.Fatalf("/healthz %d with the new port held", code)
 	}
 	p4 := testutil.FreePort(t)
-	writeFile(t, conf, avroOnly(p4))
-	p.signal(syscall.SIGHUP)
-	waitUntil(t, 20*time.Second, "the fourth reload", func() bool { return len(p.log.records("configuration reloaded")) >= 4 })
+	testutil.WriteFile(t, conf, avroOnly(p4))
+	p.Signal(syscall.SIGHUP)
+	testutil.WaitFor(t, 20*time.Second, "the fourth reload", func() bool { return len(p.Log.Records("configuration reloaded")) >= 4 })
 	if code, body := healthz(t, httpAddr); code != 200 {
 		t.Fatalf("/healthz after moving to a free port: %d %q (stale?)", code, body)
 	}
 	if st, err := sendOne(addr(p4), 2); err != nil || st != avrorpc.OK {
 		t.Fatalf("send to the new port: %v %v", st, err)
 	}
-	p.signal(syscall.SIGTERM)
-	if code := p.exit(30 * time.Second); code != 0 {
+	p.Signal(syscall.SIGTERM)
+	if code := p.Exit(30 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM, want 0", code)
 	}
 	// The failures of a source that started since are never told after
 	// its start: not at the stop either.
 	started := false
-	for _, rec := range p.log.records("") {
+	for _, rec := range p.Log.Records("") {
 		msg, _ := rec["msg"].(string)
 		switch {
 		case msg == "component started after failing to":
@@ -347,7 +347,7 @@ func TestStopDuringReloadDrain(t *testing.T) {
 	p1, p2, p3, dead := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
 	addr := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 	conf := filepath.Join(dir, "a.properties")
-	writeFile(t, conf, threeRoutes(p1, p2, p3, live.port(), live.port(), dead, false))
+	testutil.WriteFile(t, conf, threeRoutes(p1, p2, p3, live.port(), live.port(), dead, false))
 	p := startAgent(t, conf, "--shutdown-timeout", "4")
 	for _, port := range []int{p1, p3} {
 		if err := waitAccepting(addr(port), 30*time.Second); err != nil {
@@ -357,14 +357,14 @@ func TestStopDuringReloadDrain(t *testing.T) {
 	viaDead := sendAcked(t, addr(p3), 100000, 300)
 	snd := newAvroSender(addr(p1), 1, 100, 5*time.Millisecond)
 	defer snd.stop()
-	waitUntil(t, 10*time.Second, "the kept route acknowledges", func() bool { return snd.ackedCount() >= 1000 })
+	testutil.WaitFor(t, 10*time.Second, "the kept route acknowledges", func() bool { return snd.ackedCount() >= 1000 })
 
-	writeFile(t, conf, threeRoutes(p1, p2, p3, live.port(), live.port(), dead, true))
-	p.signal(syscall.SIGHUP)
+	testutil.WriteFile(t, conf, threeRoutes(p1, p2, p3, live.port(), live.port(), dead, true))
+	p.Signal(syscall.SIGHUP)
 	time.Sleep(time.Second) // the reload is draining c3 (4 s), unable to
-	p.signal(syscall.SIGTERM)
+	p.Signal(syscall.SIGTERM)
 	snd.setCutoff(time.Now().Add(500 * time.Millisecond))
-	code := p.exit(30 * time.Second)
+	code := p.Exit(30 * time.Second)
 	acked := snd.stop()
 	t.Logf("exit %d; kept route: %d acknowledged; calls after the cutoff: %d refused, %d OK",
 		code, len(acked), snd.refusedAfter.Load(), snd.okAfter.Load())
@@ -377,7 +377,7 @@ func TestStopDuringReloadDrain(t *testing.T) {
 	if code != 0 {
 		t.Errorf("exit %d, want 0: c1 drains, and c3's loss belongs to the reload", code)
 	}
-	rec := p.waitLog(drainDropped, time.Second)
+	rec := p.WaitLog(drainDropped, time.Second)
 	if num(rec, "dropped") != len(viaDead) {
 		t.Errorf("reload record %v: want dropped=%d", rec, len(viaDead))
 	}

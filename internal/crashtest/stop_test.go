@@ -106,19 +106,19 @@ func TestStopUnderLoad(t *testing.T) {
 			port := testutil.FreePort(t)
 			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 			conf := filepath.Join(dir, "a.properties")
-			writeFile(t, conf, avroToTCP(port, sinkPort, channel))
+			testutil.WriteFile(t, conf, avroToTCP(port, sinkPort, channel))
 			p := startAgent(t, conf, "--shutdown-timeout", "1")
 			if err := waitAccepting(addr, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			snd := newAvroSender(addr, 2, 100, 0)
 			defer snd.stop()
-			waitUntil(t, 30*time.Second, "a backlog of 15000 acknowledged events", func() bool {
+			testutil.WaitFor(t, 30*time.Second, "a backlog of 15000 acknowledged events", func() bool {
 				return snd.ackedCount()-rcv.count() >= 15000
 			})
-			p.signal(syscall.SIGTERM)
+			p.Signal(syscall.SIGTERM)
 			snd.setCutoff(time.Now().Add(500 * time.Millisecond))
-			code := p.exit(30 * time.Second)
+			code := p.Exit(30 * time.Second)
 			acked := snd.stop()
 			if n := snd.okAfter.Load(); n > 0 {
 				t.Errorf("%d calls sent more than 500 ms after SIGTERM were answered OK", n)
@@ -140,19 +140,19 @@ func TestStopUnderLoad(t *testing.T) {
 				// flight (the sink's batch the deadline cut off, which the
 				// downstream may or may not have).
 				lost, inFlight := 0, 0
-				for _, rec := range p.log.records("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline") {
+				for _, rec := range p.Log.Records("channel dropped events it still held: its sinks did not deliver them before the shutdown deadline") {
 					if rec["level"] != "ERROR" || rec["component"] != "c1" {
 						t.Errorf("loss record %v: want ERROR for c1", rec)
 					}
 					lost += num(rec, "events")
 				}
-				for _, rec := range p.log.records("channel dropped events its sinks were delivering when the shutdown deadline cut them off: the downstream may or may not have them (in flight, outcome unknown)") {
+				for _, rec := range p.Log.Records("channel dropped events its sinks were delivering when the shutdown deadline cut them off: the downstream may or may not have them (in flight, outcome unknown)") {
 					if rec["level"] != "ERROR" || rec["component"] != "c1" {
 						t.Errorf("in-flight record %v: want ERROR for c1", rec)
 					}
 					inFlight += num(rec, "events")
 				}
-				if rec := p.waitLog("agent stopped", time.Second); num(rec, "dropped") != lost || num(rec, "in_flight_unknown") != inFlight || rec["level"] != "ERROR" {
+				if rec := p.WaitLog("agent stopped", time.Second); num(rec, "dropped") != lost || num(rec, "in_flight_unknown") != inFlight || rec["level"] != "ERROR" {
 					t.Errorf("final record %v: want ERROR with dropped=%d in_flight_unknown=%d", rec, lost, inFlight)
 				}
 				// Reconciled: every acknowledged event was received, lost or in
@@ -171,7 +171,7 @@ func TestStopUnderLoad(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit status %d, want 0 (a durable channel keeps its events)", code)
 			}
-			rec := p.waitLog("channel keeps its events for the next start", time.Second)
+			rec := p.WaitLog("channel keeps its events for the next start", time.Second)
 			if rec["level"] != "INFO" || rec["component"] != "c1" {
 				t.Errorf("kept record %v: want INFO for c1", rec)
 			}
@@ -180,7 +180,7 @@ func TestStopUnderLoad(t *testing.T) {
 			}
 			// The next start delivers what the channel kept.
 			p2 := startAgent(t, conf)
-			waitUntil(t, 60*time.Second, "every acknowledged event arrives after the restart", func() bool {
+			testutil.WaitFor(t, 60*time.Second, "every acknowledged event arrives after the restart", func() bool {
 				return len(rcv.missing(acked)) == 0
 			})
 			dups, _ := rcv.dups()
@@ -188,8 +188,8 @@ func TestStopUnderLoad(t *testing.T) {
 			if dups > 100 {
 				t.Errorf("%d duplicates: more than the sink batch rolled back at the stop", dups)
 			}
-			p2.signal(syscall.SIGTERM)
-			if code := p2.exit(30 * time.Second); code != 0 {
+			p2.Signal(syscall.SIGTERM)
+			if code := p2.Exit(30 * time.Second); code != 0 {
 				t.Errorf("second run: exit %d, want 0", code)
 			}
 		})
@@ -217,25 +217,25 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	port := testutil.FreePort(t)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	conf := filepath.Join(dir, "a.properties")
-	writeFile(t, conf, avroToTCP(port, testutil.FreePort(t), memoryChannel(10000)))
+	testutil.WriteFile(t, conf, avroToTCP(port, testutil.FreePort(t), memoryChannel(10000)))
 	p := startAgent(t, conf, "--shutdown-timeout", "60")
 	if err := waitAccepting(addr, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	snd := newAvroSender(addr, 1, 100, 0)
-	waitUntil(t, 20*time.Second, "500 events acknowledged", func() bool { return snd.ackedCount() >= 500 })
+	testutil.WaitFor(t, 20*time.Second, "500 events acknowledged", func() bool { return snd.ackedCount() >= 500 })
 	acked := len(snd.stop())
-	p.signal(syscall.SIGTERM)
-	p.waitLog("intake closed: sources refuse new events from now on", 10*time.Second)
+	p.Signal(syscall.SIGTERM)
+	p.WaitLog("intake closed: sources refuse new events from now on", 10*time.Second)
 	time.Sleep(200 * time.Millisecond)
 	start := time.Now()
-	p.signal(syscall.SIGTERM)
-	code := p.exit(5 * time.Second)
+	p.Signal(syscall.SIGTERM)
+	code := p.Exit(5 * time.Second)
 	t.Logf("exit %d %v after the second signal", code, time.Since(start).Round(time.Millisecond))
 	if code != 4 {
 		t.Fatalf("exit status %d, want 4", code)
 	}
-	rec := p.waitLog("stopping at once: channel drops the events it holds", time.Second)
+	rec := p.WaitLog("stopping at once: channel drops the events it holds", time.Second)
 	if rec["level"] != "ERROR" || rec["component"] != "c1" || num(rec, "events")+num(rec, "in_flight_unknown") != acked {
 		t.Fatalf("record %v: want ERROR for c1 with events + in_flight_unknown = %d (every acknowledged event: the downstream is down)", rec, acked)
 	}

@@ -1,14 +1,12 @@
 package hostiletest
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,35 +20,21 @@ import (
 // agent is the real sluice binary running every network source with its
 // default limits, into a memory channel drained by a null sink.
 type agent struct {
-	t       *testing.T
-	cmd     *exec.Cmd
-	logPath string
-	http    string // metrics address
-	ports   map[string]int
-	done    chan error
+	*testutil.AgentProcess
+	http  string // metrics address
+	ports map[string]int
 }
 
 func TestMain(m *testing.M) { testutil.Main(m) }
-
-// sluiceBinary is $SLUICE_HOSTILE_BIN (a binary built elsewhere, such as
-// from an older commit to compare, as scripts/hostile.sh documents), or
-// testutil.AgentBinary.
-func sluiceBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("SLUICE_HOSTILE_BIN"); p != "" {
-		return p
-	}
-	return testutil.AgentBinary(t)
-}
 
 // sources are the network sources the agent runs, each on its own port.
 var sources = []string{"avro", "http", "netcat", "netcatudp", "syslogtcp", "multiport", "syslogudp"}
 
 func startAgent(t *testing.T) *agent {
 	t.Helper()
-	bin := sluiceBinary(t)
+	bin := testutil.AgentBinary(t) // $SLUICE_AGENT_BIN runs another build, as scripts/hostile.sh says
 	dir := t.TempDir()
-	a := &agent{t: t, ports: map[string]int{}, logPath: filepath.Join(dir, "agent.log"), done: make(chan error, 1)}
+	a := &agent{ports: map[string]int{}}
 	for _, s := range sources {
 		a.ports[s] = testutil.FreePort(t)
 	}
@@ -79,73 +63,17 @@ func startAgent(t *testing.T) *agent {
 	if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(a.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.cmd = exec.Command(bin, "agent", "-f", conf, "-n", "a1", "--no-reload-conf", "--http", a.http)
-	a.cmd.Stdout, a.cmd.Stderr = logf, logf
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { a.done <- a.cmd.Wait(); logf.Close() }()
-	t.Cleanup(a.stop)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + a.http + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent did not become healthy: %v\n%s", err, a.logTail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	a.AgentProcess = testutil.StartAgent(t, bin, conf, "--http", a.http)
+	t.Cleanup(func() { a.Stop(30 * time.Second) })
+	a.WaitHealthy(a.http, 20*time.Second)
 	return a
-}
-
-func (a *agent) stop() {
-	if a.cmd.ProcessState != nil {
-		return
-	}
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.done:
-	case <-time.After(30 * time.Second):
-		_ = a.cmd.Process.Kill()
-		<-a.done
-		a.t.Errorf("the agent did not stop within 30 s of SIGTERM")
-	}
 }
 
 func (a *agent) addr(source string) string { return "127.0.0.1:" + strconv.Itoa(a.ports[source]) }
 
-func (a *agent) logTail() string {
-	b, _ := os.ReadFile(a.logPath)
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
-
-// logLines counts the agent's log lines that contain substr.
-func (a *agent) logLines(substr string) int {
-	b, _ := os.ReadFile(a.logPath)
-	n := 0
-	for _, l := range bytes.Split(b, []byte("\n")) {
-		if bytes.Contains(l, []byte(substr)) {
-			n++
-		}
-	}
-	return n
-}
-
 // status reads a field of /proc/PID/status, in bytes for kB fields.
 func (a *agent) status(field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.Cmd.Process.Pid))
 	if err != nil {
 		return -1
 	}
@@ -171,7 +99,7 @@ func (a *agent) peakRSS() int64 { return a.status("VmHWM") }
 // resetPeak makes VmHWM start again from the current RSS, so a row
 // measures its own peak; it reports false where the kernel does not allow it.
 func (a *agent) resetPeak() bool {
-	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", a.cmd.Process.Pid), []byte("5"), 0) == nil
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", a.Cmd.Process.Pid), []byte("5"), 0) == nil
 }
 
 // counter reads a source counter from /metrics.

@@ -98,7 +98,7 @@ func TestHostileTable(t *testing.T) {
 		r := measure(a, func() result { return rw(a) })
 		check(t, r)
 		results = append(results, r)
-		a.stop()
+		a.Stop(30 * time.Second)
 	}
 	a := startAgent(t)
 	all := measure(a, func() result {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -82,22 +81,9 @@ a1.sinks.k1.channel = c1
 		t.Fatal(err)
 	}
 	monitor := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
-	logs := &testutil.LogBuffer{}
-	cmd := exec.Command(sluiceBinary(t), "agent", "-f", confFile, "-n", "a1", "--no-reload-conf", "--log-format", "json",
+	p := testutil.StartAgent(t, testutil.AgentBinary(t), confFile, "--log-format", "json",
 		"--http", monitor, "--http-tls-cert", certFile, "--http-tls-key", keyFile)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	defer func() {
-		cmd.Process.Kill()
-		<-done
-		if t.Failed() || os.Getenv("SLUICE_TEST_LOG") != "" {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	}()
+	logs := p.Log
 	pool := x509.NewCertPool()
 	pool.AddCert(cert.X509)
 	trusting := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 5 * time.Second}
@@ -110,16 +96,10 @@ a1.sinks.k1.channel = c1
 		b, err := io.ReadAll(resp.Body)
 		return string(b), err
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if body, err := get("/healthz"); err == nil && strings.HasPrefix(body, "ok") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the agent did not become healthy")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	p.WaitUntil(20*time.Second, "the agent to be healthy", func() bool {
+		body, err := get("/healthz")
+		return err == nil && strings.HasPrefix(body, "ok")
+	})
 
 	// The slow sender, meanwhile: a request's headers at 5 bytes a second.
 	var slow struct {

@@ -321,7 +321,7 @@ func rowAvroTrickle(t *testing.T, a *agent, n int, hold time.Duration) result {
 func rowNetcatOverlong(t *testing.T, a *agent, n int) result {
 	r := result{input: fmt.Sprintf("netcat: %d connections sending an over-long line", n)}
 	before := a.counter("netcat", "LineTooLongCount")
-	logBefore := a.logLines("longer than max-line-length")
+	logBefore := a.Log.Lines("longer than max-line-length")
 	line := []byte(strings.Repeat("z", 600) + "\n")
 	var wg sync.WaitGroup
 	for range n {
@@ -341,7 +341,7 @@ func rowNetcatOverlong(t *testing.T, a *agent, n int) result {
 	wg.Wait()
 	r.honest = okString(honestNetcat(a)())
 	counted := a.counter("netcat", "LineTooLongCount") - before
-	lines := a.logLines("longer than max-line-length") - logBefore
+	lines := a.Log.Lines("longer than max-line-length") - logBefore
 	r.response = fmt.Sprintf("FAILED and closed; %d counted in LineTooLongCount, %d WARN lines", counted, lines)
 	if counted != int64(n) {
 		r.fail("LineTooLongCount rose by %d, want %d", counted, n)
@@ -364,7 +364,7 @@ func okString(ok bool) string {
 func rowHTTP4xx(t *testing.T, a *agent, n int) result {
 	r := result{input: fmt.Sprintf("http: %d requests of bad JSON and %d over maxRequestBytes", n, n)}
 	bad0, big0 := a.counter("http", "BadRequestCount"), a.counter("http", "RequestTooLargeCount")
-	log400, log413 := a.logLines("answered 400"), a.logLines("answered 413")
+	log400, log413 := a.Log.Lines("answered 400"), a.Log.Lines("answered 413")
 	codes := map[int]int{}
 	client := &http.Client{Timeout: 10 * time.Second}
 	for range n {
@@ -384,7 +384,7 @@ func rowHTTP4xx(t *testing.T, a *agent, n int) result {
 	}
 	r.honest = okString(honestHTTP(a)())
 	bad, big := a.counter("http", "BadRequestCount")-bad0, a.counter("http", "RequestTooLargeCount")-big0
-	l400, l413 := a.logLines("answered 400")-log400, a.logLines("answered 413")-log413
+	l400, l413 := a.Log.Lines("answered 400")-log400, a.Log.Lines("answered 413")-log413
 	r.response = fmt.Sprintf("%s; counted %d + %d; WARN lines %d + %d", describeCodes(codes), bad, big, l400, l413)
 	if bad != int64(n) || big != int64(n) {
 		r.fail("counters rose by %d and %d, want %d each", bad, big, n)
@@ -400,7 +400,7 @@ func rowHTTP4xx(t *testing.T, a *agent, n int) result {
 func rowSyslogHostile(t *testing.T, a *agent, k int) result {
 	r := result{input: fmt.Sprintf("syslogtcp: a 10 MB line, 1 MB of random bytes, a 1,000,000,000-byte octet count (each %d×)", k)}
 	over0, inv0 := a.counter("syslogtcp", "OversizeMessageCount"), a.counter("syslogtcp", "InvalidMessageCount")
-	logOver, logInv := a.logLines("longer than eventSize"), a.logLines("without a valid <PRI> header")
+	logOver, logInv := a.Log.Lines("longer than eventSize"), a.Log.Lines("without a valid <PRI> header")
 	long := "<13>Jun 15 11:22:33 host app: " + strings.Repeat("z", 10<<20) + "\n"
 	random := make([]byte, 1<<20)
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -428,7 +428,7 @@ func rowSyslogHostile(t *testing.T, a *agent, k int) result {
 	time.Sleep(time.Second)
 	r.honest = okString(honestSyslog(a)())
 	over, inv := a.counter("syslogtcp", "OversizeMessageCount")-over0, a.counter("syslogtcp", "InvalidMessageCount")-inv0
-	lo, li := a.logLines("longer than eventSize")-logOver, a.logLines("without a valid <PRI> header")-logInv
+	lo, li := a.Log.Lines("longer than eventSize")-logOver, a.Log.Lines("without a valid <PRI> header")-logInv
 	r.response = fmt.Sprintf("cut at eventSize and tagged; counted %d oversize, %d invalid; WARN lines %d + %d", over, inv, lo, li)
 	if over < int64(2*k) || inv < 1 {
 		r.fail("oversize %d, invalid %d: not counted", over, inv)

@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // configNodes lists the node IDs the page must draw for the agent of
@@ -47,7 +48,7 @@ func configNodes(t *testing.T) []string {
 // network) and returns a chromedp context for one tab.
 func browser(t *testing.T, width, height int) context.Context {
 	t.Helper()
-	path := requireTool(t, "chromium", "chromium")
+	path := testutil.SystemTool(t, "chromium", "chromium")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
 		chromedp.NoSandbox,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/status"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // tmux runs one tmux command on the test's own server (-L), so it never
@@ -57,8 +58,8 @@ func rateValue(s string) float64 {
 // agent under load: every component appears with moving rates, a key sorts
 // the table, q quits.
 func TestTopInTerminal(t *testing.T) {
-	requireTool(t, "tmux", "tmux")
-	bin := sluiceBinary(t)
+	testutil.SystemTool(t, "tmux", "tmux")
+	bin := testutil.AgentBinary(t)
 	a := startAgent(t)
 	lctx, stopLoad := context.WithCancel(context.Background())
 	done, _ := load(t, lctx, a, 2000)
@@ -140,7 +141,7 @@ func TestTopInTerminal(t *testing.T) {
 // TestTapCommand: `sluice tap` prints the events sent, as text and as JSON
 // lines, and stops at --limit; without --allow-tap it says why it cannot.
 func TestTapCommand(t *testing.T) {
-	bin := sluiceBinary(t)
+	bin := testutil.AgentBinary(t)
 	a := startAgent(t, "--allow-tap")
 	lctx, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()

@@ -91,12 +91,12 @@ func treeCPU(root int) time.Duration {
 // default; page, poll and tap alone too).
 func TestPerfStatusCost(t *testing.T) {
 	testutil.RequirePerf(t)
-	bin := sluiceBinary(t)
+	bin := testutil.AgentBinary(t)
 	rounds := testutil.EnvInt("SLUICE_PERF_ROUNDS", 5)
 	const conns, size = 4, 256
 	perConn := testutil.EnvInt("SLUICE_PERF_LINES", 1_000_000) / conns
 	a := startAgentFile(t, "testdata/w1.properties", "--allow-tap")
-	pid := a.cmd.Process.Pid
+	pid := a.Cmd.Process.Pid
 	ctx := browser(t, 1400, 900)
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // selfSigned writes a certificate for 127.0.0.1 and its key as PEM files.
@@ -54,7 +56,7 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
 // address over TLS with basic authentication answers `sluice top` and
 // `sluice tap` given the CA and the password, and refuses them without.
 func TestTopAndTapOverTLSWithPassword(t *testing.T) {
-	bin := sluiceBinary(t)
+	bin := testutil.AgentBinary(t)
 	dir := t.TempDir()
 	cert, key := selfSigned(t, dir)
 	pw := filepath.Join(dir, "pw")

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
 // Three agents on loopback, as a Flume tier: a sender (Flume's RPC client
@@ -89,13 +89,13 @@ func TestKillCollectorMidStream(t *testing.T) {
 			go func() { sent <- snd.run(ctx) }()
 
 			// Both collectors (or, failover, the primary alone) receive.
-			waitUntil(t, 10*time.Second, "c1 receives", func() bool { return drained(edge, "k1") >= 1000 })
+			testutil.WaitFor(t, 10*time.Second, "c1 receives", func() bool { return drained(edge, "k1") >= 1000 })
 			if tc.primaryOnly {
 				if n := r2.distinct(); n != 0 {
 					t.Fatalf("failover: the lower-priority collector received %d events while the primary was up", n)
 				}
 			} else {
-				waitUntil(t, 10*time.Second, "c2 receives", func() bool { return r2.distinct() >= 1000 })
+				testutil.WaitFor(t, 10*time.Second, "c2 receives", func() bool { return r2.distinct() >= 1000 })
 			}
 
 			// Kill c1 mid-stream; the stream moves to c2.
@@ -104,7 +104,7 @@ func TestKillCollectorMidStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			r1AtKill, r2AtKill, k1AtKill := r1.distinct(), r2.distinct(), drained(edge, "k1")
-			waitUntil(t, 10*time.Second, "c2 takes the stream", func() bool { return r2.distinct() >= r2AtKill+2000 })
+			testutil.WaitFor(t, 10*time.Second, "c2 takes the stream", func() bool { return r2.distinct() >= r2AtKill+2000 })
 			if snd.acked.Load() <= ackedAtKill {
 				t.Fatal("the sender got no OK after the kill")
 			}
@@ -120,9 +120,9 @@ func TestKillCollectorMidStream(t *testing.T) {
 			if tc.crash {
 				// All c1 acknowledged before the crash was only in its
 				// file channel; the restarted c1 replays and delivers it.
-				waitUntil(t, 10*time.Second, "c1 delivers what it held at the crash", func() bool { return r1.distinct() >= k1AtKill })
+				testutil.WaitFor(t, 10*time.Second, "c1 delivers what it held at the crash", func() bool { return r1.distinct() >= k1AtKill })
 			}
-			waitUntil(t, 15*time.Second, "the edge reconnects to c1", func() bool { return drained(edge, "k1") >= k1AtKill+500 })
+			testutil.WaitFor(t, 15*time.Second, "the edge reconnects to c1", func() bool { return drained(edge, "k1") >= k1AtKill+500 })
 
 			stopSending()
 			if err := <-sent; err != nil {
@@ -139,10 +139,10 @@ func TestKillCollectorMidStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			var missing []uint64
-			waitUntilOrNot(10*time.Second, func() bool {
+			testutil.Eventually(func() bool {
 				missing = missingFrom(acked, r1.snapshot(), r2.snapshot())
 				return len(missing) == 0
-			})
+			}, 10*time.Second)
 			if len(missing) > 0 {
 				t.Fatalf("%d of %d acknowledged events never arrived at a collector, first %v", len(missing), acked, missing[:min(10, len(missing))])
 			}
@@ -227,9 +227,7 @@ edge.sinks.k%[1]d.channel = ch
 func writeConf(t *testing.T, name, conf string) string {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), name+".properties")
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteFile(t, file, conf)
 	return file
 }
 
@@ -241,15 +239,7 @@ func startAgent(t *testing.T, file, name string, opt agent.Options) *agent.Agent
 	t.Helper()
 	opt.File, opt.Name = file, name
 	opt.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("agent", name)
-	a, err := agent.New(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Stop(context.Background()) })
-	return a
+	return agenttest.Start(t, opt)
 }
 
 type testWriter struct{ t *testing.T }
@@ -278,27 +268,6 @@ func sinkCounters(a *agent.Agent, name string) map[string]string {
 		}
 	}
 	return out
-}
-
-// waitUntil polls cond until it holds, or fails the test after d.
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	start := time.Now()
-	defer func() { t.Logf("%s after %v", what, time.Since(start).Round(time.Millisecond)) }()
-	if !waitUntilOrNot(d, cond) {
-		t.Fatalf("timed out after %v waiting until %s", d, what)
-	}
-}
-
-func waitUntilOrNot(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
 }
 
 // sender plays a Flume RPC client: batches of generated lines, numbered

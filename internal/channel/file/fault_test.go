@@ -68,18 +68,6 @@ func metricsOf(reg *metrics.Registry) map[string]string {
 	return out
 }
 
-// waitFor polls cond every 10 ms for up to d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // A failed disk write makes the channel refuse puts, fast and without
 // touching the disk, and say so in Health and Unhealthy; takes go on, and
 // their commits succeed, so a sink never delivers the same batch twice
@@ -151,12 +139,12 @@ func TestDiskWriteFailureRecovers(t *testing.T) {
 
 	// The watcher probes the broken disk (a new segment's header) and
 	// fails; the channel stays refusing.
-	waitFor(t, 10*time.Second, "a probe of the broken disk", func() bool { return disk.probes.Load() > 0 })
+	testutil.WaitFor(t, 10*time.Second, "a probe of the broken disk", func() bool { return disk.probes.Load() > 0 })
 	if c.Health() == nil {
 		t.Fatal("healthy after a failed probe")
 	}
 	disk.fail.Store(false) // the disk heals: the channel finds out by itself
-	waitFor(t, 10*time.Second, "puts accepted after the disk healed", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "puts accepted after the disk healed", func() bool {
 		return testutil.PutCommit(c, testutil.Events("back", 0)) == nil && c.Health() == nil
 	})
 	putN(t, c, "again", 3, 3)

@@ -1,17 +1,13 @@
 package essink_test
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/agent"
 	essink "github.com/sluicehq/sluice/internal/sink/elasticsearch"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
 // TestAgentWithFlumeClassName runs a whole agent whose sink is configured
@@ -43,18 +39,7 @@ a1.sinks.k1.batchSize = 200
 a1.sinks.k1.query._msg_field = @message
 a1.sinks.k1.query.extra_fields = agent_test=1
 `, n, base)
-	file := filepath.Join(t.TempDir(), "es.conf")
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Options{File: file, Name: "a1", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop(context.Background())
+	agenttest.StartConf(t, conf)
 
 	deadline := time.Now().Add(15 * time.Second)
 	for {
