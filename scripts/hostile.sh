@@ -15,6 +15,6 @@ report=$(mktemp)
 trap 'rm -f "$report"' EXIT
 status=0
 SLUICE_HOSTILE=1 SLUICE_HOSTILE_REPORT="$report" \
-  go test -count=1 -timeout 30m -run 'TestHostileTable' -v ./internal/hostiletest/ "$@" | grep -Ev '^\s+hostile_test.go:[0-9]+: $|^(=== RUN|--- PASS|PASS|ok )' || status=$?
+  go test -count=1 -timeout 30m -run 'TestHostileTable' -v ./internal/systemtest/hostile/ "$@" | grep -Ev '^\s+hostile_test.go:[0-9]+: $|^(=== RUN|--- PASS|PASS|ok )' || status=$?
 [ -s "$report" ] && cat "$report"
 exit $status

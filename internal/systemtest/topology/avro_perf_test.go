@@ -18,7 +18,7 @@ import (
 // Opt-in measurements of the Avro hop (they take tens of seconds and want a
 // quiet machine); docs/PERFORMANCE.md records them:
 //
-//	SLUICE_PERF=1 go test -run PerfAvro -v -count=1 ./internal/topology/
+//	SLUICE_PERF=1 go test -run PerfAvro -v -count=1 ./internal/systemtest/topology/
 
 // hopConfigs are the two agents of every measurement, untuned: a1 = avro
 // source → memory → avro sink (Flume's defaults: batch-size 100) to a2 =

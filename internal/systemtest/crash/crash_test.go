@@ -1,4 +1,4 @@
-package crashtest
+package crash
 
 import (
 	"bufio"
@@ -42,7 +42,7 @@ type plan struct {
 //
 // The default run kills 3 times; the full run (20 kills) is
 //
-//	SLUICE_LONG=1 go test -run=CrashKill9 -v -count=1 ./internal/crashtest/
+//	SLUICE_LONG=1 go test -run=CrashKill9 -v -count=1 ./internal/systemtest/crash/
 //
 // or scripts/crash-test.sh.
 func TestCrashKill9(t *testing.T) {

@@ -1,4 +1,4 @@
-package crashtest
+package crash
 
 import (
 	"bufio"
@@ -96,7 +96,7 @@ const trickleEvery = 500 * time.Millisecond
 //
 // The long run (about 2.5 minutes):
 //
-//	SLUICE_LONG=1 go test -run TestEveryComponentSurvivesItsDefaults -v -count=1 ./internal/crashtest/
+//	SLUICE_LONG=1 go test -run TestEveryComponentSurvivesItsDefaults -v -count=1 ./internal/systemtest/crash/
 func TestEveryComponentSurvivesItsDefaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the agent for 35 s")

@@ -1,4 +1,4 @@
-package statustest
+package monitoring
 
 import (
 	"context"

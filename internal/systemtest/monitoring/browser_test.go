@@ -1,4 +1,4 @@
-package statustest
+package monitoring
 
 import (
 	"context"
@@ -224,7 +224,7 @@ func saveShot(t *testing.T, name string, png []byte) {
 	t.Helper()
 	dir := os.Getenv("SLUICE_SHOTS")
 	if os.Getenv("SLUICE_UPDATE_DOCS") == "1" {
-		dir = "../../docs"
+		dir = "../../../docs"
 	}
 	if dir == "" {
 		dir = t.TempDir()

@@ -1,4 +1,4 @@
-package hostiletest
+package hostile
 
 import (
 	"fmt"

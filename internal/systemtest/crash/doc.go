@@ -1,4 +1,4 @@
-// Package crashtest holds end-to-end tests of the real agent binary around
+// Package crash holds end-to-end tests of the real agent binary around
 // its process: signals, exit codes, /healthz. TestCrashKill9 kills an agent
 // with a file channel under load with SIGKILL, again and again; TestCrashMixed
 // mixes SIGKILL, SIGTERM and SIGHUP with a changed config; both check that
@@ -10,4 +10,4 @@
 // past every timer up to 120 s); the panic tests check what a panic in a
 // sink's delivery and one elsewhere do (components built only into the test
 // binary with the tag sluice_faulty panic on purpose).
-package crashtest
+package crash

@@ -1,4 +1,4 @@
-package crashtest
+package crash
 
 import (
 	"context"
@@ -31,7 +31,7 @@ import (
 // must reach the downstream. The default run sends 20,000 records with 2 s
 // outages; the full run, 200,000 records with 10 s outages, is
 //
-//	SLUICE_LONG=1 go test -run TestOTLPLoss -v ./internal/crashtest/
+//	SLUICE_LONG=1 go test -run TestOTLPLoss -v ./internal/systemtest/crash/
 func TestOTLPLoss(t *testing.T) {
 	total, outage := 20_000, 2*time.Second
 	if os.Getenv("SLUICE_LONG") != "" {

@@ -1,4 +1,4 @@
-package crashtest
+package crash
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 // The default run does 6 actions (two of each); the full run (30 random
 // actions) is
 //
-//	SLUICE_LONG=1 go test -run=CrashMixed -v -count=1 ./internal/crashtest/
+//	SLUICE_LONG=1 go test -run=CrashMixed -v -count=1 ./internal/systemtest/crash/
 //
 // or scripts/crash-test.sh mixed.
 func TestCrashMixed(t *testing.T) {
