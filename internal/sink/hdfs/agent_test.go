@@ -75,7 +75,7 @@ a1.sinks.k3.hdfs.idleTimeout = 1
 		}
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	if err := waitPort(addr, 30*time.Second); err != nil {
+	if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 		fail("%v", err)
 	}
 	sendLines(t, addr, "a", 10) // rolls each sink's file by rollCount

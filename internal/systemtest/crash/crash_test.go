@@ -109,7 +109,7 @@ func runCrash(t *testing.T, p plan) {
 			// Now and then, kill it while it starts: during replay.
 			wait = time.Duration(rng.Int64N(int64(100 * time.Millisecond)))
 		} else {
-			if err := waitAccepting(addr, 30*time.Second); err != nil {
+			if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 				showLog()
 				t.Fatalf("start %d: %v", round, err)
 			}
@@ -124,7 +124,7 @@ func runCrash(t *testing.T, p plan) {
 		cmd.Wait()
 	}
 	defer cmd.Process.Kill()
-	if err := waitAccepting(addr, 30*time.Second); err != nil {
+	if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 		showLog()
 		t.Fatalf("last start: %v", err)
 	}
@@ -213,21 +213,6 @@ a1.sinks.k1.port = %d
 a1.sinks.k1.batchSize = %d
 a1.sinks.k1.channel = c1
 `, port, filepath.Join(base, "ck"), filepath.Join(base, "data1"), filepath.Join(base, "data2"), sinkPort, sinkBatch)
-}
-
-func waitAccepting(addr string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("agent not accepting on %s after %v: %w", addr, limit, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // sender keeps conns netcat connections busy with numbered lines

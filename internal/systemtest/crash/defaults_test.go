@@ -272,7 +272,7 @@ a1.sinks.k_tcp.channel = c_spill
 	httpA, httpB := "127.0.0.1:"+strconv.Itoa(port["httpA"]), "127.0.0.1:"+strconv.Itoa(port["httpB"])
 	pA, pB := start(confA, homeA, httpA), start(confB, homeB, httpB)
 	for _, k := range []string{"netcat", "avro", "thrift", "http", "syslogtcp", "multiport", "avroB"} {
-		if err := waitAccepting("127.0.0.1:"+strconv.Itoa(port[k]), 30*time.Second); err != nil {
+		if err := testutil.WaitAccepting("127.0.0.1:"+strconv.Itoa(port[k]), 30*time.Second); err != nil {
 			t.Fatalf("%s source: %v", k, err)
 		}
 	}

@@ -200,7 +200,7 @@ func TestStopShowsDrain(t *testing.T) {
 	conf := filepath.Join(dir, "a.properties")
 	testutil.WriteFile(t, conf, "a1.sources = r1\na1.channels = c1\na1.sinks = k1\n"+route(1, port, col.srv.URL))
 	p := startAgent(t, conf, "--shutdown-timeout", "60", "--http", httpAddr)
-	if err := waitAccepting(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 30*time.Second); err != nil {
+	if err := testutil.WaitAccepting(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	acked := sendAcked(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 0, 4000)
@@ -256,7 +256,7 @@ func TestReloadDrainsInBackground(t *testing.T) {
 	testutil.WriteFile(t, conf, "a1.sources = r1 r2\na1.channels = c1 c2\na1.sinks = k1 k2\n"+kept+route(2, p2, col.srv.URL))
 	p := startAgent(t, conf, "--shutdown-timeout", "60", "--http", httpAddr)
 	for _, port := range []int{p1, p2} {
-		if err := waitAccepting(addr(port), 30*time.Second); err != nil {
+		if err := testutil.WaitAccepting(addr(port), 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -71,7 +71,7 @@ func runMixed(t *testing.T, actions []string, maxUptime time.Duration, rng *rand
 	p := start()
 	var done []string
 	for i, act := range actions {
-		if err := waitAccepting(addr, 30*time.Second); err != nil {
+		if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 			t.Fatalf("action %d: %v", i, err)
 		}
 		time.Sleep(100*time.Millisecond + time.Duration(rng.Int64N(int64(maxUptime-100*time.Millisecond))))
@@ -106,7 +106,7 @@ func runMixed(t *testing.T, actions []string, maxUptime time.Duration, rng *rand
 		}
 		done = append(done, fmt.Sprintf("%s(acked %d)", act, ackedBefore))
 	}
-	if err := waitAccepting(addr, 30*time.Second); err != nil {
+	if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond) // some load on the last run too

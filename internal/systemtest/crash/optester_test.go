@@ -37,7 +37,7 @@ func TestReloadStormUnderLoad(t *testing.T) {
 			conf := filepath.Join(dir, "a.properties")
 			testutil.WriteFile(t, conf, avroToTCP(port, rcv.port(), channel(100000)))
 			p := startAgent(t, conf, "--shutdown-timeout", "1")
-			if err := waitAccepting(addr, 30*time.Second); err != nil {
+			if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			snd := newAvroSender(addr, 2, 100, time.Millisecond)
@@ -150,7 +150,7 @@ func TestStopWithStalledTCPPeer(t *testing.T) {
 	testutil.WriteFile(t, conf, avroToTCP(port, ln.Addr().(*net.TCPAddr).Port, memoryChannel(100000))+
 		"a1.sinks.k1.request-timeout = 60000\n")
 	p := startAgent(t, conf, "--shutdown-timeout", "1")
-	if err := waitAccepting(addr, 30*time.Second); err != nil {
+	if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	acked := sendAcked(t, addr, 0, 100000) // 10 MB of lines: more than the socket buffers hold

@@ -69,7 +69,7 @@ a1.sinks.k1.channel = c1
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 
 	agent := startAgent(t, conf)
-	if err := waitAccepting(addr, 30*time.Second); err != nil {
+	if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 
@@ -134,7 +134,7 @@ a1.sinks.k1.channel = c1
 	agent.Signal(syscall.SIGKILL)
 	agent.Exit(10 * time.Second)
 	agent = startAgent(t, conf)
-	if err := waitAccepting(addr, 30*time.Second); err != nil {
+	if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	outageAt(0.6)

@@ -78,7 +78,7 @@ a1.sinks.k3.port = %[8]d
 	p := startAgentBin(t, bin, conf, "--http", httpAddr)
 	addr := func(i int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])) }
 	for i := range ports {
-		if err := waitAccepting(addr(i), 30*time.Second); err != nil {
+		if err := testutil.WaitAccepting(addr(i), 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -153,7 +153,7 @@ func TestPanicElsewhereExits70(t *testing.T) {
 	testutil.WriteFile(t, conf, strings.Replace(base, "a1.sources = r1\n", "a1.sources = r1 r2\n", 1)+
 		"a1.sources.r2.type = faulty_panic\na1.sources.r2.panicAfterMillis = 2000\na1.sources.r2.channels = c1\n")
 	p := startAgentBin(t, bin, conf)
-	if err := waitAccepting(addr, 30*time.Second); err != nil {
+	if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	acked := sendAcked(t, addr, 0, 200)

@@ -113,7 +113,7 @@ a1.sinks.k1.port = %s
 a1.sinks.k1.channel = c1
 `, port, colPort))
 	p := startAgent(t, conf)
-	if err := waitAccepting(addr, 30*time.Second); err != nil {
+	if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	sent := 0

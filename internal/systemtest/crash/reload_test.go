@@ -71,7 +71,7 @@ func TestReloadChangedChannelKeepsEvents(t *testing.T) {
 			conf := filepath.Join(dir, "a.properties")
 			testutil.WriteFile(t, conf, avroToTCP(port, sinkPort, channel(1000)))
 			p := startAgent(t, conf)
-			if err := waitAccepting(addr, 30*time.Second); err != nil {
+			if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			acked := sendAcked(t, addr, 0, 100)
@@ -87,7 +87,7 @@ func TestReloadChangedChannelKeepsEvents(t *testing.T) {
 					t.Errorf("handover record %v: want events=100", rec)
 				}
 			}
-			if err := waitAccepting(addr, 10*time.Second); err != nil {
+			if err := testutil.WaitAccepting(addr, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			acked = append(acked, sendAcked(t, addr, 100, 10)...)
@@ -159,7 +159,7 @@ func TestReloadRemovedChannels(t *testing.T) {
 	testutil.WriteFile(t, conf, threeRoutes(p1, p2, p3, live.port(), slow.port(), dead, false))
 	p := startAgent(t, conf, "--shutdown-timeout", "3", "--http", addr(httpPort))
 	for _, port := range []int{p1, p2, p3} {
-		if err := waitAccepting(addr(port), 30*time.Second); err != nil {
+		if err := testutil.WaitAccepting(addr(port), 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -241,7 +241,7 @@ func TestReloadRetriesBusyPort(t *testing.T) {
 	p1 := testutil.FreePort(t)
 	testutil.WriteFile(t, conf, avroOnly(p1))
 	p := startAgent(t, conf, "--http", httpAddr)
-	if err := waitAccepting(addr(p1), 30*time.Second); err != nil {
+	if err := testutil.WaitAccepting(addr(p1), 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 10*time.Second, "/healthz 200", func() bool { code, _ := healthz(t, httpAddr); return code == 200 })
@@ -350,7 +350,7 @@ func TestStopDuringReloadDrain(t *testing.T) {
 	testutil.WriteFile(t, conf, threeRoutes(p1, p2, p3, live.port(), live.port(), dead, false))
 	p := startAgent(t, conf, "--shutdown-timeout", "4")
 	for _, port := range []int{p1, p3} {
-		if err := waitAccepting(addr(port), 30*time.Second); err != nil {
+		if err := testutil.WaitAccepting(addr(port), 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}

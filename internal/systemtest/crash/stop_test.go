@@ -108,7 +108,7 @@ func TestStopUnderLoad(t *testing.T) {
 			conf := filepath.Join(dir, "a.properties")
 			testutil.WriteFile(t, conf, avroToTCP(port, sinkPort, channel))
 			p := startAgent(t, conf, "--shutdown-timeout", "1")
-			if err := waitAccepting(addr, 30*time.Second); err != nil {
+			if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			snd := newAvroSender(addr, 2, 100, 0)
@@ -219,7 +219,7 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	conf := filepath.Join(dir, "a.properties")
 	testutil.WriteFile(t, conf, avroToTCP(port, testutil.FreePort(t), memoryChannel(10000)))
 	p := startAgent(t, conf, "--shutdown-timeout", "60")
-	if err := waitAccepting(addr, 30*time.Second); err != nil {
+	if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	snd := newAvroSender(addr, 1, 100, 0)
