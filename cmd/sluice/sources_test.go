@@ -83,7 +83,7 @@ func TestSeveralConfFiles(t *testing.T) {
 	}
 
 	testutil.WriteFile(t, site, fmt.Sprintf("# this site's port\na1.sources.r1.port = %d\n", p2))
-	log, _ := startAgent(t, "-f", base, "--conf-file", site, "-n", "a1", "--poll-interval", "1")
+	startAgent(t, "-f", base, "--conf-file", site, "-n", "a1", "--poll-interval", "1")
 	testutil.WaitFor(t, 20*time.Second, "the later file's port", func() bool { return answers(p2) })
 	if answers(p1) {
 		t.Error("the earlier file's port answers too")

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/testutil"

@@ -82,7 +82,7 @@ func runNode(t *testing.T, bin string, kill syscall.Signal, sc nodeScenario) {
 	}
 	chans := testutil.MemoryDir(t)
 	conf := filepath.Join(state, "agent.properties")
-	writeFile(t, conf, fmt.Sprintf(`a1.sources = r1
+	testutil.WriteFile(t, conf, fmt.Sprintf(`a1.sources = r1
 a1.channels = c1
 a1.sinks = k1
 a1.sources.r1.type = taildir

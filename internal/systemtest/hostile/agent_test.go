@@ -1,6 +1,7 @@
 package hostile
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"

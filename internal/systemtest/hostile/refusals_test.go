@@ -174,7 +174,7 @@ a1.sinks.k1.channel = c1
 	want := strconv.Itoa(clients)
 	var got map[string]map[string]string
 	var monitorCount string
-	deadline = time.Now().Add(5 * time.Second) // the last failures are counted as the agent sees the alerts
+	deadline := time.Now().Add(5 * time.Second) // the last failures are counted as the agent sees the alerts
 	for {
 		got, monitorCount = sources(), promValue("sluice_monitoring_tls_handshake_fail_total")
 		if (got["SOURCE.syslogtcp"]["TLSHandshakeFailCount"] == want && got["SOURCE.avro"]["TLSHandshakeFailCount"] == want &&
