@@ -22,17 +22,17 @@ import (
 	otlpsink "github.com/sluicehq/sluice/internal/sink/otlp"
 	tcpsink "github.com/sluicehq/sluice/internal/sink/tcp"
 	thriftsink "github.com/sluicehq/sluice/internal/sink/thrift"
-	avrosource "github.com/sluicehq/sluice/internal/source/avro"
+	"github.com/sluicehq/sluice/internal/source/avro"
 	"github.com/sluicehq/sluice/internal/source/exec"
-	httpsource "github.com/sluicehq/sluice/internal/source/http"
-	kafkasource "github.com/sluicehq/sluice/internal/source/kafka"
+	"github.com/sluicehq/sluice/internal/source/http"
+	"github.com/sluicehq/sluice/internal/source/kafka"
 	"github.com/sluicehq/sluice/internal/source/netcat"
-	otlpsource "github.com/sluicehq/sluice/internal/source/otlp"
+	"github.com/sluicehq/sluice/internal/source/otlp"
 	"github.com/sluicehq/sluice/internal/source/seq"
 	"github.com/sluicehq/sluice/internal/source/spooldir"
-	syslogsource "github.com/sluicehq/sluice/internal/source/syslog"
+	"github.com/sluicehq/sluice/internal/source/syslog"
 	"github.com/sluicehq/sluice/internal/source/taildir"
-	thriftsource "github.com/sluicehq/sluice/internal/source/thrift"
+	"github.com/sluicehq/sluice/internal/source/thrift"
 )
 
 // This file is the one place that names every component type. A type is
@@ -40,14 +40,14 @@ import (
 // class name (see classNames).
 
 var sourceTypes = map[string]flow.SourceFactory{
-	"spooldir":  spooldir.New,
-	"taildir":   taildir.New,
-	"seq":       seq.New,
-	"stress":    seq.NewStress,
-	"netcat":    netcat.New,
-	"netcatudp": netcat.NewUDP,
+	"spooldir":  spooldirsource.New,
+	"taildir":   taildirsource.New,
+	"seq":       seqsource.New,
+	"stress":    seqsource.NewStress,
+	"netcat":    netcatsource.New,
+	"netcatudp": netcatsource.NewUDP,
 	"http":      httpsource.New,
-	"exec":      exec.New,
+	"exec":      execsource.New,
 	"avro":      avrosource.New,
 	"thrift":    thriftsource.New,
 	"kafka":     kafkasource.New,

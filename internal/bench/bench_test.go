@@ -90,7 +90,7 @@ func delayPipeline(t *testing.T, reg *metrics.Registry, w delayWriter) string {
 		t.Fatal(err)
 	}
 	np := config.FromMap("a1.sources.r1.", map[string]string{"bind": "127.0.0.1", "port": itoa(port), "max-line-length": "2048"})
-	src, err := netcat.New(env("r1", "netcat"), np)
+	src, err := netcatsource.New(env("r1", "netcat"), np)
 	if err != nil || np.Err() != nil {
 		t.Fatal(err, np.Err())
 	}

@@ -1,4 +1,4 @@
-package spooldir
+package spooldirsource
 
 // Tests of the spooldir source through the real agent binary (cmd/sluice,
 // built here): SIGKILL in the middle of a file, and a file appended to while

@@ -1,4 +1,4 @@
-package syslog_test
+package syslogsource_test
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package taildir_test
+package taildirsource_test
 
 import (
 	"bufio"
