@@ -11,17 +11,17 @@ import (
 	"github.com/sluicehq/sluice/internal/channel/memory"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/interceptor"
-	avrosink "github.com/sluicehq/sluice/internal/sink/avro"
-	essink "github.com/sluicehq/sluice/internal/sink/elasticsearch"
+	"github.com/sluicehq/sluice/internal/sink/avro"
+	"github.com/sluicehq/sluice/internal/sink/elasticsearch"
 	"github.com/sluicehq/sluice/internal/sink/fileroll"
-	hdfssink "github.com/sluicehq/sluice/internal/sink/hdfs"
-	httpsink "github.com/sluicehq/sluice/internal/sink/http"
-	kafkasink "github.com/sluicehq/sluice/internal/sink/kafka"
-	loggersink "github.com/sluicehq/sluice/internal/sink/logger"
-	nullsink "github.com/sluicehq/sluice/internal/sink/null"
-	otlpsink "github.com/sluicehq/sluice/internal/sink/otlp"
-	tcpsink "github.com/sluicehq/sluice/internal/sink/tcp"
-	thriftsink "github.com/sluicehq/sluice/internal/sink/thrift"
+	"github.com/sluicehq/sluice/internal/sink/hdfs"
+	"github.com/sluicehq/sluice/internal/sink/http"
+	"github.com/sluicehq/sluice/internal/sink/kafka"
+	"github.com/sluicehq/sluice/internal/sink/logger"
+	"github.com/sluicehq/sluice/internal/sink/null"
+	"github.com/sluicehq/sluice/internal/sink/otlp"
+	"github.com/sluicehq/sluice/internal/sink/tcp"
+	"github.com/sluicehq/sluice/internal/sink/thrift"
 	"github.com/sluicehq/sluice/internal/source/avro"
 	"github.com/sluicehq/sluice/internal/source/exec"
 	"github.com/sluicehq/sluice/internal/source/http"
@@ -70,11 +70,11 @@ var channelTypes = map[string]flow.ChannelFactory{
 var sinkTypes = map[string]flow.SinkFactory{
 	"null":          nullsink.New,
 	"logger":        loggersink.New,
-	"file_roll":     fileroll.New,
+	"file_roll":     filerollsink.New,
 	"tcp":           tcpsink.New,
 	"avro":          avrosink.New,
 	"thrift":        thriftsink.New,
-	"elasticsearch": essink.New,
+	"elasticsearch": elasticsearchsink.New,
 	"kafka":         kafkasink.New,
 	"hdfs":          hdfssink.New,
 	"http":          httpsink.New,

@@ -1,4 +1,4 @@
-package essink_test
+package elasticsearchsink_test
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	essink "github.com/sluicehq/sluice/internal/sink/elasticsearch"
+	"github.com/sluicehq/sluice/internal/sink/elasticsearch"
 	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
@@ -16,7 +16,7 @@ import (
 // of a seq source arrives, in @message: Flume's default serializer,
 // LogStash, shapes the documents.
 func TestAgentWithFlumeClassName(t *testing.T) {
-	base := essink.StartVictoriaLogs(t)
+	base := elasticsearchsink.StartVictoriaLogs(t)
 	const n = 500
 	conf := fmt.Sprintf(`
 a1.sources = r1
@@ -43,7 +43,7 @@ a1.sinks.k1.query.extra_fields = agent_test=1
 
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		rows := essink.VLQuery(t, base, "agent_test:=1")
+		rows := elasticsearchsink.VLQuery(t, base, "agent_test:=1")
 		if len(rows) == n {
 			seen := map[string]bool{}
 			for _, r := range rows {

@@ -1,4 +1,4 @@
-package hdfs
+package hdfssink
 
 import (
 	"context"
@@ -55,14 +55,14 @@ func TestPerfHDFSBesideFileRoll(t *testing.T) {
 	}
 	cases := []sinkCase{
 		{"file_roll", func(env flow.Env, dir string) flow.Sink {
-			s, err := fileroll.New(env, config.FromMap("a1.sinks.k1.", map[string]string{"sink.directory": dir, "sink.batchSize": fmt.Sprint(batch), "sink.rollInterval": "30"}))
+			s, err := filerollsink.New(env, config.FromMap("a1.sinks.k1.", map[string]string{"sink.directory": dir, "sink.batchSize": fmt.Sprint(batch), "sink.rollInterval": "30"}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
 		}},
 		{"file_roll sink.fsync=true", func(env flow.Env, dir string) flow.Sink {
-			s, err := fileroll.New(env, config.FromMap("a1.sinks.k1.", map[string]string{"sink.directory": dir, "sink.batchSize": fmt.Sprint(batch), "sink.rollInterval": "30", "sink.fsync": "true"}))
+			s, err := filerollsink.New(env, config.FromMap("a1.sinks.k1.", map[string]string{"sink.directory": dir, "sink.batchSize": fmt.Sprint(batch), "sink.rollInterval": "30", "sink.fsync": "true"}))
 			if err != nil {
 				t.Fatal(err)
 			}
