@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/channel/alias"
-	filechannel "github.com/sluicehq/sluice/internal/channel/file"
-	kafkachannel "github.com/sluicehq/sluice/internal/channel/kafka"
+	"github.com/sluicehq/sluice/internal/channel/file"
+	"github.com/sluicehq/sluice/internal/channel/kafka"
 	"github.com/sluicehq/sluice/internal/channel/memory"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/interceptor"
@@ -59,12 +59,12 @@ var sourceTypes = map[string]flow.SourceFactory{
 }
 
 var channelTypes = map[string]flow.ChannelFactory{
-	"memory": memory.New,
+	"memory": memorychannel.New,
 	"file":   filechannel.New,
 	"kafka":  kafkachannel.New,
 	// Flume's spillable memory channel, run as a file (or memory) channel.
-	"spillablememory": alias.NewSpillable,
-	"jdbc":            alias.NewJDBC,
+	"spillablememory": aliaschannel.NewSpillable,
+	"jdbc":            aliaschannel.NewJDBC,
 }
 
 var sinkTypes = map[string]flow.SinkFactory{

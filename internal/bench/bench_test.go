@@ -61,7 +61,7 @@ func delayPipeline(t *testing.T, reg *metrics.Registry, w delayWriter) string {
 		return flow.Env{Agent: "a1", Name: name, Type: typ, Metrics: reg, Logger: quiet}
 	}
 	cp := config.FromMap("a1.channels.c1.", map[string]string{"capacity": "10000", "transactionCapacity": "1000"})
-	ch, err := memory.New(env("c1", "memory"), cp)
+	ch, err := memorychannel.New(env("c1", "memory"), cp)
 	if err != nil || cp.Err() != nil {
 		t.Fatal(err, cp.Err())
 	}

@@ -1,4 +1,4 @@
-package file
+package filechannel
 
 import (
 	"context"
@@ -92,7 +92,7 @@ func benchFlow(b *testing.B, ch flow.Channel, stats func() wal.Stats) {
 // BenchmarkFlowMemory is BenchmarkFlow with the memory channel, for scale.
 func BenchmarkFlowMemory(b *testing.B) {
 	p := config.FromMap("a1.channels.c1.", map[string]string{"capacity": "20000", "transactionCapacity": "1000", "byteCapacity": "0"})
-	ch, err := memory.New(flow.Env{Agent: "a1", Name: "c1", Type: "memory"}, p)
+	ch, err := memorychannel.New(flow.Env{Agent: "a1", Name: "c1", Type: "memory"}, p)
 	if err != nil || p.Err() != nil {
 		b.Fatal(err, p.Err())
 	}

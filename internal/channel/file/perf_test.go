@@ -1,4 +1,4 @@
-package file
+package filechannel
 
 import (
 	"context"
@@ -330,7 +330,7 @@ func TestPerfMemoryVsFile(t *testing.T) {
 	for _, batch := range []int{100, testutil.EnvInt("SLUICE_PERF_BATCH", 1000)} {
 		for round := range 2 {
 			p := config.FromMap("a1.channels.m.", map[string]string{"capacity": "1000000", "transactionCapacity": "10000"})
-			mc, err := memory.New(flow.Env{Name: "m", Type: "memory", Logger: quiet}, p)
+			mc, err := memorychannel.New(flow.Env{Name: "m", Type: "memory", Logger: quiet}, p)
 			if err != nil {
 				t.Fatal(err)
 			}

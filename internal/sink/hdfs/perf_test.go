@@ -80,7 +80,7 @@ func TestPerfHDFSBesideFileRoll(t *testing.T) {
 		for i, c := range cases {
 			reg := metrics.NewRegistry("a1")
 			chEnv := flow.Env{Agent: "a1", Name: "c1", Type: "memory", Metrics: reg, Logger: slog.New(slog.DiscardHandler)}
-			ch, err := memory.New(chEnv, config.FromMap("a1.channels.c1.", map[string]string{
+			ch, err := memorychannel.New(chEnv, config.FromMap("a1.channels.c1.", map[string]string{
 				"capacity": fmt.Sprint(events), "transactionCapacity": fmt.Sprint(batch)}))
 			if err != nil {
 				t.Fatal(err)

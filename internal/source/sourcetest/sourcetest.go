@@ -37,7 +37,7 @@ func NewPipeline(tb testing.TB, capacity, txCap int, keepAlive time.Duration) *P
 		"byteCapacity":        "0",
 	})
 	env := Env("c1", "memory")
-	ch, err := memory.New(env, p)
+	ch, err := memorychannel.New(env, p)
 	if err != nil {
 		tb.Fatal(err)
 	}
