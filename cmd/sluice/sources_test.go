@@ -208,7 +208,7 @@ func TestSourcelessAgentDrainsFileChannel(t *testing.T) {
 		t.Fatalf("stopping the filling agent: exit %d; log:\n%s", code, log.String())
 	}
 
-	log, _ = startAgent(t, "-f", drain, "-n", "a1")
+	startAgent(t, "-f", drain, "-n", "a1")
 	var lines []string
 	testutil.WaitFor(t, 20*time.Second, "the 500 events in the sink's files", func() bool {
 		lines = nil
