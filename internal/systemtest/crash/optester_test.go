@@ -94,6 +94,9 @@ func TestReloadStormUnderLoad(t *testing.T) {
 				t.Fatalf("exit %d, want 0", code)
 			}
 			p2 := startAgent(t, conf)
+			// Started, so that SIGTERM finds its handler in place even when
+			// nothing was left to deliver.
+			p2.WaitLog("agent started", 30*time.Second)
 			testutil.WaitFor(t, 60*time.Second, "every acknowledged event arrives after the restart", func() bool {
 				return len(rcv.missing(acked)) == 0
 			})
