@@ -26,4 +26,4 @@ kill) run='^TestCrashKill9$' ;;
 mixed) run='^TestCrashMixed$' ;;
 all) run='^(TestCrashKill9|TestCrashMixed)$' ;;
 esac
-SLUICE_LONG=1 exec go test -run="$run" -count=1 -v -timeout 30m ./internal/crashtest/ "$@"
+SLUICE_LONG=1 exec go test -run="$run" -count=1 -v -timeout 30m ./internal/systemtest/crash/ "$@"

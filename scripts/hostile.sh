@@ -6,7 +6,7 @@
 # when a row breaks a limit (the RSS bound of docs/operations.md "Limits", an
 # honest client refused, a log not throttled, a loss not counted).
 # Takes about a minute and a half; needs Linux (/proc) and ~8000 open files.
-# Extra arguments go to `go test`. SLUICE_HOSTILE_BIN=path runs another binary
+# Extra arguments go to `go test`. SLUICE_AGENT_BIN=path runs another binary
 # (an older build, to compare) instead of building one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +15,6 @@ report=$(mktemp)
 trap 'rm -f "$report"' EXIT
 status=0
 SLUICE_HOSTILE=1 SLUICE_HOSTILE_REPORT="$report" \
-  go test -count=1 -timeout 30m -run 'TestHostileTable' -v ./internal/hostiletest/ "$@" | grep -Ev '^\s+hostile_test.go:[0-9]+: $|^(=== RUN|--- PASS|PASS|ok )' || status=$?
+  go test -count=1 -timeout 30m -run 'TestHostileTable' -v ./internal/systemtest/hostile/ "$@" | grep -Ev '^\s+hostile_test.go:[0-9]+: $|^(=== RUN|--- PASS|PASS|ok )' || status=$?
 [ -s "$report" ] && cat "$report"
 exit $status

@@ -46,7 +46,7 @@ if ! command -v java >/dev/null; then
 fi
 
 # Debian's chromium loads the status page in a real headless browser
-# (internal/statustest drives it through the DevTools protocol; chromium-driver
+# (internal/systemtest/monitoring drives it through the DevTools protocol; chromium-driver
 # is its WebDriver, for whoever drives it that way), and tmux is the real
 # terminal in which `sluice top` is tested.
 if ! command -v chromium >/dev/null; then

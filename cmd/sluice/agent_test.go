@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -115,37 +114,14 @@ func TestBinarySignals(t *testing.T) {
 	bin := testutil.AgentBinary(t)
 	p1, p2 := testutil.FreePort(t), testutil.FreePort(t)
 	file := filepath.Join(t.TempDir(), "a.properties")
-	if err := os.WriteFile(file, []byte(netcatToNull(p1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var stderr testutil.LogBuffer
-	cmd := exec.Command(bin, "agent", "-f", file, "-n", "a1", "--no-reload-conf")
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer cmd.Process.Kill()
+	testutil.WriteFile(t, file, netcatToNull(p1))
+	p := testutil.StartAgent(t, bin, file)
 	sendOne(t, p1, "before reload")
-	if err := os.WriteFile(file, []byte(netcatToNull(p2)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteFile(t, file, netcatToNull(p2))
+	p.Signal(syscall.SIGHUP)
 	sendOne(t, p2, "after reload")
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit: %v; log:\n%s", err, stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no exit after SIGTERM; log:\n%s", stderr.String())
-	}
+	p.Stop(20 * time.Second)
+	stderr := p.Log
 	for _, want := range []string{"configuration reloaded", "agent stopped"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, stderr.String())

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -78,33 +77,23 @@ func TestConfigMapSwapReloads(t *testing.T) {
 	bin := testutil.AgentBinary(t)
 	portA, portB := testutil.FreePort(t), testutil.FreePort(t)
 	vol := newKubeletVolume(t, "sluice.properties", netcatToNull(portA))
-	var logs testutil.LogBuffer
-	cmd := exec.Command(bin, "agent", "-f", filepath.Join(vol.dir, "sluice.properties"), "-n", "a1", "--poll-interval", "1")
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	waitFor(t, "first configuration", &logs, func() bool { return listening(portA) })
+	p := testutil.RunAgent(t, exec.Command(bin, "agent", "-f", filepath.Join(vol.dir, "sluice.properties"), "-n", "a1", "--poll-interval", "1"))
+	logs := p.Log
+	testutil.WaitFor(t, 20*time.Second, "first configuration", func() bool { return listening(portA) })
 
 	vol.update("sluice.properties", netcatToNull(portB))
-	waitFor(t, "reload after the swap", &logs, func() bool { return listening(portB) && !listening(portA) })
+	testutil.WaitFor(t, 20*time.Second, "reload after the swap", func() bool { return listening(portB) && !listening(portA) })
 	sendOne(t, portB, "after the swap")
 	if logs.Count("configuration reloaded") != 1 {
 		t.Errorf("want one reload logged:\n%s", logs.String())
 	}
 
 	vol.update("sluice.properties", netcatToNull(portA)+"a1.channels.c1.capacity = many\n")
-	waitFor(t, "refusal of the bad configuration", &logs, func() bool { return logs.Count("configuration not reloaded") > 0 })
+	testutil.WaitFor(t, 20*time.Second, "refusal of the bad configuration", func() bool { return logs.Count("configuration not reloaded") > 0 })
 	if !listening(portB) || listening(portA) {
 		t.Errorf("a refused configuration changed the running one")
 	}
 	sendOne(t, portB, "still the good one")
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("exit: %v\n%s", err, logs.String())
-	}
+	p.Stop(30 * time.Second)
 }

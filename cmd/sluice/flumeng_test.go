@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -271,24 +270,6 @@ func (f *flumeFixture) delivered(t *testing.T) string {
 	return string(all)
 }
 
-func waitHealthy(t *testing.T, port int, wait time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent not healthy on port %d within %v (last: %v)", port, wait, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // TestFlumeNgAgentAndAvroClient: `flume-ng agent -c conf -f FILE -n NAME
 // -Dflume.root.logger=INFO,console` runs a Flume configuration through the
 // flume-ng link, and `flume-ng avro-client` delivers a file (with headers
@@ -296,15 +277,12 @@ func waitHealthy(t *testing.T, port int, wait time.Duration) {
 // with exit 0 and everything delivered.
 func TestFlumeNgAgentAndAvroClient(t *testing.T) {
 	f := newFlumeFixture(t)
-	var logs testutil.LogBuffer
-	agent := exec.Command(f.launcher, "agent", "-c", f.conf, "-f", filepath.Join(f.conf, "flume.conf"), "-n", "agent",
+	cmd := exec.Command(f.launcher, "agent", "-c", f.conf, "-f", filepath.Join(f.conf, "flume.conf"), "-n", "agent",
 		"-Dflume.root.logger=INFO,console", "-Dflume.monitoring.type=http", "-Dflume.monitoring.port="+strconv.Itoa(f.monPort))
-	agent.Env, agent.Stdout, agent.Stderr = f.env, &logs, &logs
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer agent.Process.Kill()
-	waitHealthy(t, f.monPort, 30*time.Second)
+	cmd.Env = f.env
+	agent := testutil.RunAgent(t, cmd)
+	logs := agent.Log
+	agent.WaitHealthy("127.0.0.1:"+strconv.Itoa(f.monPort), 30*time.Second)
 
 	file := filepath.Join(f.home, "lines.txt")
 	if err := os.WriteFile(file, []byte("one\ntwo\r\nthree\n\nfive without newline"), 0o644); err != nil {
@@ -318,17 +296,12 @@ func TestFlumeNgAgentAndAvroClient(t *testing.T) {
 		t.Errorf("avro-client -F: %s", out)
 	}
 	// sluice flume-ng ... is the same launcher; standard input by default.
-	cmd := exec.Command(testutil.AgentBinary(t), "flume-ng", "avro-client", "-H", "127.0.0.1", "-p", strconv.Itoa(f.port))
+	cmd = exec.Command(testutil.AgentBinary(t), "flume-ng", "avro-client", "-H", "127.0.0.1", "-p", strconv.Itoa(f.port))
 	cmd.Stdin = strings.NewReader("from stdin\n")
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "1 events sent") {
 		t.Fatalf("sluice flume-ng avro-client: %v\n%s", err, out)
 	}
-	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := agent.Wait(); err != nil {
-		t.Fatalf("agent exit: %v\n%s", err, logs.String())
-	}
+	agent.Stop(30 * time.Second)
 	got := f.delivered(t)
 	want := "{host=web01} one\n{host=web01} two\n{host=web01} three\n{host=web01} \n{host=web01} five without newline\n{} from stdin\n"
 	if got != want {
@@ -378,7 +351,7 @@ func TestFlumeInitScript(t *testing.T) {
 			}
 		}
 	})
-	waitHealthy(t, f.monPort, 30*time.Second)
+	testutil.WaitFor(t, 30*time.Second, "the agent healthy", func() bool { return testutil.Healthy("127.0.0.1:" + strconv.Itoa(f.monPort)) })
 	if out := initd("status"); !strings.Contains(out, "is running") {
 		t.Errorf("status: %s", out)
 	}

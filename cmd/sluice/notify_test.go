@@ -106,15 +106,10 @@ func TestSystemdNotify(t *testing.T) {
 	if err := os.WriteFile(file, []byte(netcatToNull(port)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var logs testutil.LogBuffer
-	cmd := exec.Command(bin, "agent", "-f", file, "-n", "a1", "--no-reload-conf")
+	cmd := testutil.AgentCommand(bin, file)
 	// A 400 ms watchdog: systemd's WatchdogSec=0.4s; pings are due every 200 ms.
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sd.path, "WATCHDOG_USEC=400000")
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	p := testutil.RunAgent(t, cmd)
 
 	ready, before := sd.await(20*time.Second, "READY=1", "STATUS=running")
 	for _, m := range before {
@@ -136,9 +131,7 @@ func TestSystemdNotify(t *testing.T) {
 	if err := os.WriteFile(file, append(append([]byte(nil), good...), "a1.sinks.k1.batchSize = x\n"...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	p.Signal(syscall.SIGHUP)
 	sd.await(10*time.Second, "RELOADING=1", "MONOTONIC_USEC=*")
 	msg, _ := sd.await(10*time.Second, "READY=1")
 	if !strings.Contains(msg, "STATUS=running (last reload failed: ") || !strings.Contains(msg, "batchSize") {
@@ -159,9 +152,7 @@ func TestSystemdNotify(t *testing.T) {
 	if err := os.WriteFile(file, []byte(two), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	p.Signal(syscall.SIGHUP)
 	sd.await(10*time.Second, "RELOADING=1")
 	sd.await(10*time.Second, "READY=1")
 	msg, _ = sd.await(15*time.Second, "STATUS=unhealthy: source r2*")
@@ -170,12 +161,10 @@ func TestSystemdNotify(t *testing.T) {
 		t.Errorf("a reload that applied still reports the earlier failure: %q", msg)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	p.Signal(syscall.SIGTERM)
 	sd.await(10*time.Second, "STOPPING=1")
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("exit: %v; log:\n%s", err, logs.String())
+	if code := p.Exit(20 * time.Second); code != 0 {
+		t.Fatalf("exit status %d", code)
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -122,17 +121,10 @@ func TestSecretsNeverLeaveTheProcess(t *testing.T) {
 	env := append(os.Environ(), "SLUICE_TEST_INGEST_TOKEN="+leakToken)
 	port := testutil.FreePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	var stderr testutil.LogBuffer
-	cmd := exec.Command(bin, "agent", "-f", file, "-n", "a1", "--http", addr, "--allow-tap",
-		"--no-reload-conf", "--shutdown-timeout", "0.5")
-	cmd.Env, cmd.Stderr = env, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	var exited atomic.Bool
-	go func() { err := cmd.Wait(); exited.Store(true); done <- err }()
-	defer cmd.Process.Kill()
+	cmd := testutil.AgentCommand(bin, file, "--http", addr, "--allow-tap", "--shutdown-timeout", "0.5")
+	cmd.Env = env
+	p := testutil.RunAgent(t, cmd)
+	stderr := p.Log
 
 	outputs := map[string]string{} // what each place showed, by name
 	get := func(path string) (int, string) {
@@ -152,7 +144,7 @@ func TestSecretsNeverLeaveTheProcess(t *testing.T) {
 			if strings.Contains(body, substr) {
 				return body
 			}
-			if exited.Load() || time.Now().After(deadline) {
+			if !p.Running() || time.Now().After(deadline) {
 				t.Fatalf("%s: %s never showed %q; last:\n%s\nlog:\n%s", what, path, substr, body, stderr.String())
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -177,20 +169,12 @@ func TestSecretsNeverLeaveTheProcess(t *testing.T) {
 	if err := os.WriteFile(file, []byte(secretsConf(helper, dead, kafka.Brokers(), busyPort)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	p.Signal(syscall.SIGHUP)
 	outputs["/healthz after reload"] = waitFor("busy bind", "/healthz", "source r2: not running: failed to start")
 	_, outputs["/healthz?format=json after reload"] = get("/healthz?format=json")
 	_, outputs["/api/status after reload"] = get("/api/status")
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit after SIGTERM; log:\n%s", stderr.String())
-	}
+	p.Signal(syscall.SIGTERM)
+	p.Exit(30 * time.Second) // whatever the code: the sink is down and the shutdown deadline short
 	outputs["log"] = stderr.String()
 
 	// A start that fails (the busy bind) exits 1 with the error.

@@ -9,10 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -98,16 +96,9 @@ func TestSecuredClusterAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	jaas := writeJAAS(t, flumeKT, "flume/localhost@"+kdc.Realm)
-	var stderr testutil.LogBuffer
-	cmd := exec.Command(bin, "agent", "-f", file, "-n", "a1", "--no-reload-conf", "--log-level", "debug",
+	p := testutil.StartAgent(t, bin, file, "--log-level", "debug",
 		"-Djava.security.auth.login.config="+jaas, "-Djava.security.krb5.conf="+k.Krb5Conf)
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer cmd.Process.Kill()
+	stderr := p.Log
 
 	clientCert, err := tlsconf.Settings{Keystore: ksPath("client.keystore.jks"), KeystorePassword: testutil.KeystoreClientPass,
 		KeyPassword: testutil.KeystoreClientKey}.Certificate()
@@ -160,17 +151,7 @@ func TestSecuredClusterAgent(t *testing.T) {
 	if len(recs) != batches*per {
 		t.Fatalf("%d of %d events in the topic; log:\n%s", len(recs), batches*per, stderr.String())
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit: %v; log:\n%s", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit after SIGTERM; log:\n%s", stderr.String())
-	}
+	p.Stop(20 * time.Second)
 
 	log := stderr.String()
 	if n := g.Accepted()["flume/localhost@"+kdc.Realm]; n < 4 {
@@ -195,28 +176,13 @@ func TestSecuredClusterAgent(t *testing.T) {
 	// A keytab whose keys changed since: the agent does not start, and
 	// says why in one line.
 	k.Keytab(t, "flume/localhost")
-	var out2 testutil.LogBuffer
-	cmd2 := exec.Command(bin, "agent", "-f", file, "-n", "a1", "--no-reload-conf",
+	p2 := testutil.StartAgent(t, bin, file,
 		"-Djava.security.auth.login.config="+jaas, "-Djava.security.krb5.conf="+k.Krb5Conf)
-	cmd2.Stderr = &out2
-	if err := cmd2.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd2.Wait() }()
-	defer func() { _ = cmd2.Process.Kill() }()
-	deadline := time.After(20 * time.Second)
-wait:
-	for !strings.Contains(out2.String(), "KDC_ERR_PREAUTH_FAILED") {
-		select {
-		case err := <-exited:
-			t.Logf("agent exited: %v", err) // the refusal, asserted below
-			break wait
-		case <-deadline:
-			t.Fatalf("no KDC_ERR_PREAUTH_FAILED line; log:\n%s", out2.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	out2 := p2.Log
+	// The agent logs the refusal, then exits (the line is asserted below).
+	testutil.WaitFor(t, 20*time.Second, "a KDC_ERR_PREAUTH_FAILED line", func() bool {
+		return strings.Contains(out2.String(), "KDC_ERR_PREAUTH_FAILED") || !p2.Running()
+	})
 	var line string
 	for _, l := range strings.Split(out2.String(), "\n") {
 		if strings.Contains(l, "KDC_ERR_PREAUTH_FAILED") {
@@ -227,7 +193,6 @@ wait:
 	if !strings.Contains(line, "kerberos login as flume/localhost@SLUICE.TEST (keytab "+flumeKT+"): KDC_ERR_PREAUTH_FAILED") {
 		t.Errorf("stale keytab: %q; log:\n%s", line, out2.String())
 	}
-	_ = cmd2.Process.Signal(syscall.SIGTERM)
 }
 
 // readGSSAPI reads n records of topic secured, logging in as the agent does.

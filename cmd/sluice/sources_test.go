@@ -43,7 +43,12 @@ func startAgent(t *testing.T, args ...string) (*testutil.LogBuffer, func() int) 
 		})
 		return code
 	}
-	t.Cleanup(func() { stop() })
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", stderr.Tail(12000))
+		}
+	})
 	return &stderr, stop
 }
 
@@ -62,17 +67,6 @@ func answers(port int) bool {
 	return err == nil && reply == "OK\n"
 }
 
-func waitFor(t *testing.T, what string, log *testutil.LogBuffer, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; log:\n%s", what, log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestSeveralConfFiles: -f given twice reads both, a key of the later file
 // overriding the earlier one's; a problem names the file that set the key;
 // a change of either file is picked up by polling.
@@ -80,29 +74,22 @@ func TestSeveralConfFiles(t *testing.T) {
 	dir := t.TempDir()
 	base, site := filepath.Join(dir, "base.properties"), filepath.Join(dir, "site.properties")
 	p1, p2, p3 := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
-	writeFile(t, base, netcatToNull(p1))
-	writeFile(t, site, fmt.Sprintf("# this site's port\na1.sources.r1.port = %d\na1.sinks.k1.batchSize = many\n", p2))
+	testutil.WriteFile(t, base, netcatToNull(p1))
+	testutil.WriteFile(t, site, fmt.Sprintf("# this site's port\na1.sources.r1.port = %d\na1.sinks.k1.batchSize = many\n", p2))
 
 	code, out, _ := runCLI("validate", "-f", base, "-f", site, "-n", "a1")
 	if want := site + `:3: a1.sinks.k1.batchSize: "many" is not a whole number`; code != 1 || strings.TrimSpace(out) != want {
 		t.Fatalf("validate: exit %d\n%s\nwant:\n%s", code, out, want)
 	}
 
-	writeFile(t, site, fmt.Sprintf("# this site's port\na1.sources.r1.port = %d\n", p2))
-	log, _ := startAgent(t, "-f", base, "--conf-file", site, "-n", "a1", "--poll-interval", "1")
-	waitFor(t, "the later file's port", log, func() bool { return answers(p2) })
+	testutil.WriteFile(t, site, fmt.Sprintf("# this site's port\na1.sources.r1.port = %d\n", p2))
+	startAgent(t, "-f", base, "--conf-file", site, "-n", "a1", "--poll-interval", "1")
+	testutil.WaitFor(t, 20*time.Second, "the later file's port", func() bool { return answers(p2) })
 	if answers(p1) {
 		t.Error("the earlier file's port answers too")
 	}
-	writeFile(t, site, fmt.Sprintf("# this site's port\na1.sources.r1.port = %d\n", p3))
-	waitFor(t, "the reload of the changed second file", log, func() bool { return answers(p3) })
-}
-
-func writeFile(t *testing.T, path, s string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteFile(t, site, fmt.Sprintf("# this site's port\na1.sources.r1.port = %d\n", p3))
+	testutil.WaitFor(t, 20*time.Second, "the reload of the changed second file", func() bool { return answers(p3) })
 }
 
 // confServer serves one configuration with basic authentication, and can
@@ -155,14 +142,14 @@ func TestConfURI(t *testing.T) {
 	uri := srv.URL + "/agents/a1.properties"
 
 	log, _ := startAgent(t, "--conf-uri", uri, "--conf-user", "flume", "--conf-password", "conf-pa55word", "-n", "a1", "--poll-interval", "1")
-	waitFor(t, "the served configuration", log, func() bool { return answers(p1) })
+	testutil.WaitFor(t, 20*time.Second, "the served configuration", func() bool { return answers(p1) })
 
 	cs.set(netcatToNull(p2), false)
-	waitFor(t, "the changed configuration", log, func() bool { return answers(p2) })
+	testutil.WaitFor(t, 20*time.Second, "the changed configuration", func() bool { return answers(p2) })
 
 	cs.set("", true)
 	n := cs.count()
-	waitFor(t, "three failed polls", log, func() bool { return cs.count() >= n+3 })
+	testutil.WaitFor(t, 20*time.Second, "three failed polls", func() bool { return cs.count() >= n+3 })
 	if !answers(p2) {
 		t.Fatalf("the running configuration stopped when the server failed; log:\n%s", log.String())
 	}
@@ -196,9 +183,9 @@ func TestSourcelessAgentDrainsFileChannel(t *testing.T) {
 	channel := fmt.Sprintf("a1.channels = c1\na1.channels.c1.type = file\na1.channels.c1.checkpointDir = %s\na1.channels.c1.dataDirs = %s\n",
 		filepath.Join(dir, "ck"), filepath.Join(dir, "data"))
 	fill := filepath.Join(dir, "fill.properties")
-	writeFile(t, fill, channel+"a1.sources = r1\na1.sources.r1.type = seq\na1.sources.r1.totalEvents = 500\na1.sources.r1.channels = c1\n")
+	testutil.WriteFile(t, fill, channel+"a1.sources = r1\na1.sources.r1.type = seq\na1.sources.r1.totalEvents = 500\na1.sources.r1.channels = c1\n")
 	drain := filepath.Join(dir, "drain.properties")
-	writeFile(t, drain, channel+fmt.Sprintf("a1.sinks = k1\na1.sinks.k1.type = file_roll\na1.sinks.k1.sink.directory = %s\n"+
+	testutil.WriteFile(t, drain, channel+fmt.Sprintf("a1.sinks = k1\na1.sinks.k1.type = file_roll\na1.sinks.k1.sink.directory = %s\n"+
 		"a1.sinks.k1.sink.rollInterval = 0\na1.sinks.k1.channel = c1\n", out))
 	for _, f := range []string{fill, drain} {
 		if code, out, _ := runCLI("validate", "--strict", "-f", f, "-n", "a1"); code != 0 {
@@ -208,7 +195,7 @@ func TestSourcelessAgentDrainsFileChannel(t *testing.T) {
 
 	port := testutil.FreePort(t)
 	log, stop := startAgent(t, "-f", fill, "-n", "a1", "--http", fmt.Sprintf("127.0.0.1:%d", port))
-	waitFor(t, "500 events in the file channel", log, func() bool {
+	testutil.WaitFor(t, 20*time.Second, "500 events in the file channel", func() bool {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
 		if err != nil {
 			return false
@@ -221,9 +208,9 @@ func TestSourcelessAgentDrainsFileChannel(t *testing.T) {
 		t.Fatalf("stopping the filling agent: exit %d; log:\n%s", code, log.String())
 	}
 
-	log, _ = startAgent(t, "-f", drain, "-n", "a1")
+	startAgent(t, "-f", drain, "-n", "a1")
 	var lines []string
-	waitFor(t, "the 500 events in the sink's files", log, func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the 500 events in the sink's files", func() bool {
 		lines = nil
 		files, _ := filepath.Glob(filepath.Join(out, "*"))
 		for _, f := range files {
@@ -252,7 +239,7 @@ func TestConfURIHTTPS(t *testing.T) {
 	srv.StartTLS()
 	defer srv.Close()
 	ca := filepath.Join(t.TempDir(), "ca.pem")
-	writeFile(t, ca, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
+	testutil.WriteFile(t, ca, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
 	args := []string{"validate", "--conf-uri", srv.URL + "/a1.properties", "--conf-user", "flume", "--conf-password", "conf-pa55word", "-n", "a1"}
 
 	code, out, _ := runCLI(append(args, "-Djavax.net.ssl.trustStore="+ca, "-Djavax.net.ssl.trustStoreType=PEM")...)

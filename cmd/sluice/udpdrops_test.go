@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,10 +41,7 @@ func testUDPDropsAddUp(t *testing.T, bin, typ string) {
 	const sent = 20000
 	var logger string
 	if typ == "syslogudp" {
-		var err error
-		if logger, err = exec.LookPath("logger"); err != nil {
-			t.Skip("util-linux logger not installed (scripts/test.sh installs bsdutils)")
-		}
+		logger = testutil.SystemTool(t, "logger", "bsdutils")
 	}
 	// The sink's downstream: slow enough that the channel fills and the
 	// source stops reading while the burst lasts.
@@ -95,22 +91,9 @@ a1.sinks.k1.channel = c1
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	var stderr testutil.LogBuffer
-	cmd := exec.Command(bin, "agent", "-f", file, "-n", "a1", "--http", addr, "--no-reload-conf")
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer cmd.Process.Kill()
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(stderr.String(), typ+" source listening") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the source never listened; log:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	p := testutil.StartAgent(t, bin, file, "--http", addr)
+	stderr := p.Log
+	p.WaitUntil(20*time.Second, "the source to listen", func() bool { return strings.Contains(stderr.String(), typ+" source listening") })
 
 	// The burst, then silence.
 	target := fmt.Sprintf("127.0.0.1:%d", port)
@@ -147,7 +130,7 @@ a1.sinks.k1.channel = c1
 	var drops, accepted int64
 	var n, dup int
 	stable, last := time.Now(), ""
-	deadline = time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		src, ch := flumeMetrics(t, addr, "SOURCE.r1"), flumeMetrics(t, addr, "CHANNEL.c1")
 		drops, _ = strconv.ParseInt(src["DatagramDropCount"], 10, 64)
@@ -176,17 +159,7 @@ a1.sinks.k1.channel = c1
 		t.Errorf("delivered %d + dropped %d = %d, want %d sent", n, drops, int64(n)+drops, sent)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit: %v; log:\n%s", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit after SIGTERM; log:\n%s", stderr.String())
-	}
+	p.Stop(20 * time.Second)
 	// One WARN when the drops started (a "(repeated)" summary may follow
 	// if they went on past a check of the count).
 	first := 0

@@ -20,35 +20,10 @@ import (
 	"github.com/sluicehq/sluice/internal/bench"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-func writeConf(t *testing.T, file, conf string) {
-	t.Helper()
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func startAgent(t *testing.T, opts agent.Options) *agent.Agent {
-	t.Helper()
-	if opts.Name == "" {
-		opts.Name = "a1"
-	}
-	if opts.Logger == nil {
-		opts.Logger = quiet()
-	}
-	a, err := agent.New(opts)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() { _ = a.Stop(context.Background()) })
-	return a
-}
 
 // netcatPipeline is netcat -> memory -> tcp sink, the shape most tests use.
 func netcatPipeline(ncPort, sinkPort, capacity int) string {
@@ -125,8 +100,8 @@ func TestFlumeUserGuideExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "example.conf")
-	writeConf(t, file, strings.Replace(string(conf), "44444", fmt.Sprint(port), 1))
-	a := startAgent(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0"})
+	testutil.WriteFile(t, file, strings.Replace(string(conf), "44444", fmt.Sprint(port), 1))
+	a := agenttest.Start(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0"})
 
 	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
@@ -141,7 +116,7 @@ func TestFlumeUserGuideExample(t *testing.T) {
 		t.Fatalf("reply %q, %v; want OK", reply, err)
 	}
 	base := "http://" + a.HTTPAddr()
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the event accepted and delivered", func() bool {
 		m := flumeMetrics(t, base)
 		return m["SOURCE.r1"]["EventAcceptedCount"] == "1" && m["SINK.k1"]["EventDrainSuccessCount"] == "1"
 	})
@@ -173,25 +148,14 @@ func flumeMetrics(t *testing.T, base string) map[string]map[string]string {
 	return m
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 20 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestBackpressureLosesNothing fills a small channel while the downstream
 // is down: netcat stops reading (the sender blocks), and once the
 // downstream appears every line sent arrives exactly once.
 func TestBackpressureLosesNothing(t *testing.T) {
 	ncPort, sinkPort := testutil.FreePort(t), testutil.FreePort(t)
 	file := filepath.Join(t.TempDir(), "a.properties")
-	writeConf(t, file, netcatPipeline(ncPort, sinkPort, 200))
-	a := startAgent(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0"})
+	testutil.WriteFile(t, file, netcatPipeline(ncPort, sinkPort, 200))
+	a := agenttest.Start(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0"})
 	base := "http://" + a.HTTPAddr()
 
 	const n = 3000
@@ -202,7 +166,7 @@ func TestBackpressureLosesNothing(t *testing.T) {
 	}()
 	// The channel fills until a batch no longer fits (commits are all or
 	// nothing, so it may stop short of 200) and the source is refused: pushed back.
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the channel full and the source refused", func() bool {
 		m := flumeMetrics(t, base)
 		size, _ := strconv.Atoi(m["CHANNEL.c1"]["ChannelSize"])
 		return size > 100 && m["SOURCE.r1"]["ChannelWriteFail"] != "0"
@@ -239,8 +203,8 @@ func TestBackpressureLosesNothing(t *testing.T) {
 func TestReloadKeepsChannelEvents(t *testing.T) {
 	ncPort, deadPort := testutil.FreePort(t), testutil.FreePort(t)
 	file := filepath.Join(t.TempDir(), "a.properties")
-	writeConf(t, file, netcatPipeline(ncPort, deadPort, 1000))
-	a := startAgent(t, agent.Options{File: file})
+	testutil.WriteFile(t, file, netcatPipeline(ncPort, deadPort, 1000))
+	a := agenttest.Start(t, agent.Options{File: file})
 	addr := fmt.Sprintf("127.0.0.1:%d", ncPort)
 	sendLines(t, addr, 0, 100)
 	// A connection open across the reload survives it: the source is kept, not restarted.
@@ -256,7 +220,7 @@ func TestReloadKeepsChannelEvents(t *testing.T) {
 	}
 	defer recv.Close()
 	_, livePort, _ := net.SplitHostPort(recv.Addr())
-	writeConf(t, file, strings.Replace(netcatPipeline(ncPort, deadPort, 1000), fmt.Sprintf("port = %d\na1.sinks.k1.channel", deadPort), "port = "+livePort+"\na1.sinks.k1.channel", 1))
+	testutil.WriteFile(t, file, strings.Replace(netcatPipeline(ncPort, deadPort, 1000), fmt.Sprintf("port = %d\na1.sinks.k1.channel", deadPort), "port = "+livePort+"\na1.sinks.k1.channel", 1))
 	if err := a.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -292,9 +256,9 @@ func TestReloadRefusesBadConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := netcatPipeline(ncPort, port, 1000)
-	writeConf(t, file, good)
-	a := startAgent(t, agent.Options{File: file})
-	writeConf(t, file, good+"a1.channels.c1.byteCapacity = lots\n")
+	testutil.WriteFile(t, file, good)
+	a := agenttest.Start(t, agent.Options{File: file})
+	testutil.WriteFile(t, file, good+"a1.channels.c1.byteCapacity = lots\n")
 	if err := a.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), "byteCapacity") {
 		t.Fatalf("Reload error = %v, want the bad property named", err)
 	}
@@ -321,7 +285,7 @@ func TestStopDrainsChannel(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "a.properties")
-	writeConf(t, file, netcatPipeline(ncPort, port, 10000))
+	testutil.WriteFile(t, file, netcatPipeline(ncPort, port, 10000))
 	a, err := agent.New(agent.Options{File: file, Name: "a1", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -356,11 +320,11 @@ func TestFailedChannelRetried(t *testing.T) {
 	sinkPort, _ := strconv.Atoi(p)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "a.properties")
-	writeConf(t, file, netcatPipeline(ncPort, sinkPort, 1000))
-	a := startAgent(t, agent.Options{File: file})
+	testutil.WriteFile(t, file, netcatPipeline(ncPort, sinkPort, 1000))
+	a := agenttest.Start(t, agent.Options{File: file})
 
 	blocker := filepath.Join(dir, "blocker")
-	writeConf(t, blocker, "a file where the channel wants a directory")
+	testutil.WriteFile(t, blocker, "a file where the channel wants a directory")
 	fileChannel := strings.Replace(netcatPipeline(ncPort, sinkPort, 1000), `a1.channels.c1.type = memory
 a1.channels.c1.capacity = 1000
 a1.channels.c1.transactionCapacity = 100
@@ -370,7 +334,7 @@ a1.channels.c1.checkpointDir = %s
 a1.channels.c1.dataDirs = %s
 a1.channels.c1.minimumRequiredSpace = 0
 `, filepath.Join(blocker, "ck"), filepath.Join(dir, "data")), 1)
-	writeConf(t, file, fileChannel)
+	testutil.WriteFile(t, file, fileChannel)
 	// The memory channel c1 replaced by another type drains first, in the
 	// background; the new c1 starts (and fails) when that drain ends.
 	if err := a.Reload(context.Background()); err != nil {
@@ -383,7 +347,7 @@ a1.channels.c1.minimumRequiredSpace = 0
 		}
 		return m
 	}
-	waitFor(t, func() bool { return byName()["channel c1"].State == "failed" })
+	testutil.WaitFor(t, 20*time.Second, "channel c1 failed", func() bool { return byName()["channel c1"].State == "failed" })
 	st := byName()
 	if c := st["channel c1"]; c.State != "failed" || !strings.Contains(c.Reason, "not a directory") || c.Type != "file" {
 		t.Errorf("channel c1: %+v", c)
@@ -404,7 +368,7 @@ a1.channels.c1.minimumRequiredSpace = 0
 	if err := os.Remove(blocker); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return a.Health() == nil })
+	testutil.WaitFor(t, 20*time.Second, "the agent healthy", func() bool { return a.Health() == nil })
 	for _, c := range a.Status().Components {
 		if c.State != "running" || c.Reason != "" {
 			t.Errorf("after the retry: %+v", c)
@@ -424,10 +388,10 @@ a1.channels.c1.minimumRequiredSpace = 0
 func TestFailingSinkReported(t *testing.T) {
 	ncPort, sinkPort := testutil.FreePort(t), testutil.FreePort(t)
 	file := filepath.Join(t.TempDir(), "a.properties")
-	writeConf(t, file, netcatPipeline(ncPort, sinkPort, 1000)+"a1.sinks.k1.healthGraceMillis = 300\n")
-	a := startAgent(t, agent.Options{File: file})
+	testutil.WriteFile(t, file, netcatPipeline(ncPort, sinkPort, 1000)+"a1.sinks.k1.healthGraceMillis = 300\n")
+	a := agenttest.Start(t, agent.Options{File: file})
 	sendLines(t, fmt.Sprintf("127.0.0.1:%d", ncPort), 0, 5)
-	waitFor(t, func() bool { return a.Health() != nil })
+	testutil.WaitFor(t, 20*time.Second, "the agent unhealthy", func() bool { return a.Health() != nil })
 	err := a.Health()
 	if !strings.HasPrefix(err.Error(), "sink k1: cannot deliver") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("Health = %q, want one line for sink k1", err)
@@ -442,7 +406,7 @@ func TestFailingSinkReported(t *testing.T) {
 	if err := recv.WaitFor(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return a.Health() == nil })
+	testutil.WaitFor(t, 20*time.Second, "the agent healthy", func() bool { return a.Health() == nil })
 }
 
 // TestStartFailureReportsOnlyTheFailure: a source that cannot bind fails the
@@ -457,7 +421,7 @@ func TestStartFailureReportsOnlyTheFailure(t *testing.T) {
 	_, p, _ := net.SplitHostPort(busy.Addr().String())
 	ncPort, _ := strconv.Atoi(p)
 	file := filepath.Join(t.TempDir(), "a.properties")
-	writeConf(t, file, netcatPipeline(ncPort, testutil.FreePort(t), 1000))
+	testutil.WriteFile(t, file, netcatPipeline(ncPort, testutil.FreePort(t), 1000))
 	logs := &testutil.LogBuffer{}
 	a, err := agent.New(agent.Options{Name: "a1", File: file, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {

@@ -6,33 +6,33 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/channel/alias"
-	filechannel "github.com/sluicehq/sluice/internal/channel/file"
-	kafkachannel "github.com/sluicehq/sluice/internal/channel/kafka"
+	"github.com/sluicehq/sluice/internal/channel/file"
+	"github.com/sluicehq/sluice/internal/channel/kafka"
 	"github.com/sluicehq/sluice/internal/channel/memory"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/interceptor"
-	avrosink "github.com/sluicehq/sluice/internal/sink/avro"
-	essink "github.com/sluicehq/sluice/internal/sink/elasticsearch"
+	"github.com/sluicehq/sluice/internal/sink/avro"
+	"github.com/sluicehq/sluice/internal/sink/elasticsearch"
 	"github.com/sluicehq/sluice/internal/sink/fileroll"
-	hdfssink "github.com/sluicehq/sluice/internal/sink/hdfs"
-	httpsink "github.com/sluicehq/sluice/internal/sink/http"
-	kafkasink "github.com/sluicehq/sluice/internal/sink/kafka"
-	loggersink "github.com/sluicehq/sluice/internal/sink/logger"
-	nullsink "github.com/sluicehq/sluice/internal/sink/null"
-	otlpsink "github.com/sluicehq/sluice/internal/sink/otlp"
-	tcpsink "github.com/sluicehq/sluice/internal/sink/tcp"
-	thriftsink "github.com/sluicehq/sluice/internal/sink/thrift"
-	avrosource "github.com/sluicehq/sluice/internal/source/avro"
+	"github.com/sluicehq/sluice/internal/sink/hdfs"
+	"github.com/sluicehq/sluice/internal/sink/http"
+	"github.com/sluicehq/sluice/internal/sink/kafka"
+	"github.com/sluicehq/sluice/internal/sink/logger"
+	"github.com/sluicehq/sluice/internal/sink/null"
+	"github.com/sluicehq/sluice/internal/sink/otlp"
+	"github.com/sluicehq/sluice/internal/sink/tcp"
+	"github.com/sluicehq/sluice/internal/sink/thrift"
+	"github.com/sluicehq/sluice/internal/source/avro"
 	"github.com/sluicehq/sluice/internal/source/exec"
-	httpsource "github.com/sluicehq/sluice/internal/source/http"
-	kafkasource "github.com/sluicehq/sluice/internal/source/kafka"
+	"github.com/sluicehq/sluice/internal/source/http"
+	"github.com/sluicehq/sluice/internal/source/kafka"
 	"github.com/sluicehq/sluice/internal/source/netcat"
-	otlpsource "github.com/sluicehq/sluice/internal/source/otlp"
+	"github.com/sluicehq/sluice/internal/source/otlp"
 	"github.com/sluicehq/sluice/internal/source/seq"
 	"github.com/sluicehq/sluice/internal/source/spooldir"
-	syslogsource "github.com/sluicehq/sluice/internal/source/syslog"
+	"github.com/sluicehq/sluice/internal/source/syslog"
 	"github.com/sluicehq/sluice/internal/source/taildir"
-	thriftsource "github.com/sluicehq/sluice/internal/source/thrift"
+	"github.com/sluicehq/sluice/internal/source/thrift"
 )
 
 // This file is the one place that names every component type. A type is
@@ -40,14 +40,14 @@ import (
 // class name (see classNames).
 
 var sourceTypes = map[string]flow.SourceFactory{
-	"spooldir":  spooldir.New,
-	"taildir":   taildir.New,
-	"seq":       seq.New,
-	"stress":    seq.NewStress,
-	"netcat":    netcat.New,
-	"netcatudp": netcat.NewUDP,
+	"spooldir":  spooldirsource.New,
+	"taildir":   taildirsource.New,
+	"seq":       seqsource.New,
+	"stress":    seqsource.NewStress,
+	"netcat":    netcatsource.New,
+	"netcatudp": netcatsource.NewUDP,
 	"http":      httpsource.New,
-	"exec":      exec.New,
+	"exec":      execsource.New,
 	"avro":      avrosource.New,
 	"thrift":    thriftsource.New,
 	"kafka":     kafkasource.New,
@@ -59,22 +59,22 @@ var sourceTypes = map[string]flow.SourceFactory{
 }
 
 var channelTypes = map[string]flow.ChannelFactory{
-	"memory": memory.New,
+	"memory": memorychannel.New,
 	"file":   filechannel.New,
 	"kafka":  kafkachannel.New,
 	// Flume's spillable memory channel, run as a file (or memory) channel.
-	"spillablememory": alias.NewSpillable,
-	"jdbc":            alias.NewJDBC,
+	"spillablememory": aliaschannel.NewSpillable,
+	"jdbc":            aliaschannel.NewJDBC,
 }
 
 var sinkTypes = map[string]flow.SinkFactory{
 	"null":          nullsink.New,
 	"logger":        loggersink.New,
-	"file_roll":     fileroll.New,
+	"file_roll":     filerollsink.New,
 	"tcp":           tcpsink.New,
 	"avro":          avrosink.New,
 	"thrift":        thriftsink.New,
-	"elasticsearch": essink.New,
+	"elasticsearch": elasticsearchsink.New,
 	"kafka":         kafkasink.New,
 	"hdfs":          hdfssink.New,
 	"http":          httpsink.New,

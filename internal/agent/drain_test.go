@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
 // collector takes one event per request after a pause, and records the
@@ -75,12 +76,12 @@ func TestReloadHoldsNamesOfDrain(t *testing.T) {
 	defer srv.Close()
 	port := testutil.FreePort(t)
 	file := filepath.Join(t.TempDir(), "a.properties")
-	writeConf(t, file, sinkTo(port, "c1", srv.URL))
-	a := startAgent(t, agent.Options{File: file, ShutdownTimeout: time.Minute})
+	testutil.WriteFile(t, file, sinkTo(port, "c1", srv.URL))
+	a := agenttest.Start(t, agent.Options{File: file, ShutdownTimeout: time.Minute})
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	sendLines(t, addr, 0, 400)
 
-	writeConf(t, file, sinkTo(port, "c2", srv.URL))
+	testutil.WriteFile(t, file, sinkTo(port, "c2", srv.URL))
 	if err := a.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +112,8 @@ func TestReloadHoldsNamesOfDrain(t *testing.T) {
 		t.Errorf("graph channels %v during the drain, want [c2 c1] (c1 drawn while it drains)", chans)
 	}
 	sendLines(t, addr, 400, 50) // into c2 at once, delivered after the drain
-	waitFor(t, func() bool { return col.count() == 450 })
-	waitFor(t, func() bool { return byName()["sink k1"].State == "running" })
+	testutil.WaitFor(t, 20*time.Second, "450 events delivered", func() bool { return col.count() == 450 })
+	testutil.WaitFor(t, 20*time.Second, "sink k1 running", func() bool { return byName()["sink k1"].State == "running" })
 	st = byName()
 	if _, ok := st["channel c1"]; ok || len(a.Graph().Channels) != 1 {
 		t.Errorf("channel c1 still shown after its drain: %+v", st)

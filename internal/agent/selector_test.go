@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
 // The User Guide's load_balancing selector through a running agent: netcat
@@ -30,8 +32,8 @@ a1.sources.r1.selector.policy = round_robin
 		conf += fmt.Sprintf("a1.channels.c%[1]d.type = memory\na1.sinks.k%[1]d.type = null\na1.sinks.k%[1]d.channel = c%[1]d\n", i)
 	}
 	file := filepath.Join(t.TempDir(), "lb.properties")
-	writeConf(t, file, conf)
-	a := startAgent(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0"})
+	testutil.WriteFile(t, file, conf)
+	a := agenttest.Start(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0"})
 
 	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
@@ -42,7 +44,7 @@ a1.sources.r1.selector.policy = round_robin
 		t.Fatal(err)
 	}
 	base := "http://" + a.HTTPAddr()
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, 20*time.Second, "every sink to deliver", func() bool {
 		m := flumeMetrics(t, base)
 		n := 0
 		for i := 1; i <= 4; i++ {

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/status"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
 // graphConf has every kind of node the status page draws: interceptors,
@@ -78,8 +79,8 @@ func getStatus(t *testing.T, c *http.Client, url string) status.Snapshot {
 func TestStatusGraphFollowsConfig(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "a.properties")
 	nc := testutil.FreePort(t)
-	writeConf(t, file, graphConf(nc, testutil.FreePort(t)))
-	a := startAgent(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0"})
+	testutil.WriteFile(t, file, graphConf(nc, testutil.FreePort(t)))
+	a := agenttest.Start(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0"})
 	base := "http://" + a.HTTPAddr()
 	sendLines(t, fmt.Sprintf("127.0.0.1:%d", nc), 0, 50)
 
@@ -163,8 +164,8 @@ func httpGet(t *testing.T, url string) (int, string) {
 // Flume metrics alike.
 func TestMonitoringBasicAuth(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "a.properties")
-	writeConf(t, file, graphConf(testutil.FreePort(t), testutil.FreePort(t)))
-	a := startAgent(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0", HTTPUser: "ops", HTTPPassword: "pw"})
+	testutil.WriteFile(t, file, graphConf(testutil.FreePort(t), testutil.FreePort(t)))
+	a := agenttest.Start(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0", HTTPUser: "ops", HTTPPassword: "pw"})
 	base := "http://" + a.HTTPAddr()
 	for _, p := range []string{"/", "/api/status", "/metrics", "/healthz", "/api/tap?component=main"} {
 		if code, _ := httpGet(t, base+p); code != http.StatusUnauthorized {
@@ -188,8 +189,8 @@ func TestMonitoringBasicAuth(t *testing.T) {
 func TestTapThroughAgent(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "a.properties")
 	nc := testutil.FreePort(t)
-	writeConf(t, file, graphConf(nc, testutil.FreePort(t)))
-	a := startAgent(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0", AllowTap: true})
+	testutil.WriteFile(t, file, graphConf(nc, testutil.FreePort(t)))
+	a := agenttest.Start(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0", AllowTap: true})
 	base := "http://" + a.HTTPAddr()
 	type result struct {
 		lines []status.TapLine
@@ -256,8 +257,8 @@ func TestStatusAndTapFollowReload(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "a.properties")
 	nc, api := testutil.FreePort(t), testutil.FreePort(t)
 	conf := graphConf(nc, api)
-	writeConf(t, file, conf)
-	a := startAgent(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0", AllowTap: true})
+	testutil.WriteFile(t, file, conf)
+	a := agenttest.Start(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0", AllowTap: true})
 	base := "http://" + a.HTTPAddr()
 	resp, err := http.Get(base + "/api/tap?component=web&rate=1000&limit=1")
 	if err != nil {
@@ -268,7 +269,7 @@ func TestStatusAndTapFollowReload(t *testing.T) {
 	// web gets a third interceptor (so it is rebuilt) and a new sink k4 appears.
 	conf = strings.Replace(conf, "interceptors = ts h\n", "interceptors = ts h s\na1.sources.web.interceptors.s.type = static\na1.sources.web.interceptors.s.key = tier\na1.sources.web.interceptors.s.value = edge\n", 1)
 	conf = strings.Replace(conf, "a1.sinks = k1 k2 k3", "a1.sinks = k1 k2 k3 k4", 1) + "a1.sinks.k4.type = null\na1.sinks.k4.channel = audit\n"
-	writeConf(t, file, conf)
+	testutil.WriteFile(t, file, conf)
 	if err := a.Reload(t.Context()); err != nil {
 		t.Fatal(err)
 	}

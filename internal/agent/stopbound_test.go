@@ -38,7 +38,7 @@ func TestStopBoundedByStuckComponent(t *testing.T) {
 	})
 	defer undo()
 	file := filepath.Join(t.TempDir(), "a.properties")
-	writeConf(t, file, `a1.channels = c1
+	testutil.WriteFile(t, file, `a1.channels = c1
 a1.sinks = k1
 a1.channels.c1.type = memory
 a1.sinks.k1.type = stuck
@@ -73,7 +73,7 @@ a1.sinks.k1.channel = c1
 // after the signal.
 func TestStopDuringStartStartsNoSource(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "a.properties")
-	writeConf(t, file, netcatPipeline(testutil.FreePort(t), testutil.FreePort(t), 1000))
+	testutil.WriteFile(t, file, netcatPipeline(testutil.FreePort(t), testutil.FreePort(t), 1000))
 	logs := &testutil.LogBuffer{}
 	a, err := agent.New(agent.Options{Name: "a1", File: file, ShutdownTimeout: time.Second,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})

@@ -10,8 +10,10 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // Byte-level compatibility with Flume's Java client and server
@@ -129,7 +131,7 @@ func TestServerRepliesLikeFlume(t *testing.T) {
 			t.Fatalf("later reply serial %d: %x, want %x", serial, msg, javaLaterReply)
 		}
 		c.Close()
-		if err := waitErr(t, results); err != nil {
+		if err := testutil.NextResult(t, results, 10*time.Second); err != nil {
 			t.Fatalf("clean close gave %v", err)
 		}
 		got := rec.events()
@@ -198,7 +200,7 @@ func TestServerHandshakeVariants(t *testing.T) {
 				}
 			}
 			c.Close()
-			if err := waitErr(t, results); err != nil {
+			if err := testutil.NextResult(t, results, 10*time.Second); err != nil {
 				t.Fatalf("ServeConn: %v", err)
 			}
 		})

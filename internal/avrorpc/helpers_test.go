@@ -92,17 +92,6 @@ func readRawPack(t *testing.T, r io.Reader) (int32, []byte) {
 	return p.serial, p.msg
 }
 
-func waitErr(t *testing.T, ch <-chan error) error {
-	t.Helper()
-	select {
-	case err := <-ch:
-		return err
-	case <-time.After(10 * time.Second):
-		t.Fatal("connection was not closed")
-		return nil
-	}
-}
-
 func cat(parts ...[]byte) []byte {
 	var b []byte
 	for _, p := range parts {

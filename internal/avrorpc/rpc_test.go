@@ -16,6 +16,7 @@ import (
 	"github.com/hamba/avro/v2"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func testEvents(n int) []event.Event {
@@ -66,7 +67,7 @@ func TestClientServerRoundTrip(t *testing.T) {
 			}
 			want = append(want, one)
 			cl.Close()
-			if err := waitErr(t, results); err != nil {
+			if err := testutil.NextResult(t, results, 10*time.Second); err != nil {
 				t.Fatalf("ServeConn: %v", err)
 			}
 			sameEvents(t, rec.events(), want)
@@ -160,7 +161,7 @@ func TestServerBadInput(t *testing.T) {
 			if tt.close {
 				_ = c.(interface{ CloseWrite() error }).CloseWrite()
 			}
-			err := waitErr(t, results)
+			err := testutil.NextResult(t, results, 10*time.Second)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("ServeConn = %v, want an error containing %q", err, tt.want)
 			}

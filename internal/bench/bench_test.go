@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/source/netcat"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // delayWriter is the sink of the known-delay pipeline: it holds every
@@ -60,7 +61,7 @@ func delayPipeline(t *testing.T, reg *metrics.Registry, w delayWriter) string {
 		return flow.Env{Agent: "a1", Name: name, Type: typ, Metrics: reg, Logger: quiet}
 	}
 	cp := config.FromMap("a1.channels.c1.", map[string]string{"capacity": "10000", "transactionCapacity": "1000"})
-	ch, err := memory.New(env("c1", "memory"), cp)
+	ch, err := memorychannel.New(env("c1", "memory"), cp)
 	if err != nil || cp.Err() != nil {
 		t.Fatal(err, cp.Err())
 	}
@@ -89,7 +90,7 @@ func delayPipeline(t *testing.T, reg *metrics.Registry, w delayWriter) string {
 		t.Fatal(err)
 	}
 	np := config.FromMap("a1.sources.r1.", map[string]string{"bind": "127.0.0.1", "port": itoa(port), "max-line-length": "2048"})
-	src, err := netcat.New(env("r1", "netcat"), np)
+	src, err := netcatsource.New(env("r1", "netcat"), np)
 	if err != nil || np.Err() != nil {
 		t.Fatal(err, np.Err())
 	}
@@ -162,9 +163,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func writeConfig(t *testing.T, conf string) string {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "bench.properties")
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteFile(t, file, conf)
 	return file
 }
 

@@ -1,10 +1,8 @@
 package bench
 
 import (
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"regexp"
@@ -12,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/agent"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
 // TestGrafanaDashboardNames checks that every metric the Grafana dashboard
@@ -45,14 +44,7 @@ func TestGrafanaDashboardNames(t *testing.T) {
 	}
 
 	file := writeConfig(t, strings.NewReplacer("${bench.in.port}", "0", "${bench.out.port}", "9").Replace(tcpPipeline))
-	a, err := agent.New(agent.Options{File: file, Name: "a1", Logger: slog.New(slog.DiscardHandler), HTTPAddr: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop(context.Background())
+	a := agenttest.Start(t, agent.Options{File: file, HTTPAddr: "127.0.0.1:0"})
 	// A latency histogram appears once a component registered it.
 	a.Metrics().Latency("end_to_end", "k1").Observe(1)
 	a.Metrics().Dropped("r1", "filtered").Add(0)

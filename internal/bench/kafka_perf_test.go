@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
 // The Kafka measurements (opt-in, like the others):
@@ -56,7 +57,7 @@ func TestPerfKafkaLatency200(t *testing.T) {
 			topic := fmt.Sprintf("lat%d", linger)
 			brokers := kafkaCluster(t, topic)
 			ncPort := testutil.FreePort(t)
-			a := startAgent(t, pipelineConfig(ncPort, kafkaSinkConfig(brokers, topic,
+			a := agenttest.StartConf(t, pipelineConfig(ncPort, kafkaSinkConfig(brokers, topic,
 				fmt.Sprintf("a1.sinks.k1.kafka.producer.linger.ms = %d\n", linger))))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds+60)*time.Second)
 			defer cancel()
@@ -100,7 +101,7 @@ func TestPerfKafkaThroughput(t *testing.T) {
 			topic := fmt.Sprintf("tp%d", batch)
 			brokers := kafkaCluster(t, topic)
 			ncPort := testutil.FreePort(t)
-			startAgent(t, pipelineConfig(ncPort, kafkaSinkConfig(brokers, topic,
+			agenttest.StartConf(t, pipelineConfig(ncPort, kafkaSinkConfig(brokers, topic,
 				fmt.Sprintf("a1.sinks.k1.flumeBatchSize = %d\n", batch))))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()

@@ -3,10 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
 // The performance runs are opt-in (they take tens of seconds and want a
@@ -38,23 +37,6 @@ a1.sinks.k1.channel = c1
 `, netcatPort, sink)
 }
 
-func startAgent(t *testing.T, conf string) *agent.Agent {
-	t.Helper()
-	file := filepath.Join(t.TempDir(), "agent.properties")
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Options{File: file, Name: "a1", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Stop(context.Background()) })
-	return a
-}
-
 // TestPerfLatency200 sends 200 events/s of 1 KiB through netcat -> memory
 // -> tcp and, beside it in the same run, straight from a sender to a
 // receiver (the floor the machine allows), and reports both.
@@ -77,7 +59,7 @@ func TestPerfLatency200(t *testing.T) {
 	defer recv.Close()
 	host, port, _ := net.SplitHostPort(recv.Addr())
 	ncPort := testutil.FreePort(t)
-	a := startAgent(t, pipelineConfig(ncPort, fmt.Sprintf("a1.sinks.k1.type = tcp\na1.sinks.k1.hostname = %s\na1.sinks.k1.port = %s\n", host, port)))
+	a := agenttest.StartConf(t, pipelineConfig(ncPort, fmt.Sprintf("a1.sinks.k1.type = tcp\na1.sinks.k1.hostname = %s\na1.sinks.k1.port = %s\n", host, port)))
 
 	viaAgent, err := Dial(fmt.Sprintf("127.0.0.1:%d", ncPort))
 	if err != nil {
@@ -131,7 +113,7 @@ func TestPerfNetcatToFileRoll(t *testing.T) {
 	perConn := testutil.EnvInt("SLUICE_PERF_LINES", 2_000_000) / conns
 	dir := t.TempDir()
 	ncPort := testutil.FreePort(t)
-	startAgent(t, pipelineConfig(ncPort, fmt.Sprintf("a1.sinks.k1.type = file_roll\na1.sinks.k1.sink.directory = %s\na1.sinks.k1.sink.rollInterval = 0\n", dir)))
+	agenttest.StartConf(t, pipelineConfig(ncPort, fmt.Sprintf("a1.sinks.k1.type = file_roll\na1.sinks.k1.sink.directory = %s\na1.sinks.k1.sink.rollInterval = 0\n", dir)))
 
 	total := conns * perConn
 	want := int64(total) * (size + 1)
@@ -211,7 +193,7 @@ a1.sinks.k1.batchSize = 1000
 a1.sinks.k1.channel = c1
 `, total)
 	start := time.Now()
-	a := startAgent(t, conf)
+	a := agenttest.StartConf(t, conf)
 	var drained int64
 	for drained < int64(total) && time.Since(start) < 5*time.Minute {
 		time.Sleep(time.Millisecond)

@@ -20,7 +20,7 @@ func newMem(t testing.TB, name string, capacity, txCap int, keepAlive string) fl
 	p := config.FromMap("a1.channels."+name+".", map[string]string{
 		"capacity": strconv.Itoa(capacity), "transactionCapacity": strconv.Itoa(txCap), "keep-alive": keepAlive,
 	})
-	ch, err := memory.New(flow.Env{Agent: "a1", Name: name, Type: "memory"}, p)
+	ch, err := memorychannel.New(flow.Env{Agent: "a1", Name: name, Type: "memory"}, p)
 	if err != nil || p.Err() != nil {
 		t.Fatalf("memory channel: %v %v", err, p.Err())
 	}

@@ -209,7 +209,7 @@ func TestRunnerTellsAStreakOnce(t *testing.T) {
 			}
 			r := flow.NewSinkRunner("k1", s, log)
 			r.Start()
-			waitFor(t, func() bool { return s.called() > 3 }) // past the last failure
+			testutil.WaitFor(t, 10*time.Second, "the sink called past its last failure", func() bool { return s.called() > 3 }) // past the last failure
 			if err := r.Stop(t.Context()); err != nil {
 				t.Fatal(err)
 			}
@@ -232,17 +232,6 @@ func TestRunnerTellsAStreakOnce(t *testing.T) {
 				t.Fatalf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
 		})
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -10,12 +10,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -195,46 +193,25 @@ func compareOutputs(outputs map[string]string) string {
 func runAgent(t *testing.T, bin, dir, conf string, check func() string) {
 	t.Helper()
 	file := filepath.Join(dir, "agent.properties")
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var log testutil.LogBuffer
-	cmd := exec.Command(bin, "agent", "-f", file, "-n", "a1", "--no-reload-conf")
+	testutil.WriteFile(t, file, conf)
+	cmd := testutil.AgentCommand(bin, file)
 	cmd.Env = append(os.Environ(), "TZ=UTC")
 	cmd.Dir = dir // relative paths (the hdfs sink's staging directory) stay in the test's directory
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	p := testutil.RunAgent(t, cmd)
 	diff := "not checked"
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if diff = check(); diff == "" {
-			break
+	testutil.Eventually(func() bool {
+		if !p.Running() {
+			t.Fatalf("the agent exited: %v", p.Err())
 		}
-		select {
-		case err := <-done:
-			t.Fatalf("the agent exited: %v\n%s", err, log.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("the agent exited with %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Errorf("the agent did not stop")
-	}
+		diff = check()
+		return diff == ""
+	}, 60*time.Second)
+	p.Stop(30 * time.Second)
 	if diff == "" {
 		diff = check()
 	}
 	if diff != "" {
-		t.Fatalf("outputs differ:\n%s\nagent log:\n%s\nconfig:\n%s", diff, log.String(), conf)
+		t.Fatalf("outputs differ:\n%s\nconfig:\n%s", diff, conf)
 	}
 }
 

@@ -170,10 +170,10 @@ func TestAuthenticatedPort(t *testing.T) {
 	if err := os.WriteFile(tok, []byte("token-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(func() bool { return c.ByName("shop", "web-0") != nil }) {
+	if !testutil.Eventually(func() bool { return c.ByName("shop", "web-0") != nil }, 10*time.Second) {
 		t.Fatalf("the rotated token was not used: %s", logs.String())
 	}
-	if !eventually(func() bool { return strings.Contains(logs.String(), "gets the pods from the kubelet again") }) {
+	if !testutil.Eventually(func() bool { return strings.Contains(logs.String(), "gets the pods from the kubelet again") }, 10*time.Second) {
 		t.Fatalf("no recovery line: %s", logs.String())
 	}
 
@@ -218,7 +218,7 @@ func TestSlowAndDownNeverBlock(t *testing.T) {
 	if d := lookups(); d > 100*time.Millisecond {
 		t.Fatalf("2000 lookups took %v with a slow kubelet", d)
 	}
-	if !eventually(func() bool { return cfg.Failures.Load() > f0 }) {
+	if !testutil.Eventually(func() bool { return cfg.Failures.Load() > f0 }, 10*time.Second) {
 		t.Fatal("a timed out request was not counted")
 	}
 	if c.ByName("shop", "web-0") == nil {
@@ -229,7 +229,7 @@ func TestSlowAndDownNeverBlock(t *testing.T) {
 	k.delay.Store(0)
 	k.status.Store(http.StatusInternalServerError)
 	f1 := cfg.Failures.Load()
-	if !eventually(func() bool { return cfg.Failures.Load() > f1 }) {
+	if !testutil.Eventually(func() bool { return cfg.Failures.Load() > f1 }, 10*time.Second) {
 		t.Fatal("a 500 was not counted")
 	}
 
@@ -239,7 +239,7 @@ func TestSlowAndDownNeverBlock(t *testing.T) {
 	if d := lookups(); d > 100*time.Millisecond {
 		t.Fatalf("2000 lookups took %v with the kubelet down", d)
 	}
-	if !eventually(func() bool { return cfg.Failures.Load() > f2 }) {
+	if !testutil.Eventually(func() bool { return cfg.Failures.Load() > f2 }, 10*time.Second) {
 		t.Fatal("a refused connection was not counted")
 	}
 }
@@ -258,7 +258,7 @@ func TestUnknownPodAsksOnce(t *testing.T) {
 			t.Fatal("found a pod that is not there")
 		}
 	}
-	if !eventually(func() bool { return k.calls.Load() == n+1 }) {
+	if !testutil.Eventually(func() bool { return k.calls.Load() == n+1 }, 10*time.Second) {
 		t.Fatalf("calls = %d, want %d", k.calls.Load(), n+1)
 	}
 	time.Sleep(2500 * time.Millisecond)
@@ -340,15 +340,4 @@ func TestStopEndsTheRequest(t *testing.T) {
 	if d := time.Since(t0); d > 5*time.Second {
 		t.Fatalf("Stop took %v", d)
 	}
-}
-
-func eventually(f func() bool) bool {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if f() {
-			return true
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return f()
 }

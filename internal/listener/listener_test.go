@@ -120,17 +120,6 @@ func roundTrip(c net.Conn, line string) bool {
 	return err == nil && got == "OK\n"
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestLimitClosesOldestIdle: at the connection limit a new client is
 // admitted by closing the connection idle longest, not refused; the others
 // keep working.
@@ -180,7 +169,7 @@ func TestLimitRefusesWhenAllBusy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "two busy connections", func() bool { return s.states(Busy) == 2 })
+	testutil.WaitFor(t, 5*time.Second, "two busy connections", func() bool { return s.states(Busy) == 2 })
 	late := s.dial(t)
 	if !testutil.ClosedByServer(late, 2*time.Second) {
 		t.Fatalf("a connection over the limit was not refused; logs:\n%s", s.logs)
@@ -250,7 +239,7 @@ func TestLimitClosesSlowWhenNoneIdle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "three receiving connections", func() bool { return s.states(Receiving) == 3 })
+	testutil.WaitFor(t, 5*time.Second, "three receiving connections", func() bool { return s.states(Receiving) == 3 })
 	time.Sleep(20 * time.Millisecond) // below 1000 bytes/s by now
 	honest := s.dial(t)
 	if !roundTrip(honest, "hello") {
@@ -291,11 +280,11 @@ func TestShutdownPrompt(t *testing.T) {
 	s.hold = 300 * time.Millisecond
 	idle := s.dial(t)
 	busy := s.dial(t)
-	waitFor(t, "two connections", func() bool { return s.open.Load() == 2 })
+	testutil.WaitFor(t, 5*time.Second, "two connections", func() bool { return s.open.Load() == 2 })
 	if _, err := busy.Write([]byte("work\n")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a busy connection", func() bool { return s.states(Busy) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "a busy connection", func() bool { return s.states(Busy) == 1 })
 	start := time.Now()
 	if err := s.g.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -347,7 +336,7 @@ func TestBudget(t *testing.T) {
 	}
 	got := make(chan int, 2)
 	go func() { _ = b.Acquire(context.Background(), 50); got <- 50 }()
-	waitFor(t, "a waiter", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.waiters) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "a waiter", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.waiters) == 1 })
 	// A small request does not overtake the waiter.
 	if b.TryAcquire(10) {
 		t.Fatal("TryAcquire overtook a waiter")

@@ -1,6 +1,8 @@
 package testutil
 
-import "testing"
+import (
+	"testing"
+)
 
 // SLUICE_AGENT_BIN runs the process tests against another build, without
 // building this one.

@@ -1,7 +1,9 @@
 package testutil
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"net"
 	"strings"
@@ -40,6 +42,35 @@ func (l *LogBuffer) Lines(substr string) int {
 		}
 	}
 	return n
+}
+
+// Tail returns the last n bytes written ("..." in front when there were
+// more), for a failure message that shows the end of a long log.
+func (l *LogBuffer) Tail(n int) string {
+	s := l.String()
+	if len(s) > n {
+		s = "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// Records returns the JSON log records (one a line, as --log-format json
+// writes them) whose msg is msg, or every record when msg is "". Lines
+// that are not JSON are passed over.
+func (l *LogBuffer) Records(msg string) []map[string]any {
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(l.String()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var rec map[string]any
+		if json.Unmarshal(sc.Bytes(), &rec) != nil {
+			continue
+		}
+		if msg == "" || rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
 }
 
 // ClosedByServer reports whether the server closed c within wait without

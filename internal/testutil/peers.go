@@ -35,3 +35,36 @@ func PeerBinary(t testing.TB, name, env, install string) string {
 	t.Skip(msg)
 	return ""
 }
+
+// SystemTool finds the program name that a Debian package installs (a
+// real peer or tool a test runs: logger, logrotate, thrift, krb5kdc): PATH,
+// then /usr/sbin and /sbin, which a non-root PATH may leave out. When it is
+// missing the test fails under CI, where scripts/test.sh installs debPackage,
+// and is skipped elsewhere.
+func SystemTool(t testing.TB, name, debPackage string) string {
+	t.Helper()
+	if p, err := LookSystemTool(name); err == nil {
+		return p
+	}
+	msg := name + " not found (PATH, /usr/sbin, /sbin); install Debian's " + debPackage + " (scripts/test.sh does)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// LookSystemTool is SystemTool's search without the test's verdict, for a
+// caller that decides itself what a missing tool means.
+func LookSystemTool(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin"} {
+		if st, serr := os.Stat(filepath.Join(dir, name)); serr == nil && !st.IsDir() {
+			return filepath.Join(dir, name), nil
+		}
+	}
+	return "", err
+}

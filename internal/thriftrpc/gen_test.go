@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // TestGeneratedCodeIsCurrent regenerates package flume from flume.thrift
@@ -14,14 +16,7 @@ import (
 // version that generated the committed code (Debian's 0.17.0, installed by
 // scripts/test.sh); another version only logs.
 func TestGeneratedCodeIsCurrent(t *testing.T) {
-	thriftBin, err := exec.LookPath("thrift")
-	if err != nil {
-		msg := "thrift compiler not found; install Debian's thrift-compiler (scripts/test.sh does)"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	thriftBin := testutil.SystemTool(t, "thrift", "thrift-compiler")
 	committed, err := os.ReadFile(filepath.Join("flume", "flume.go"))
 	if err != nil {
 		t.Fatal(err)

@@ -57,17 +57,6 @@ func serve(t testing.TB, srv *Server) (addr string, results <-chan error) {
 	return testutil.ServeConns(t, srv.ServeConn)
 }
 
-func waitErr(t testing.TB, ch <-chan error) error {
-	t.Helper()
-	select {
-	case err := <-ch:
-		return err
-	case <-time.After(5 * time.Second):
-		t.Fatal("the connection was not closed")
-		return nil
-	}
-}
-
 func TestClientServerRoundTrip(t *testing.T) {
 	for _, p := range []Protocol{Compact, Binary} {
 		t.Run(p.String(), func(t *testing.T) {
@@ -186,7 +175,7 @@ func TestUnknownMethodKeepsConnection(t *testing.T) {
 		t.Fatalf("%d events after the unknown method, want 2", len(got))
 	}
 	c.Close()
-	if err := waitErr(t, results); err != nil {
+	if err := testutil.NextResult(t, results, 5*time.Second); err != nil {
 		t.Fatalf("ServeConn: %v", err)
 	}
 }
@@ -246,7 +235,7 @@ func TestBadInputClosesConnection(t *testing.T) {
 			if tc.close {
 				c.(*net.TCPConn).CloseWrite()
 			}
-			err = waitErr(t, results)
+			err = testutil.NextResult(t, results, 5*time.Second)
 			if !IsPeerError(err) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("ServeConn: %v, want a peer error with %q", err, tc.want)
 			}

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // TestPerfDirectWrite asks what O_DIRECT would save the file channel: it
@@ -17,7 +19,7 @@ import (
 // records arrive in buffers of their own). It logs the process CPU time of
 // each, per MiB and per 256-byte line. Both files must read back as written.
 func TestPerfDirectWrite(t *testing.T) {
-	perfOnly(t)
+	testutil.RequirePerf(t)
 	const total, pass, syncEvery = 256 << 20, 256 << 10, 1 << 20
 	src := make([]byte, pass)
 	for i := range src {

@@ -7,23 +7,20 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // The tests in this file measure the machine and take tens of seconds, so
 // they run only when asked:
 //
 //	SLUICE_PERF=1 go test -run=Perf -v ./internal/wal/
-func perfOnly(t *testing.T) {
-	if os.Getenv("SLUICE_PERF") == "" {
-		t.Skip("set SLUICE_PERF=1 to run")
-	}
-}
 
 // TestPerfThroughput: 1 KiB records, 4 producers, each Append durable
 // before it returns; compared with raw 1 MiB write+fdatasync of the same
 // size in the same run. Target: >= 300,000 events/s and >= 75% of raw.
 func TestPerfThroughput(t *testing.T) {
-	perfOnly(t)
+	testutil.RequirePerf(t)
 	const size, producers, batch, perProducer = 1024, 4, 512, 256 * 512
 	dir := t.TempDir()
 	l := mustOpen(t, dir, quietOpts(0))
@@ -66,7 +63,7 @@ func TestPerfThroughput(t *testing.T) {
 // latency, measured interleaved with the Appends (same load, same moment)
 // at the same percentile.
 func TestPerfLatency(t *testing.T) {
-	perfOnly(t)
+	testutil.RequirePerf(t)
 	dir := t.TempDir()
 	f, err := os.Create(filepath.Join(dir, "raw"))
 	if err != nil {
@@ -109,7 +106,7 @@ func TestPerfLatency(t *testing.T) {
 // with and without starting writeback after each write pass, and raw 8 MiB
 // write+fdatasync: 1 KiB records, 4 producers, 1000 records per Append.
 func TestPerfWriteback(t *testing.T) {
-	perfOnly(t)
+	testutil.RequirePerf(t)
 	const size, producers, batch, total = 1024, 4, 1000, 400000
 	recs := make([][]byte, batch)
 	for i := range recs {

@@ -1,4 +1,4 @@
-package alias
+package aliaschannel
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // DefaultJDBCCapacity is the capacity of a JDBC channel without
 // maximum.capacity: Flume's is unlimited (the database grows until its disk
 // is full); sluice's file channel needs a bound, and pushes back at it.
-const DefaultJDBCCapacity = file.DefaultCapacity
+const DefaultJDBCCapacity = filechannel.DefaultCapacity
 
 // jdbcIgnored are the JDBC channel's database keys, which mean nothing to a
 // file channel.
@@ -61,31 +61,31 @@ func NewJDBC(env flow.Env, p *config.Props) (flow.Channel, error) {
 		path, _, _ = strings.Cut(path, ";")
 		if !ok || strings.HasPrefix(path, "//") || path == "" {
 			p.Errorf("driver.url", "%q is not an embedded Derby database: sluice runs a JDBC channel as its file channel on this host's disk, and will not move events from a shared database here unasked; use type = file (or kafka, to share the channel)", u)
-			return file.New(env, p)
+			return filechannel.New(env, p)
 		}
 		// The database's directory holds the file channel's directories.
 		derby = filepath.Clean(path)
 		dir = filepath.Dir(derby)
 	}
 	p.Set("capacity", strconv.Itoa(capacity), "maximum.capacity")
-	if !p.Has("transactionCapacity") && capacity < file.DefaultTransactionCapacity {
+	if !p.Has("transactionCapacity") && capacity < filechannel.DefaultTransactionCapacity {
 		p.Set("transactionCapacity", strconv.Itoa(capacity), "maximum.capacity")
 	}
 	p.Set("checkpointDir", filepath.Join(dir, "sluice-checkpoint"), "driver.url")
 	p.Set("dataDirs", filepath.Join(dir, "sluice-data"), "driver.url")
 	p.Notef("type", "runs as a file channel of %d events in %s (sluice-checkpoint, sluice-data): on local disk and durable, as Flume's embedded Derby database",
 		capacity, dir)
-	ch, err := file.New(env, p)
+	ch, err := filechannel.New(env, p)
 	if err != nil {
 		return nil, err
 	}
-	return &jdbcChannel{Channel: ch.(*file.Channel), derby: derby}, nil
+	return &jdbcChannel{Channel: ch.(*filechannel.Channel), derby: derby}, nil
 }
 
 // jdbcChannel is the file channel that stands for a JDBC channel: it will
 // not start beside a Flume Derby database, whose events it cannot read.
 type jdbcChannel struct {
-	*file.Channel
+	*filechannel.Channel
 	derby string // where Flume's Derby database is, or would be
 }
 

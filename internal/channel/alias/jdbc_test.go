@@ -1,4 +1,4 @@
-package alias
+package aliaschannel
 
 import (
 	"context"

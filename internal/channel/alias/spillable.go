@@ -1,4 +1,4 @@
-package alias
+package aliaschannel
 
 import (
 	"math"
@@ -52,10 +52,10 @@ func NewSpillable(env flow.Env, p *config.Props) (flow.Channel, error) {
 	if over == 0 {
 		p.Set("capacity", strconv.Itoa(mem), "memoryCapacity")
 		p.Notef("type", "runs as a memory channel of %d events (overflowCapacity = 0)", mem)
-		return memory.New(env, p)
+		return memorychannel.New(env, p)
 	}
 	p.Set("capacity", strconv.Itoa(mem+over), "overflowCapacity")
-	if !p.Has("transactionCapacity") && mem+over < file.DefaultTransactionCapacity {
+	if !p.Has("transactionCapacity") && mem+over < filechannel.DefaultTransactionCapacity {
 		p.Set("transactionCapacity", strconv.Itoa(mem+over), "overflowCapacity") // a transaction must fit
 	}
 	cache := int64(-1) // the file channel's default
@@ -76,5 +76,5 @@ func NewSpillable(env flow.Env, p *config.Props) (flow.Channel, error) {
 	p.Ignored("byteCapacityBufferPercentage", "the file channel's cache counts whole events, headers included")
 	p.Notef("type", "runs as a file channel of %d events: every event is on disk before its put returns, "+
 		"where Flume kept up to memoryCapacity events in memory only (and lost them in a crash); recent events stay in memory for takes (cacheBytes)", mem+over)
-	return file.New(env, p)
+	return filechannel.New(env, p)
 }

@@ -1,4 +1,4 @@
-package alias
+package aliaschannel
 
 import (
 	"context"
@@ -64,7 +64,7 @@ func TestRunsAsFileChannel(t *testing.T) {
 	if err := p.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := ch.(*file.Channel); !ok {
+	if _, ok := ch.(*filechannel.Channel); !ok {
 		t.Fatalf("built %T, want the file channel", ch)
 	}
 	if got := capacity(reg); got != "110" {
@@ -100,7 +100,7 @@ func TestMemoryOnly(t *testing.T) {
 	if err := p.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := ch.(*memory.Channel); !ok {
+	if _, ok := ch.(*memorychannel.Channel); !ok {
 		t.Fatalf("built %T, want the memory channel", ch)
 	}
 	if got := capacity(reg); got != "100000" {

@@ -1,4 +1,4 @@
-package file
+package filechannel
 
 // deque is a growable ring of entries: the channel's queue, FIFO with
 // rollbacks pushed back at the front.

@@ -1,4 +1,4 @@
-package file
+package filechannel
 
 import (
 	"bufio"
@@ -143,7 +143,7 @@ func TestDiskFullOnRealFilesystem(t *testing.T) {
 	take(1000) // the take commits cannot be written now; they must not fail
 
 	resizeTmpfs(t, mnt, "200m")
-	waitFor(t, 10*time.Second, "the channel healthy after the disk grew", func() bool { return c.Health() == nil })
+	testutil.WaitFor(t, 10*time.Second, "the channel healthy after the disk grew", func() bool { return c.Health() == nil })
 	for i := range 20 {
 		if err := put("after", i); err != nil {
 			t.Fatalf("put after space returned: %v", err)
@@ -200,36 +200,19 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 
 // agent is the real sluice binary running a config.
 type agent struct {
-	cmd    *exec.Cmd
-	stderr *testutil.LogBuffer
-	http   string // monitoring address
-	done   chan error
+	*testutil.AgentProcess
+	http string // monitoring address
 }
 
 func startAgent(t *testing.T, conf string) *agent {
 	t.Helper()
-	bin := testutil.AgentBinary(t)
 	file := filepath.Join(t.TempDir(), "agent.properties")
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	a := &agent{stderr: &testutil.LogBuffer{}, http: fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t)), done: make(chan error, 1)}
-	a.cmd = exec.Command(bin, "agent", "-f", file, "-n", "a1", "--http", a.http, "--no-reload-conf", "--log-format", "json")
-	a.cmd.Stderr = a.stderr
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { a.done <- a.cmd.Wait() }()
-	t.Cleanup(func() {
-		a.cmd.Process.Kill()
-		<-a.done
-		if t.Failed() {
-			t.Logf("agent log:\n%s", a.stderr.String())
-		}
-	})
+	testutil.WriteFile(t, file, conf)
+	a := &agent{http: fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))}
+	a.AgentProcess = testutil.StartAgent(t, testutil.AgentBinary(t), file, "--http", a.http, "--log-format", "json")
 	// /healthz answers while the agent starts ("agent a1 is starting"):
-	// wait until it describes the started agent.
-	waitFor(t, 20*time.Second, "the agent's HTTP endpoint, once started", func() bool {
+	// wait until it describes the started agent, healthy or not.
+	a.WaitUntil(20*time.Second, "the agent's HTTP endpoint, once started", func() bool {
 		_, body, err := a.get("/healthz")
 		return err == nil && !strings.Contains(body, "is starting")
 	})
@@ -257,21 +240,6 @@ func (a *agent) metric(t *testing.T, component, name string) string {
 		t.Fatalf("metrics: %v", err)
 	}
 	return m[component][name]
-}
-
-// stop sends SIGTERM and waits for a clean exit.
-func (a *agent) stop(t *testing.T) {
-	t.Helper()
-	a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-a.done:
-		a.done <- err
-		if err != nil {
-			t.Fatalf("agent exit: %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("agent did not stop after SIGTERM")
-	}
 }
 
 // postBatch sends n events to the agent's http source and returns the
@@ -403,7 +371,7 @@ func TestDiskFullThroughTheAgent(t *testing.T) {
 		}
 	}
 	// The sink drains what was acknowledged, once, while the disk is full.
-	waitFor(t, 30*time.Second, "the sink delivering every acknowledged event during the outage", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the sink delivering every acknowledged event during the outage", func() bool {
 		return len(delivered(t, out)) >= len(acked)
 	})
 	for k, n := range delivered(t, out) {
@@ -418,7 +386,7 @@ func TestDiskFullThroughTheAgent(t *testing.T) {
 	}
 
 	resizeTmpfs(t, mnt, "200m")
-	waitFor(t, 10*time.Second, "/healthz 200 after the disk grew", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "/healthz 200 after the disk grew", func() bool {
 		code, _, _ := a.get("/healthz")
 		return code == 200
 	})
@@ -430,10 +398,10 @@ func TestDiskFullThroughTheAgent(t *testing.T) {
 			t.Fatalf("request after space returned answered %d", code)
 		}
 	}
-	waitFor(t, 30*time.Second, "the sink delivering the rest", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the sink delivering the rest", func() bool {
 		return len(delivered(t, out)) >= len(acked)
 	})
-	a.stop(t)
+	a.Stop(60 * time.Second)
 	got := delivered(t, out)
 	for k := range acked {
 		if got[k] != 1 {
@@ -453,7 +421,7 @@ func TestDiskFullThroughTheAgent(t *testing.T) {
 	// failure, a summary of the rest right before the recovery, and
 	// nothing about it after the recovery.
 	var seq []string
-	sc := bufio.NewScanner(strings.NewReader(a.stderr.String()))
+	sc := bufio.NewScanner(strings.NewReader(a.Log.String()))
 	for sc.Scan() {
 		var rec map[string]any
 		if json.Unmarshal(sc.Bytes(), &rec) != nil {
@@ -474,7 +442,7 @@ func TestDiskFullThroughTheAgent(t *testing.T) {
 	if strings.Join(seq, ", ") != "ERROR failed, ERROR summary, INFO recovered" && strings.Join(seq, ", ") != "ERROR failed, INFO recovered" {
 		t.Errorf("the WAL's lines about the outage: %v, want its first failure, a summary, then its recovery", seq)
 	}
-	t.Logf("LOG:\n%s", a.stderr.String())
+	t.Logf("LOG:\n%s", a.Log.String())
 }
 
 // With Flume's default minimumRequiredSpace (500 MB) on a 20 MB disk the
@@ -494,9 +462,9 @@ func TestMinimumRequiredSpaceAboveFreeSpace(t *testing.T) {
 	if code, _ := postBatch(t, port, "x", 1, "x"); code != 503 {
 		t.Fatalf("a request answered %d", code)
 	}
-	a.stop(t)
+	a.Stop(60 * time.Second)
 	var warns int
-	for _, line := range strings.Split(a.stderr.String(), "\n") {
+	for _, line := range strings.Split(a.Log.String(), "\n") {
 		if strings.Contains(line, `"level":"WARN"`) && strings.Contains(line, "less free space than minimumRequiredSpace") &&
 			!strings.Contains(line, "(repeated)") { // the streak's summary at the stop
 			warns++
@@ -507,6 +475,6 @@ func TestMinimumRequiredSpaceAboveFreeSpace(t *testing.T) {
 		}
 	}
 	if warns != 1 {
-		t.Fatalf("%d startup warnings about minimumRequiredSpace, want 1:\n%s", warns, a.stderr.String())
+		t.Fatalf("%d startup warnings about minimumRequiredSpace, want 1:\n%s", warns, a.Log.String())
 	}
 }

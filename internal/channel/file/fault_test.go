@@ -1,4 +1,4 @@
-package file
+package filechannel
 
 import (
 	"context"
@@ -66,18 +66,6 @@ func metricsOf(reg *metrics.Registry) map[string]string {
 		s.Each(func(name, value string) { out[name] = value })
 	}
 	return out
-}
-
-// waitFor polls cond every 10 ms for up to d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // A failed disk write makes the channel refuse puts, fast and without
@@ -151,12 +139,12 @@ func TestDiskWriteFailureRecovers(t *testing.T) {
 
 	// The watcher probes the broken disk (a new segment's header) and
 	// fails; the channel stays refusing.
-	waitFor(t, 10*time.Second, "a probe of the broken disk", func() bool { return disk.probes.Load() > 0 })
+	testutil.WaitFor(t, 10*time.Second, "a probe of the broken disk", func() bool { return disk.probes.Load() > 0 })
 	if c.Health() == nil {
 		t.Fatal("healthy after a failed probe")
 	}
 	disk.fail.Store(false) // the disk heals: the channel finds out by itself
-	waitFor(t, 10*time.Second, "puts accepted after the disk healed", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "puts accepted after the disk healed", func() bool {
 		return testutil.PutCommit(c, testutil.Events("back", 0)) == nil && c.Health() == nil
 	})
 	putN(t, c, "again", 3, 3)

@@ -1,4 +1,4 @@
-// Package file is Flume's file channel, made durable and fast: a put
+// Package filechannel is Flume's file channel, made durable and fast: a put
 // transaction is acknowledged (Commit returns) only after its events are
 // written and fdatasync'ed to a write-ahead log (internal/wal), and
 // concurrent transactions share one fdatasync (group commit). After a crash
@@ -59,7 +59,7 @@
 // is said in one line per start and counted in the channel's
 // RecoveryLostEventCount (events) and LogDamagedRegionCount (damaged
 // regions of the log, torn tails included).
-package file
+package filechannel
 
 import (
 	"context"

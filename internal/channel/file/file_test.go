@@ -1,4 +1,4 @@
-package file
+package filechannel
 
 import (
 	"context"
@@ -278,7 +278,7 @@ func TestDiskFull(t *testing.T) {
 	// Space returns: the watcher sees it without any put, and /healthz
 	// with it.
 	free.Store(1 << 30)
-	waitFor(t, 5*time.Second, "Health nil once space returned", func() bool { return c.Health() == nil })
+	testutil.WaitFor(t, 5*time.Second, "Health nil once space returned", func() bool { return c.Health() == nil })
 	putN(t, c, "c", 3, 3)
 	wantAll(t, c, []string{"a5", "a6", "a7", "a8", "a9", "c0", "c1", "c2"})
 }

@@ -1,10 +1,9 @@
-package file
+package filechannel
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,7 +37,7 @@ func benchFlow(b *testing.B, ch flow.Channel, stats func() wal.Stats) {
 	b.ReportAllocs()
 	b.SetBytes(size)
 	before := stats()
-	cpu0 := cpuTime()
+	cpu0 := testutil.CPUTime()
 	b.ResetTimer()
 	var left atomic.Int64
 	left.Store(int64(b.N))
@@ -86,21 +85,14 @@ func benchFlow(b *testing.B, ch flow.Channel, stats func() wal.Stats) {
 	wg.Wait()
 	b.StopTimer()
 	after := stats()
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(testutil.CPUTime()-cpu0)/float64(b.N), "cpu-ns/op")
 	b.ReportMetric(float64(after.Syncs-before.Syncs)*1000/float64(b.N), "syncs/1000ops")
-}
-
-// cpuTime is the process's user+system CPU time in nanoseconds.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru) // cannot fail for RUSAGE_SELF
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // BenchmarkFlowMemory is BenchmarkFlow with the memory channel, for scale.
 func BenchmarkFlowMemory(b *testing.B) {
 	p := config.FromMap("a1.channels.c1.", map[string]string{"capacity": "20000", "transactionCapacity": "1000", "byteCapacity": "0"})
-	ch, err := memory.New(flow.Env{Agent: "a1", Name: "c1", Type: "memory"}, p)
+	ch, err := memorychannel.New(flow.Env{Agent: "a1", Name: "c1", Type: "memory"}, p)
 	if err != nil || p.Err() != nil {
 		b.Fatal(err, p.Err())
 	}

@@ -1,4 +1,4 @@
-package file
+package filechannel
 
 import (
 	"context"
@@ -68,9 +68,7 @@ func BenchmarkPutCommit(b *testing.B) {
 //
 //	SLUICE_PERF=1 go test -run=PerfReopen -v ./internal/channel/file/
 func TestPerfReopenMillion(t *testing.T) {
-	if os.Getenv("SLUICE_PERF") == "" {
-		t.Skip("set SLUICE_PERF=1 to run")
-	}
+	testutil.RequirePerf(t)
 	d := newDirs(t)
 	extra := map[string]string{"transactionCapacity": "1000", "maxFileSize": strconv.Itoa(wal.DefaultSegmentSize)}
 	c := start(t, d, extra)
@@ -119,18 +117,6 @@ func TestPerfReopenMillion(t *testing.T) {
 //	SLUICE_PERF=1 go test -run='Perf(Throughput|Latency|MemoryVsFile)' -v ./internal/channel/file/
 //
 // SLUICE_PERF_BATCH sets the events per put transaction (default 1000).
-func perfOnly(t *testing.T) {
-	if os.Getenv("SLUICE_PERF") == "" {
-		t.Skip("set SLUICE_PERF=1 to run")
-	}
-}
-
-func perfBatch() int {
-	if n, err := strconv.Atoi(os.Getenv("SLUICE_PERF_BATCH")); err == nil && n > 0 {
-		return n
-	}
-	return 1000
-}
 
 // putLoad has producers commit n 1 KiB events, batch per transaction, and
 // returns events/s. A consumer, when take is set, takes and commits
@@ -193,11 +179,11 @@ func perfChannel(tb testing.TB, extra map[string]string) *Channel {
 // two raw files, and each side's MB/s is its total bytes over its total
 // time. Target: >= 300,000 events/s and >= 75% of raw.
 func TestPerfThroughput(t *testing.T) {
-	perfOnly(t)
+	testutil.RequirePerf(t)
 	const producers = 4
 	per := testutil.EnvInt("SLUICE_PERF_EVENTS", 50000) // events per slice
 	nslices := testutil.EnvInt("SLUICE_PERF_SLICES", 30)
-	batch := perfBatch()
+	batch := testutil.EnvInt("SLUICE_PERF_BATCH", 1000)
 	c := perfChannel(t, nil)
 	defer stop(t, c)
 	dir := t.TempDir()
@@ -293,7 +279,7 @@ func (r *rawFile) write(tb testing.TB, total int64, step int) float64 {
 // on a file in the same dir: 200 operations a second in all, half of them
 // channel commits. A commit's P99 must be at most twice the raw P99.
 func TestPerfLatency(t *testing.T) {
-	perfOnly(t)
+	testutil.RequirePerf(t)
 	c := perfChannel(t, nil)
 	defer stop(t, c)
 	f, err := os.CreateTemp(c.dataDirs[0], "raw")
@@ -339,12 +325,12 @@ func TestPerfLatency(t *testing.T) {
 // the file channel: 4 producers commit 1 KiB events in transactions of
 // 100, one consumer takes and commits batches of 1000 at the same time.
 func TestPerfMemoryVsFile(t *testing.T) {
-	perfOnly(t)
+	testutil.RequirePerf(t)
 	const n = 400000
-	for _, batch := range []int{100, perfBatch()} {
+	for _, batch := range []int{100, testutil.EnvInt("SLUICE_PERF_BATCH", 1000)} {
 		for round := range 2 {
 			p := config.FromMap("a1.channels.m.", map[string]string{"capacity": "1000000", "transactionCapacity": "10000"})
-			mc, err := memory.New(flow.Env{Name: "m", Type: "memory", Logger: quiet}, p)
+			mc, err := memorychannel.New(flow.Env{Name: "m", Type: "memory", Logger: quiet}, p)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -106,14 +106,14 @@ func TestChannelTopicRecreated(t *testing.T) {
 	if err != nil || len(inHand) != 5 {
 		t.Fatalf("took %d into the open transaction: %v", len(inHand), err)
 	}
-	if !waitFor(func() bool { return bufLen(ch) == 15 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return bufLen(ch) == 15 }, 5*time.Second) {
 		t.Fatalf("the channel fetched %d of the 15 remaining events", bufLen(ch))
 	}
 
 	kc.Delete(t, "chan")
 	wait := putter(t, ch, "b", 100)
 	time.Sleep(300 * time.Millisecond)
-	cpu0, t0 := kafkatest.CPUTime(), time.Now()
+	cpu0, t0 := testutil.CPUTime(), time.Now()
 	// What the channel holds is delivered while the topic is missing.
 	if err := held.Commit(context.Background()); err != nil {
 		t.Fatalf("commit of a take open across the deletion: %v", err)
@@ -123,7 +123,7 @@ func TestChannelTopicRecreated(t *testing.T) {
 		t.Fatalf("the events the channel had fetched before the deletion: took %q, want a15..a29", testutil.Bodies(kept))
 	}
 	time.Sleep(time.Until(t0.Add(kafkatest.Outage())))
-	cpu, window := kafkatest.CPUTime()-cpu0, time.Since(t0)
+	cpu, window := testutil.CPUTime()-cpu0, time.Since(t0)
 	t.Logf("topic missing: CPU %v over %v (%.1f%%)", cpu, window.Round(time.Millisecond), 100*cpu.Seconds()/window.Seconds())
 	if cpu > window/10 {
 		t.Errorf("the process used %v of CPU in %v while the topic was missing: the channel spins", cpu, window)
@@ -156,7 +156,7 @@ func TestChannelTopicRecreated(t *testing.T) {
 	if took := time.Since(back); took > 10*time.Second {
 		t.Errorf("the channel resumed %v after the topic was re-created, want within seconds", took)
 	}
-	if !waitFor(func() bool { return health() == nil }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return health() == nil }, 5*time.Second) {
 		t.Errorf("Health() = %v after the channel resumed", health())
 	}
 	lines := logs.Lines()
@@ -191,20 +191,20 @@ func TestChannelBrokerOutageHealth(t *testing.T) {
 	if err := health(); err != nil {
 		t.Errorf("Health() = %v %v into the outage, before the 1s grace period", err, time.Since(down))
 	}
-	if !waitFor(func() bool { return health() != nil }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return health() != nil }, 5*time.Second) {
 		t.Error("Health() stayed nil with the brokers down past the grace period")
 	}
 	t.Logf("unhealthy %v into the outage: %v", time.Since(down).Round(time.Millisecond), health())
-	cpu0, t0 := kafkatest.CPUTime(), time.Now()
+	cpu0, t0 := testutil.CPUTime(), time.Now()
 	time.Sleep(time.Until(down.Add(kafkatest.Outage())))
-	cpu, window := kafkatest.CPUTime()-cpu0, time.Since(t0)
+	cpu, window := testutil.CPUTime()-cpu0, time.Since(t0)
 	t.Logf("brokers down: CPU %v over %v", cpu, window.Round(time.Millisecond))
 	if cpu > window/10 {
 		t.Errorf("the process used %v of CPU in %v while the brokers were down", cpu, window)
 	}
 	kc.Up(t)
 	up := time.Now()
-	if !waitFor(func() bool { return health() == nil }, 10*time.Second) {
+	if !testutil.Eventually(func() bool { return health() == nil }, 10*time.Second) {
 		t.Errorf("Health() = %v 10s after the brokers came back", health())
 	}
 	t.Logf("healthy %v after the brokers came back", time.Since(up).Round(time.Millisecond))
@@ -217,17 +217,6 @@ func TestChannelBrokerOutageHealth(t *testing.T) {
 	kafkatest.CheckOutageLog(t, logs,
 		"kafka channel: Kafka fails; retrying (puts are refused or wait meanwhile, takes find nothing new)",
 		"kafka channel: Kafka works again")
-}
-
-func waitFor(cond func() bool, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }
 
 // The cluster restarts empty under the channel (its topic is there again,
@@ -264,7 +253,7 @@ func TestChannelBrokerRestartedEmpty(t *testing.T) {
 	if took := time.Since(back); took > 10*time.Second {
 		t.Errorf("the channel resumed %v after the restart, want within seconds", took)
 	}
-	if health := testutil.HealthOf(ch); !waitFor(func() bool { return health() == nil }, 5*time.Second) {
+	if health := testutil.HealthOf(ch); !testutil.Eventually(func() bool { return health() == nil }, 5*time.Second) {
 		t.Errorf("Health() = %v after the channel resumed", health())
 	}
 }

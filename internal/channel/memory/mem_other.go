@@ -1,6 +1,6 @@
 //go:build !linux
 
-package memory
+package memorychannel
 
 // availableMemory is unknown off Linux; the default byteCapacity is then
 // unlimited unless GOMEMLIMIT is set.

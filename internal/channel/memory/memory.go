@@ -1,4 +1,4 @@
-// Package memory is Flume's memory channel: a bounded, in-process FIFO of
+// Package memorychannel is Flume's memory channel: a bounded, in-process FIFO of
 // events with transactions.
 //
 // Durability: none. Events held by a memory channel are lost if the process
@@ -26,7 +26,7 @@
 //
 // Only body bytes are counted, as Flume does; byteCapacityBufferPercentage is
 // the allowance for headers and per-event overhead (about 100 bytes an event).
-package memory
+package memorychannel
 
 import (
 	"context"

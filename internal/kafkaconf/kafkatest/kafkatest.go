@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -399,17 +398,6 @@ func Produce(tb testing.TB, brokers []string, recs ...*kgo.Record) {
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		tb.Fatalf("produce: %v", err)
 	}
-}
-
-// CPUTime is the CPU time (user and system) the test process has used: the
-// component under test and the in-process cluster together, so a component
-// that spins shows however it spins.
-func CPUTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // Logs is where a component under test logs (Logger), for tests that

@@ -16,7 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
-	avrosource "github.com/sluicehq/sluice/internal/source/avro"
+	"github.com/sluicehq/sluice/internal/source/avro"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 	"github.com/sluicehq/sluice/internal/testutil/sinktest"
 )

@@ -115,7 +115,7 @@ func startAvsc(t *testing.T) *avscServer {
 		}
 		_ = cmd.Wait()
 	})
-	if !sourcetest.Eventually(func() bool {
+	if !testutil.Eventually(func() bool {
 		b, err := os.ReadFile(portFile)
 		s.port = strings.TrimSpace(string(b))
 		return err == nil && s.port != ""
@@ -152,7 +152,7 @@ func TestDeliversIntoAvscServer(t *testing.T) {
 		}
 	}
 	var got []avscEvent
-	if !sourcetest.Eventually(func() bool { got = srv.events(); return len(got) >= n }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { got = srv.events(); return len(got) >= n }, 5*time.Second) {
 		t.Fatalf("the avsc server received %d of %d events", len(got), n)
 	}
 	if len(got) != n {

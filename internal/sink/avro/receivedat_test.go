@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
-	avrosource "github.com/sluicehq/sluice/internal/source/avro"
+	"github.com/sluicehq/sluice/internal/source/avro"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 )
 

@@ -1,17 +1,13 @@
-package essink_test
+package elasticsearchsink_test
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/agent"
-	essink "github.com/sluicehq/sluice/internal/sink/elasticsearch"
+	"github.com/sluicehq/sluice/internal/sink/elasticsearch"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
 // TestAgentWithFlumeClassName runs a whole agent whose sink is configured
@@ -20,7 +16,7 @@ import (
 // of a seq source arrives, in @message: Flume's default serializer,
 // LogStash, shapes the documents.
 func TestAgentWithFlumeClassName(t *testing.T) {
-	base := essink.StartVictoriaLogs(t)
+	base := elasticsearchsink.StartVictoriaLogs(t)
 	const n = 500
 	conf := fmt.Sprintf(`
 a1.sources = r1
@@ -43,22 +39,11 @@ a1.sinks.k1.batchSize = 200
 a1.sinks.k1.query._msg_field = @message
 a1.sinks.k1.query.extra_fields = agent_test=1
 `, n, base)
-	file := filepath.Join(t.TempDir(), "es.conf")
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Options{File: file, Name: "a1", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop(context.Background())
+	agenttest.StartConf(t, conf)
 
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		rows := essink.VLQuery(t, base, "agent_test:=1")
+		rows := elasticsearchsink.VLQuery(t, base, "agent_test:=1")
 		if len(rows) == n {
 			seen := map[string]bool{}
 			for _, r := range rows {

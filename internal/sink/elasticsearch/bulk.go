@@ -1,4 +1,4 @@
-package essink
+package elasticsearchsink
 
 // Building bulk requests: a batch is encoded once into action and document
 // lines, then cut into request bodies of at most MaxBytes (gzipped when set).

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package essink
+package elasticsearchsink
 
 // selfCPU is not measured here.
 func selfCPU() float64 { return 0 }

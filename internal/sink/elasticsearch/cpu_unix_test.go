@@ -1,6 +1,6 @@
 //go:build unix
 
-package essink
+package elasticsearchsink
 
 import (
 	"syscall"

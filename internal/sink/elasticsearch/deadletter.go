@@ -1,4 +1,4 @@
-package essink
+package elasticsearchsink
 
 // Dead letters: the documents the server refused for good, written to the
 // dead-letter file or logged and counted as dropped.

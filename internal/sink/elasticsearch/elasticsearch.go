@@ -1,4 +1,4 @@
-// Package essink is the elasticsearch sink: it indexes events through the
+// Package elasticsearchsink is the elasticsearch sink: it indexes events through the
 // REST _bulk API of Elasticsearch 7/8, OpenSearch 1/2 and what speaks it
 // (VictoriaLogs at /insert/elasticsearch). It reads Flume's ElasticSearchSink
 // properties (hostNames, indexName with the daily -yyyy-MM-dd suffix,
@@ -24,7 +24,7 @@
 // timeout) is sent again and may index its documents twice. With idHeader
 // set every retry is idempotent: op_type index overwrites the same id, and
 // with op_type create a 409 "already exists" counts as indexed.
-package essink
+package elasticsearchsink
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package essink
+package elasticsearchsink
 
 // For the external tests (agent_test.go).
 var (

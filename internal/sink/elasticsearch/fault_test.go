@@ -1,4 +1,4 @@
-package essink
+package elasticsearchsink
 
 import (
 	"bufio"
@@ -25,7 +25,7 @@ import (
 
 func newChannel(t testing.TB) flow.Channel {
 	t.Helper()
-	ch, err := memory.New(flow.Env{Name: "c1", Type: "memory"},
+	ch, err := memorychannel.New(flow.Env{Name: "c1", Type: "memory"},
 		config.FromMap("a1.channels.c1.", map[string]string{"capacity": "1000000", "transactionCapacity": "10000"}))
 	if err != nil {
 		t.Fatal(err)

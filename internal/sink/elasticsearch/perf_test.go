@@ -1,11 +1,10 @@
-package essink
+package elasticsearchsink
 
 import (
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,9 +42,7 @@ func perfEvents(n int) ([]event.Event, int) {
 //
 //	SLUICE_PERF=1 go test -run TestPerfVictoriaLogs -v ./internal/sink/elasticsearch/
 func TestPerfVictoriaLogs(t *testing.T) {
-	if os.Getenv("SLUICE_PERF") == "" {
-		t.Skip("set SLUICE_PERF=1 to run")
-	}
+	testutil.RequirePerf(t)
 	base := startVictoriaLogs(t)
 	const n = 200_000
 	for _, tc := range []struct{ compression, batch, inFlight string }{

@@ -1,4 +1,4 @@
-package essink
+package elasticsearchsink
 
 // Resuming a rolled-back batch: what a failed Write indexed is remembered,
 // and not sent again when the batch comes back.

@@ -1,4 +1,4 @@
-package essink
+package elasticsearchsink
 
 // Sending bulk requests, up to MaxInFlight at a time, and sorting each
 // item's result: indexed, to retry, or dead.

@@ -1,4 +1,4 @@
-package essink
+package elasticsearchsink
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package essink
+package elasticsearchsink
 
 import (
 	"bufio"
@@ -30,27 +30,7 @@ import (
 
 func victoriaLogsBinary(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv("SLUICE_VICTORIALOGS"); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath("victoria-logs"); err == nil {
-		return p
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		for _, dir := range filepath.SplitList(strings.TrimSpace(string(out))) {
-			p := filepath.Join(dir, "bin", "victoria-logs")
-			if _, err := os.Stat(p); err == nil {
-				return p
-			}
-		}
-	}
-	msg := "victoria-logs not found ($SLUICE_VICTORIALOGS, PATH, $(go env GOPATH)/bin); install it with " +
-		"go install github.com/VictoriaMetrics/VictoriaLogs/app/victoria-logs@v1.52.1"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+	return testutil.PeerBinary(t, "victoria-logs", "SLUICE_VICTORIALOGS", "go install github.com/VictoriaMetrics/VictoriaLogs/app/victoria-logs@v1.52.1")
 }
 
 var startedRE = regexp.MustCompile(`started server at (http://127\.0\.0\.1:\d+)/`)

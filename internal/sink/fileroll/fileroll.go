@@ -1,4 +1,4 @@
-// Package fileroll implements Flume's file_roll sink (RollingFileSink): it
+// Package filerollsink implements Flume's file_roll sink (RollingFileSink): it
 // writes events to files in a directory and starts a new file every
 // rollInterval. Events are written as Flume's serializers write them: TEXT
 // (the body and a newline), HEADER_AND_TEXT ("{k=v, ...} body" and a
@@ -15,7 +15,7 @@
 // If a write fails, the file is closed, the batch is rolled back and retried
 // into a new file; the failed file may end with part of that batch, which
 // then appears twice (at-least-once).
-package fileroll
+package filerollsink
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package fileroll
+package filerollsink
 
 import (
 	"context"

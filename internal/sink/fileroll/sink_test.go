@@ -1,4 +1,4 @@
-package fileroll
+package filerollsink
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 
 func newChannel(t *testing.T) flow.Channel {
 	t.Helper()
-	ch, err := memory.New(flow.Env{Name: "c1", Type: "memory"},
+	ch, err := memorychannel.New(flow.Env{Name: "c1", Type: "memory"},
 		config.FromMap("a1.channels.c1.", map[string]string{"capacity": "100000", "transactionCapacity": "1000"}))
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestConfig(t *testing.T) {
 // channel and lets the sink take and write them.
 func BenchmarkSink(b *testing.B) {
 	ctx := context.Background()
-	ch, _ := memory.New(flow.Env{Name: "c1", Type: "memory"},
+	ch, _ := memorychannel.New(flow.Env{Name: "c1", Type: "memory"},
 		config.FromMap("a1.channels.c1.", map[string]string{"capacity": "10000", "transactionCapacity": "100"}))
 	if err := ch.Start(ctx); err != nil {
 		b.Fatal(err)

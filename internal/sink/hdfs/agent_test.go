@@ -1,16 +1,14 @@
-package hdfs
+package hdfssink
 
 import (
 	"bufio"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -61,33 +59,23 @@ a1.sinks.k3.hdfs.path = %[2]s/idle
 a1.sinks.k3.hdfs.idleTimeout = 1
 `, port, base, s3Bucket, v.endpoint, s3Access, s3Secret)
 	confPath := filepath.Join(base, "agent.properties")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var log testutil.LogBuffer
-	cmd := exec.Command(bin, "agent", "-f", confPath, "-n", "a1", "--no-reload-conf")
+	testutil.WriteFile(t, confPath, conf)
+	cmd := testutil.AgentCommand(bin, confPath)
 	cmd.Dir = base // the default hdfs.stagingDir is relative to it
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer cmd.Process.Kill()
+	p := testutil.RunAgent(t, cmd)
+	log := p.Log
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf(format+"\nagent log:\n%s", append(args, log.String())...)
 	}
 	running := func(after string) {
 		t.Helper()
-		select {
-		case err := <-exited:
-			fail("the agent exited %s: %v", after, err)
-		default:
+		if !p.Running() {
+			fail("the agent exited %s: %v", after, p.Err())
 		}
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	if err := waitPort(addr, 30*time.Second); err != nil {
+	if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 		fail("%v", err)
 	}
 	sendLines(t, addr, "a", 10) // rolls each sink's file by rollCount
@@ -129,15 +117,7 @@ a1.sinks.k3.hdfs.idleTimeout = 1
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		if err != nil {
-			fail("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		fail("no exit 30 s after SIGTERM")
-	}
+	p.Stop(30 * time.Second)
 	if strings.Contains(log.String(), "panic") {
 		fail("the log mentions a panic")
 	}

@@ -1,4 +1,4 @@
-package hdfs
+package hdfssink
 
 import (
 	"log/slog"

@@ -1,4 +1,4 @@
-package hdfs
+package hdfssink
 
 import (
 	"bufio"
@@ -142,21 +142,6 @@ func (s *lineSender) session(c net.Conn) {
 // the drain at the end long.
 const senderRate = 3000
 
-func waitPort(addr string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // crashRun kills the agent kills times under load and checks what ended
 // up in the store (read by finished, which must see no in-use files).
 func crashRun(t *testing.T, kills int, sinkProps string, finished func() (bodies map[string]int, inUse []string)) {
@@ -218,7 +203,7 @@ a1.sinks.k1.hdfs.fileType = DataStream
 		if round%5 == 4 {
 			time.Sleep(time.Duration(rng.Int64N(int64(150 * time.Millisecond)))) // during recovery
 		} else {
-			if err := waitPort(addr, 30*time.Second); err != nil {
+			if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 				showLog()
 				t.Fatalf("start %d: %v", round, err)
 			}
@@ -227,7 +212,7 @@ a1.sinks.k1.hdfs.fileType = DataStream
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 	}
-	if err := waitPort(addr, 30*time.Second); err != nil {
+	if err := testutil.WaitAccepting(addr, 30*time.Second); err != nil {
 		showLog()
 		t.Fatal(err)
 	}

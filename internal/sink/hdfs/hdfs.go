@@ -1,4 +1,4 @@
-// Package hdfs implements Flume's hdfs sink (HDFSEventSink) on three kinds
+// Package hdfssink implements Flume's hdfs sink (HDFSEventSink) on three kinds
 // of store, chosen by the scheme of hdfs.path: a local or mounted
 // filesystem (a plain path or file://), S3 (s3a://, s3://) and HDFS
 // (hdfs://).
@@ -20,7 +20,7 @@
 // staging directory first, so the next start after a crash cuts each such
 // file after its last complete batch and finishes it: no ".tmp" file and
 // no multipart upload is left behind.
-package hdfs
+package hdfssink
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package hdfs
+package hdfssink
 
 import (
 	"context"
@@ -55,14 +55,14 @@ func TestPerfHDFSBesideFileRoll(t *testing.T) {
 	}
 	cases := []sinkCase{
 		{"file_roll", func(env flow.Env, dir string) flow.Sink {
-			s, err := fileroll.New(env, config.FromMap("a1.sinks.k1.", map[string]string{"sink.directory": dir, "sink.batchSize": fmt.Sprint(batch), "sink.rollInterval": "30"}))
+			s, err := filerollsink.New(env, config.FromMap("a1.sinks.k1.", map[string]string{"sink.directory": dir, "sink.batchSize": fmt.Sprint(batch), "sink.rollInterval": "30"}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
 		}},
 		{"file_roll sink.fsync=true", func(env flow.Env, dir string) flow.Sink {
-			s, err := fileroll.New(env, config.FromMap("a1.sinks.k1.", map[string]string{"sink.directory": dir, "sink.batchSize": fmt.Sprint(batch), "sink.rollInterval": "30", "sink.fsync": "true"}))
+			s, err := filerollsink.New(env, config.FromMap("a1.sinks.k1.", map[string]string{"sink.directory": dir, "sink.batchSize": fmt.Sprint(batch), "sink.rollInterval": "30", "sink.fsync": "true"}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,7 +80,7 @@ func TestPerfHDFSBesideFileRoll(t *testing.T) {
 		for i, c := range cases {
 			reg := metrics.NewRegistry("a1")
 			chEnv := flow.Env{Agent: "a1", Name: "c1", Type: "memory", Metrics: reg, Logger: slog.New(slog.DiscardHandler)}
-			ch, err := memory.New(chEnv, config.FromMap("a1.channels.c1.", map[string]string{
+			ch, err := memorychannel.New(chEnv, config.FromMap("a1.channels.c1.", map[string]string{
 				"capacity": fmt.Sprint(events), "transactionCapacity": fmt.Sprint(batch)}))
 			if err != nil {
 				t.Fatal(err)

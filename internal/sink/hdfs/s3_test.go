@@ -1,4 +1,4 @@
-package hdfs
+package hdfssink
 
 import (
 	"bytes"
@@ -28,27 +28,7 @@ import (
 // (scripts/test.sh installs it).
 func versityBinary(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv("SLUICE_VERSITYGW"); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		for _, dir := range filepath.SplitList(strings.TrimSpace(string(out))) {
-			p := filepath.Join(dir, "bin", "versitygw")
-			if _, err := os.Stat(p); err == nil {
-				return p
-			}
-		}
-	}
-	msg := "versitygw not found ($SLUICE_VERSITYGW, PATH, $(go env GOPATH)/bin); install it with " +
-		"go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 (scripts/test.sh does)"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+	return testutil.PeerBinary(t, "versitygw", "SLUICE_VERSITYGW", "go install github.com/versity/versitygw/cmd/versitygw@v1.8.0")
 }
 
 const (

@@ -1,4 +1,4 @@
-package hdfs
+package hdfssink
 
 // An independent SequenceFile reader, written from Hadoop's format
 // description (the SequenceFile class comment and Writable encodings), not

@@ -93,7 +93,7 @@ type fixture struct {
 func start(t *testing.T, props map[string]string) *fixture {
 	t.Helper()
 	reg := metrics.NewRegistry("a1")
-	ch, err := memory.New(flow.Env{Agent: "a1", Name: "c1", Type: "memory", Metrics: reg}, config.FromMap("a1.channels.c1.", nil))
+	ch, err := memorychannel.New(flow.Env{Agent: "a1", Name: "c1", Type: "memory", Metrics: reg}, config.FromMap("a1.channels.c1.", nil))
 	if err != nil {
 		t.Fatal(err)
 	}

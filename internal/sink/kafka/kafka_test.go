@@ -452,7 +452,7 @@ func startFlow(t *testing.T, kc *kafkatest.Cluster, capacity int, rate int, prop
 func (f *flowTest) finish(topic string) (dups int) {
 	t := f.t
 	close(f.stop)
-	if !sourcetest.Eventually(func() bool { return f.pl.Channel.Len() == 0 }, 30*time.Second) {
+	if !testutil.Eventually(func() bool { return f.pl.Channel.Len() == 0 }, 30*time.Second) {
 		t.Fatalf("channel still holds %d events", f.pl.Channel.Len())
 	}
 	n := int(f.sent.Load())
@@ -492,14 +492,14 @@ func TestSinkBrokerOutage(t *testing.T) {
 	kc.Down()
 	downAt := time.Now()
 	// The channel fills (500 events at 1000/s) and the source is pushed back.
-	if !sourcetest.Eventually(func() bool { return f.pushback.Load() > 0 }, outage+5*time.Second) {
+	if !testutil.Eventually(func() bool { return f.pushback.Load() > 0 }, outage+5*time.Second) {
 		t.Fatalf("the source was never pushed back while Kafka was down (channel holds %d)", f.pl.Channel.Len())
 	}
 	time.Sleep(time.Until(downAt.Add(outage)))
 	before := counter(f.reg, "EventDrainSuccessCount")
 	kc.Up(t)
 	upAt := time.Now()
-	if !sourcetest.Eventually(func() bool { return counter(f.reg, "EventDrainSuccessCount") > before }, 10*time.Second) {
+	if !testutil.Eventually(func() bool { return counter(f.reg, "EventDrainSuccessCount") > before }, 10*time.Second) {
 		t.Fatal("delivery did not resume after the broker came back")
 	}
 	resumed := time.Since(upAt)
@@ -529,7 +529,7 @@ func TestSinkLeaderChange(t *testing.T) {
 
 func waitSent(t *testing.T, f *flowTest, n int64) {
 	t.Helper()
-	if !sourcetest.Eventually(func() bool { return f.sent.Load() >= n }, 30*time.Second) {
+	if !testutil.Eventually(func() bool { return f.sent.Load() >= n }, 30*time.Second) {
 		t.Fatalf("only %d events sent, waiting for %d", f.sent.Load(), n)
 	}
 }

@@ -53,15 +53,15 @@ func TestSinkTopicRecreated(t *testing.T) {
 	health := testutil.HealthOf(s)
 
 	put(t, pl, "a", 100)
-	if !sourcetest.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 100 }, 10*time.Second) {
+	if !testutil.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 100 }, 10*time.Second) {
 		t.Fatalf("only %d of 100 events delivered before the topic was deleted", counter(reg, "EventDrainSuccessCount"))
 	}
 	kc.Delete(t, "re")
 	put(t, pl, "b", 300)
 	time.Sleep(300 * time.Millisecond) // the first failures
-	cpu0, t0 := kafkatest.CPUTime(), time.Now()
+	cpu0, t0 := testutil.CPUTime(), time.Now()
 	time.Sleep(kafkatest.Outage())
-	cpu, window := kafkatest.CPUTime()-cpu0, time.Since(t0)
+	cpu, window := testutil.CPUTime()-cpu0, time.Since(t0)
 	t.Logf("topic missing: CPU %v over %v (%.1f%%)", cpu, window.Round(time.Millisecond), 100*cpu.Seconds()/window.Seconds())
 	if cpu > window/10 {
 		t.Errorf("the process used %v of CPU in %v while the topic was missing: the sink spins", cpu, window)
@@ -97,7 +97,7 @@ func TestSinkTopicRecreated(t *testing.T) {
 	if took := time.Since(back); took > 10*time.Second {
 		t.Errorf("delivery resumed %v after the topic was re-created, want within seconds", took)
 	}
-	if !sourcetest.Eventually(func() bool { return health() == nil }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return health() == nil }, 5*time.Second) {
 		t.Errorf("Health() = %v after delivery resumed", health())
 	}
 	lines := logs.Lines()
@@ -120,7 +120,7 @@ func TestSinkBrokerOutageHealth(t *testing.T) {
 	runSink(t, s, logs.Logger())
 	health := testutil.HealthOf(s)
 	put(t, pl, "a", 10)
-	if !sourcetest.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 10 }, 10*time.Second) {
+	if !testutil.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 10 }, 10*time.Second) {
 		t.Fatal("events not delivered before the outage")
 	}
 	if err := health(); err != nil {
@@ -133,18 +133,18 @@ func TestSinkBrokerOutageHealth(t *testing.T) {
 	if err := health(); err != nil {
 		t.Errorf("Health() = %v %v into the outage, before the 1s grace period", err, time.Since(down))
 	}
-	if !sourcetest.Eventually(func() bool { return health() != nil }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return health() != nil }, 5*time.Second) {
 		t.Error("Health() stayed nil with the brokers down past the grace period")
 	}
 	t.Logf("unhealthy %v into the outage: %v", time.Since(down).Round(time.Millisecond), health())
 	time.Sleep(time.Until(down.Add(kafkatest.Outage())))
 	kc.Up(t)
 	up := time.Now()
-	if !sourcetest.Eventually(func() bool { return health() == nil }, 10*time.Second) {
+	if !testutil.Eventually(func() bool { return health() == nil }, 10*time.Second) {
 		t.Errorf("Health() = %v 10s after the brokers came back", health())
 	}
 	t.Logf("healthy %v after the brokers came back", time.Since(up).Round(time.Millisecond))
-	if !sourcetest.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 110 }, 10*time.Second) {
+	if !testutil.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 110 }, 10*time.Second) {
 		t.Fatalf("%d of 110 events delivered after the outage", counter(reg, "EventDrainSuccessCount"))
 	}
 	kafkatest.CheckOutageLog(t, logs,
@@ -161,7 +161,7 @@ func TestSinkBrokerRestartedEmpty(t *testing.T) {
 	s, reg := newSink(t, kc, pl, map[string]string{"kafka.topic": "wiped"})
 	runSink(t, s, quiet)
 	put(t, pl, "a", 50)
-	if !sourcetest.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 50 }, 10*time.Second) {
+	if !testutil.Eventually(func() bool { return counter(reg, "EventDrainSuccessCount") == 50 }, 10*time.Second) {
 		t.Fatal("events not delivered before the restart")
 	}
 	kc.RestartEmpty(t)

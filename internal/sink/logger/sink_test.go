@@ -14,7 +14,7 @@ import (
 
 func TestSinkLogsEveryEventInOrder(t *testing.T) {
 	ctx := context.Background()
-	ch, err := memory.New(flow.Env{Name: "c1", Type: "memory"},
+	ch, err := memorychannel.New(flow.Env{Name: "c1", Type: "memory"},
 		config.FromMap("a1.channels.c1.", map[string]string{"capacity": "1000", "transactionCapacity": "100"}))
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 func TestDrainsChannelInBatches(t *testing.T) {
 	ctx := context.Background()
 	reg := metrics.NewRegistry("a1")
-	ch, err := memory.New(flow.Env{Agent: "a1", Name: "c1", Type: "memory"},
+	ch, err := memorychannel.New(flow.Env{Agent: "a1", Name: "c1", Type: "memory"},
 		config.FromMap("a1.channels.c1.", map[string]string{"capacity": "1000", "transactionCapacity": "100"}))
 	if err != nil {
 		t.Fatal(err)

@@ -108,7 +108,7 @@ func newFixture(t *testing.T, props map[string]string) *fixture {
 	t.Helper()
 	f := &fixture{reg: metrics.NewRegistry("a1"), logs: &testutil.LogBuffer{}}
 	log := slog.New(slog.NewTextHandler(f.logs, nil))
-	ch, err := memory.New(flow.Env{Agent: "a1", Name: "c1", Type: "memory", Metrics: f.reg, Logger: log},
+	ch, err := memorychannel.New(flow.Env{Agent: "a1", Name: "c1", Type: "memory", Metrics: f.reg, Logger: log},
 		config.FromMap("a1.channels.c1.", map[string]string{"capacity": "10000", "transactionCapacity": "1000", "keep-alive": "1"}))
 	if err != nil {
 		t.Fatal(err)

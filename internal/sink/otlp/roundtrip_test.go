@@ -20,7 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
-	otlpsource "github.com/sluicehq/sluice/internal/source/otlp"
+	"github.com/sluicehq/sluice/internal/source/otlp"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 	"github.com/sluicehq/sluice/internal/testutil/otlptest"
 )

@@ -2,19 +2,14 @@ package thriftsink_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/event"
-	"github.com/sluicehq/sluice/internal/source/sourcetest"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 	"github.com/sluicehq/sluice/internal/thriftrpc/thrifttest"
 )
 
@@ -46,18 +41,7 @@ a1.sinks.k1.port = %s
 a1.sinks.k1.protocol = binary
 a1.sinks.k1.batch-size = 100
 `, port, sinkPort)
-	file := filepath.Join(t.TempDir(), "thrift.conf")
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Options{File: file, Name: "a1", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop(context.Background())
+	agenttest.StartConf(t, conf)
 
 	var batch []event.Event
 	for i := range 300 {
@@ -72,7 +56,7 @@ a1.sinks.k1.batch-size = 100
 		t.Fatalf("replies %v", statuses)
 	}
 	var got []thrifttest.Received
-	if !sourcetest.Eventually(func() bool { got = srv.Events(); return len(got) >= len(batch) }, 10*time.Second) {
+	if !testutil.Eventually(func() bool { got = srv.Events(); return len(got) >= len(batch) }, 10*time.Second) {
 		t.Fatalf("the server took %d of %d events", len(got), len(batch))
 	}
 	if len(got) != len(batch) {

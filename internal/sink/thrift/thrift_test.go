@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
-	thriftsource "github.com/sluicehq/sluice/internal/source/thrift"
+	"github.com/sluicehq/sluice/internal/source/thrift"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/internal/testutil/sinktest"
 	"github.com/sluicehq/sluice/internal/thriftrpc"
@@ -167,7 +167,7 @@ func TestDeliversIntoPythonServer(t *testing.T) {
 				t.Fatal(errs)
 			}
 			var got []thrifttest.Received
-			sourcetest.Eventually(func() bool { got = srv.Events(); return len(got) >= len(want) }, 5*time.Second)
+			testutil.Eventually(func() bool { got = srv.Events(); return len(got) >= len(want) }, 5*time.Second)
 			checkReceived(t, got, want)
 		})
 	}
@@ -187,7 +187,7 @@ func TestFailedRollsBack(t *testing.T) {
 		t.Fatalf("errors %v, want two FAILED replies", errs)
 	}
 	var got []thrifttest.Received
-	sourcetest.Eventually(func() bool { got = srv.Events(); return len(got) >= len(want) }, 5*time.Second)
+	testutil.Eventually(func() bool { got = srv.Events(); return len(got) >= len(want) }, 5*time.Second)
 	checkReceived(t, got, want)
 }
 
@@ -221,7 +221,7 @@ func TestServerDownThenUp(t *testing.T) {
 	srv := peer.ServeOnPort(t, port, thrifttest.ServerOptions{})
 	drain(t, k, src.Channel, 10)
 	var got []thrifttest.Received
-	sourcetest.Eventually(func() bool { got = srv.Events(); return len(got) >= len(want) }, 5*time.Second)
+	testutil.Eventually(func() bool { got = srv.Events(); return len(got) >= len(want) }, 5*time.Second)
 	checkReceived(t, got, want)
 }
 

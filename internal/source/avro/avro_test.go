@@ -224,7 +224,7 @@ func TestMaxConnections(t *testing.T) {
 	}
 	// The server marks the connection idle once its reply is written,
 	// which may be a moment after the client read it.
-	if !sourcetest.Eventually(func() bool { return s.idleConns() == 1 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.idleConns() == 1 }, 5*time.Second) {
 		t.Fatal("the first connection never became idle")
 	}
 	second := dial(t, addr, avrorpc.ClientConfig{RequestTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second})

@@ -46,7 +46,7 @@ func TestHonestServedWhileIdleHeld(t *testing.T) {
 		}
 		defer c.Close()
 	}
-	if !sourcetest.Eventually(func() bool { return counter(s, "OpenConnectionCount") == "20" }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return counter(s, "OpenConnectionCount") == "20" }, 5*time.Second) {
 		t.Fatalf("OpenConnectionCount %s, want 20", counter(s, "OpenConnectionCount"))
 	}
 	honest := dial(t, addr, avrorpc.ClientConfig{ConnectTimeout: 3 * time.Second, RequestTimeout: 3 * time.Second})
@@ -131,7 +131,7 @@ func TestInFlightBounded(t *testing.T) {
 	if st, err := honest.AppendBatch(context.Background(), batch("h", 3)); err != nil || st != avrorpc.OK {
 		t.Fatalf("honest client after the stalled ones: %v %v; want OK", st, err)
 	}
-	if !sourcetest.Eventually(func() bool { return s.inFlight() == 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.inFlight() == 0 }, 5*time.Second) {
 		t.Errorf("%d bytes still in flight after every request ended", s.inFlight())
 	}
 }
@@ -196,7 +196,7 @@ func TestStopEndsAPutWaitingForSpace(t *testing.T) {
 		res <- reply{st, err}
 	}()
 	// The call is in: its put waits for space.
-	if !sourcetest.Eventually(func() bool { return counter(s, "AppendBatchReceivedCount") == "2" }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return counter(s, "AppendBatchReceivedCount") == "2" }, 5*time.Second) {
 		t.Fatal("the second call never arrived")
 	}
 	time.Sleep(50 * time.Millisecond)

@@ -1,4 +1,4 @@
-// Package exec is Flume's exec source ("exec"): it runs a command and turns
+// Package execsource is Flume's exec source ("exec"): it runs a command and turns
 // each line the command writes to stdout into an event.
 //
 // Lines are put as soon as they are read, every complete line in hand in one
@@ -7,7 +7,7 @@
 // it too), so batchTimeout is only an upper bound that is always met. When the channel is full the source stops reading the pipe,
 // which blocks the command once the pipe buffer fills, and retries the same
 // batch: unlike Flume's, this source does not lose lines on a full channel.
-package exec
+package execsource
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	osexec "os/exec"
+	"os/exec"
 	"strings"
 	"syscall"
 	"time"
@@ -155,7 +155,7 @@ func (s *Source) loop(ctx context.Context, p flow.Processor) {
 
 // runOnce runs the command until it exits or ctx ends, putting its lines.
 func (s *Source) runOnce(ctx context.Context, p flow.Processor, log *slog.Logger) (int, error) {
-	cmd := osexec.CommandContext(ctx, s.args[0], s.args[1:]...)
+	cmd := exec.CommandContext(ctx, s.args[0], s.args[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
 	cmd.WaitDelay = stopGrace
@@ -185,7 +185,7 @@ func (s *Source) runOnce(ctx context.Context, p flow.Processor, log *slog.Logger
 	if rerr != nil && ctx.Err() == nil {
 		return code, rerr
 	}
-	var exitErr *osexec.ExitError
+	var exitErr *exec.ExitError
 	if werr != nil && !errors.As(werr, &exitErr) && ctx.Err() == nil {
 		return code, werr
 	}
@@ -208,7 +208,7 @@ func (s *Source) read(ctx context.Context, r io.Reader, p flow.Processor) error 
 			return perr
 		}
 		if eof {
-			if errors.Is(err, io.EOF) || errors.Is(err, osexec.ErrWaitDelay) || ctx.Err() != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, exec.ErrWaitDelay) || ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("read stdout: %w", err)

@@ -1,4 +1,4 @@
-package exec
+package execsource
 
 import (
 	"bytes"
@@ -80,7 +80,7 @@ func TestLinesBecomeEvents(t *testing.T) {
 			if extra := pl.Take(t, 10, 50*time.Millisecond); len(extra) != 0 {
 				t.Errorf("extra events %q", sourcetest.Bodies(extra))
 			}
-			if !sourcetest.Eventually(func() bool { return s.counters.EventAccepted.Load() == int64(len(tt.want)) }, time.Second) {
+			if !testutil.Eventually(func() bool { return s.counters.EventAccepted.Load() == int64(len(tt.want)) }, time.Second) {
 				t.Errorf("EventAcceptedCount = %d, want %d", s.counters.EventAccepted.Load(), len(tt.want))
 			}
 		})
@@ -126,7 +126,7 @@ func TestStderr(t *testing.T) {
 			if got := sourcetest.Bodies(pl.Drain(t, 1, 5*time.Second)); !slices.Equal(got, []string{"out"}) {
 				t.Fatalf("bodies = %q, want only stdout", got)
 			}
-			ok := sourcetest.Eventually(func() bool { return strings.Contains(logs.String(), "command exited") }, 5*time.Second)
+			ok := testutil.Eventually(func() bool { return strings.Contains(logs.String(), "command exited") }, 5*time.Second)
 			if !ok {
 				t.Fatalf("no exit logged: %s", logs.String())
 			}
@@ -148,7 +148,7 @@ func TestBackpressure(t *testing.T) {
 		"shell": "/bin/sh -c", "command": "seq 1 " + strconv.Itoa(lines),
 	})
 	start(t, s, pl.Processor)
-	if !sourcetest.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() >= 2 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() >= 2 }, 5*time.Second) {
 		t.Fatal("the source never hit the full channel")
 	}
 	got := sourcetest.Bodies(pl.Drain(t, lines, 30*time.Second))
@@ -188,7 +188,7 @@ func TestStopKillsProcessGroup(t *testing.T) {
 	for _, pid := range pids {
 		// Reaped or not, a killed process no longer runs: poll briefly for
 		// the background sleep, whose parent (the shell) reaps it.
-		if !sourcetest.Eventually(func() bool { return !alive(pid) || zombie(pid) }, 2*time.Second) {
+		if !testutil.Eventually(func() bool { return !alive(pid) || zombie(pid) }, 2*time.Second) {
 			t.Errorf("process %d still runs after stop", pid)
 		}
 	}
@@ -299,7 +299,7 @@ func TestBatchGrowsToTransactionCapacity(t *testing.T) {
 		s := newSource(t, sourcetest.Env("r1", "exec"), props)
 		p := &sizeProc{}
 		start(t, s, p)
-		if !sourcetest.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total == 3000 }, 10*time.Second) {
+		if !testutil.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total == 3000 }, 10*time.Second) {
 			t.Fatalf("%v: the lines did not all arrive", tc.props)
 		}
 		stop(t, s)

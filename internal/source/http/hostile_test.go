@@ -125,7 +125,7 @@ func TestMemoryBudget(t *testing.T) {
 		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n[")
 		holders = append(holders, c)
 	}
-	if !sourcetest.Eventually(func() bool { return s.inFlight() >= 2000000 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.inFlight() >= 2000000 }, 5*time.Second) {
 		t.Fatalf("in flight %d bytes, want the two announced bodies", s.inFlight())
 	}
 	req, _ := http.NewRequest("POST", url, strings.NewReader(jsonEvents(10000, `{"body":"honest"}`)))
@@ -140,7 +140,7 @@ func TestMemoryBudget(t *testing.T) {
 	for _, c := range holders {
 		c.Close()
 	}
-	if !sourcetest.Eventually(func() bool { return s.inFlight() == 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.inFlight() == 0 }, 5*time.Second) {
 		t.Fatalf("in flight %d bytes after the holders left", s.inFlight())
 	}
 	if code, body := send(t, http.DefaultClient, "POST", url, "", jsonEvents(10000, `{"body":"honest"}`)); code != 200 {
@@ -190,7 +190,7 @@ func TestHonestServedWhileIdleHeld(t *testing.T) {
 		}
 		defer c.Close()
 	}
-	if !sourcetest.Eventually(func() bool { return s.counters.OpenConnection.Load() == 20 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.counters.OpenConnection.Load() == 20 }, 5*time.Second) {
 		t.Fatalf("OpenConnectionCount %d, want 20", s.counters.OpenConnection.Load())
 	}
 	client := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}

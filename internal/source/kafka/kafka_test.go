@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/kafkaconf/kafkatest"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -101,7 +102,7 @@ func TestSourceDeliversEveryRecord(t *testing.T) {
 	}
 	// Offsets are committed after the channel commit: a new member of the
 	// group finds nothing left.
-	if !sourcetest.Eventually(func() bool { return counter(reg, "r1", "EventAcceptedCount") == 500 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return counter(reg, "r1", "EventAcceptedCount") == 500 }, 5*time.Second) {
 		t.Fatalf("EventAcceptedCount = %d", counter(reg, "r1", "EventAcceptedCount"))
 	}
 	s.Stop(context.Background())
@@ -219,14 +220,14 @@ func TestSourceLagAndPushback(t *testing.T) {
 	s := newSource(t, kc, reg, "r1", map[string]string{"kafka.topics": "lagging", "batchSize": "40"})
 	start(t, s, pl)
 	// The channel holds 100: the source is refused and the rest waits in Kafka.
-	if !sourcetest.Eventually(func() bool { return lag(t, reg) >= 100 && counter(reg, "r1", "ChannelWriteFail") > 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return lag(t, reg) >= 100 && counter(reg, "r1", "ChannelWriteFail") > 0 }, 5*time.Second) {
 		t.Fatalf("lag %v, ChannelWriteFail %d; want lag >= 100 while the channel is full", lag(t, reg), counter(reg, "r1", "ChannelWriteFail"))
 	}
 	got := pl.Drain(t, 300, 10*time.Second)
 	if len(got) != 300 {
 		t.Fatalf("got %d events after the channel drained, want 300", len(got))
 	}
-	if !sourcetest.Eventually(func() bool { return lag(t, reg) == 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return lag(t, reg) == 0 }, 5*time.Second) {
 		t.Fatalf("lag %v after everything was consumed", lag(t, reg))
 	}
 }

@@ -87,9 +87,9 @@ func testSourceTopicRecreated(t *testing.T, props map[string]string, missingIsUn
 
 	kc.Delete(t, "src")
 	time.Sleep(300 * time.Millisecond)
-	cpu0, t0 := kafkatest.CPUTime(), time.Now()
+	cpu0, t0 := testutil.CPUTime(), time.Now()
 	time.Sleep(kafkatest.Outage())
-	cpu, window := kafkatest.CPUTime()-cpu0, time.Since(t0)
+	cpu, window := testutil.CPUTime()-cpu0, time.Since(t0)
 	t.Logf("topic missing: CPU %v over %v (%.1f%%)", cpu, window.Round(time.Millisecond), 100*cpu.Seconds()/window.Seconds())
 	if cpu > window/10 {
 		t.Errorf("the process used %v of CPU in %v while the topic was missing: the source spins", cpu, window)
@@ -121,7 +121,7 @@ func testSourceTopicRecreated(t *testing.T, props map[string]string, missingIsUn
 	if took := time.Since(back); took > 10*time.Second {
 		t.Errorf("reading resumed %v after the topic was re-created, want within seconds", took)
 	}
-	if !sourcetest.Eventually(func() bool { return health() == nil }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return health() == nil }, 5*time.Second) {
 		t.Errorf("Health() = %v after reading resumed", health())
 	}
 	lines := logs.Lines()
@@ -164,20 +164,20 @@ func TestSourceBrokerOutageHealth(t *testing.T) {
 	if err := health(); err != nil {
 		t.Errorf("Health() = %v %v into the outage, before the 1s grace period", err, time.Since(down))
 	}
-	if !sourcetest.Eventually(func() bool { return health() != nil }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return health() != nil }, 5*time.Second) {
 		t.Error("Health() stayed nil with the brokers down past the grace period")
 	}
 	t.Logf("unhealthy %v into the outage: %v", time.Since(down).Round(time.Millisecond), health())
-	cpu0, t0 := kafkatest.CPUTime(), time.Now()
+	cpu0, t0 := testutil.CPUTime(), time.Now()
 	time.Sleep(time.Until(down.Add(kafkatest.Outage())))
-	cpu, window := kafkatest.CPUTime()-cpu0, time.Since(t0)
+	cpu, window := testutil.CPUTime()-cpu0, time.Since(t0)
 	t.Logf("brokers down: CPU %v over %v", cpu, window.Round(time.Millisecond))
 	if cpu > window/10 {
 		t.Errorf("the process used %v of CPU in %v while the brokers were down", cpu, window)
 	}
 	kc.Up(t)
 	up := time.Now()
-	if !sourcetest.Eventually(func() bool { return health() == nil }, 10*time.Second) {
+	if !testutil.Eventually(func() bool { return health() == nil }, 10*time.Second) {
 		t.Errorf("Health() = %v 10s after the brokers came back", health())
 	}
 	t.Logf("healthy %v after the brokers came back", time.Since(up).Round(time.Millisecond))

@@ -1,4 +1,4 @@
-package netcat
+package netcatsource
 
 import (
 	"bufio"
@@ -79,7 +79,7 @@ func TestHonestClientServedAtLimit(t *testing.T) {
 	for range 25 {
 		dial(t, s.Addr()) // held open by its cleanup until the test ends
 	}
-	if !sourcetest.Eventually(func() bool { return s.counters.OpenConnection.Load() == 20 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.counters.OpenConnection.Load() == 20 }, 5*time.Second) {
 		t.Fatalf("open connections %d, want 20", s.counters.OpenConnection.Load())
 	}
 	honest := dial(t, s.Addr())
@@ -154,7 +154,7 @@ func TestLongLinesBoundedByBudget(t *testing.T) {
 		conns = append(conns, c)
 	}
 	// Wait until every client is either holding a large buffer or closed.
-	if !sourcetest.Eventually(func() bool {
+	if !testutil.Eventually(func() bool {
 		return s.inFlight() == 3*int64(s.bigBufs.Size()) && counter(s, "OverBudgetCount") == clients-3
 	}, 15*time.Second) {
 		t.Fatalf("in flight %d bytes, OverBudgetCount %d; want %d and %d", s.inFlight(), counter(s, "OverBudgetCount"), 3*s.bigBufs.Size(), clients-3)
@@ -175,7 +175,7 @@ func TestLongLinesBoundedByBudget(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	if !sourcetest.Eventually(func() bool { return s.inFlight() == 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.inFlight() == 0 }, 5*time.Second) {
 		t.Errorf("%d bytes still in flight after every client left", s.inFlight())
 	}
 }
@@ -271,7 +271,7 @@ func TestUDPDropsCountedAndLogged(t *testing.T) {
 		}
 	}
 	drops := s.counters.Counter("DatagramDropCount")
-	if !sourcetest.Eventually(func() bool { return drops.Load() > 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return drops.Load() > 0 }, 5*time.Second) {
 		t.Fatal("no drop counted within 5 s of the burst, with nothing sent after it")
 	}
 	if err := pl.Processor.(*flow.ChannelProcessor).Close(context.Background()); err != nil {

@@ -1,4 +1,4 @@
-// Package netcat holds Flume's netcat sources: "netcat", which turns each
+// Package netcatsource holds Flume's netcat sources: "netcat", which turns each
 // line received on a TCP connection into an event and answers "OK" once the
 // event is committed, and "netcatudp", which turns each UDP datagram into an
 // event.
@@ -10,7 +10,7 @@
 // full it stops reading that connection, which pushes back on the sender
 // through TCP, and retries the same batch until it commits or the source
 // stops.
-package netcat
+package netcatsource
 
 import (
 	"bytes"

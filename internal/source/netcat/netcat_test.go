@@ -1,4 +1,4 @@
-package netcat
+package netcatsource
 
 import (
 	"bufio"
@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func newTCP(tb testing.TB, props map[string]string) *Source {
@@ -157,13 +158,13 @@ func TestDisconnectMidLine(t *testing.T) {
 	if !slices.Equal(sourcetest.Bodies(got), []string{"a", "b"}) {
 		t.Fatalf("bodies = %q, want a, b", sourcetest.Bodies(got))
 	}
-	if !sourcetest.Eventually(func() bool { return s.counters.EventReadFail.Load() == 1 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.counters.EventReadFail.Load() == 1 }, 5*time.Second) {
 		t.Errorf("EventReadFail = %d, want 1", s.counters.EventReadFail.Load())
 	}
 	if extra := pl.Take(t, 10, 50*time.Millisecond); len(extra) != 0 {
 		t.Errorf("the partial line became an event: %q", sourcetest.Bodies(extra))
 	}
-	if !sourcetest.Eventually(func() bool { return s.counters.OpenConnection.Load() == 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.counters.OpenConnection.Load() == 0 }, 5*time.Second) {
 		t.Errorf("OpenConnectionCount = %d after the client left, want 0", s.counters.OpenConnection.Load())
 	}
 }
@@ -216,7 +217,7 @@ func TestBackpressure(t *testing.T) {
 	// Full: the source keeps retrying a batch that does not fit, has stopped
 	// reading, so the sender stalls well short of the end, and nothing beyond
 	// what was committed is acknowledged.
-	if !sourcetest.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() >= 2 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() >= 2 }, 5*time.Second) {
 		t.Fatal("the source never retried a full channel")
 	}
 	held, w1 := pl.Channel.Len(), written.Load()
@@ -304,7 +305,7 @@ func TestStop(t *testing.T) {
 	idle := dial(t, s.Addr())
 	busy := dial(t, s.Addr())
 	busy.Write([]byte("a\nb\nc\n")) // one fits; the rest waits for space
-	if !sourcetest.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() > 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() > 0 }, 5*time.Second) {
 		t.Fatal("the source never hit the full channel")
 	}
 	addr := s.Addr().String()
@@ -402,7 +403,7 @@ func TestRetryRebuildsEvents(t *testing.T) {
 		fmt.Fprintf(&b, "%d\n", i)
 	}
 	c.Write(b.Bytes())
-	if !sourcetest.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() >= 2 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() >= 2 }, 5*time.Second) {
 		t.Fatal("the source never retried a full channel")
 	}
 	got := sourcetest.Bodies(pl.Drain(t, 40, 10*time.Second))
@@ -519,7 +520,7 @@ func TestToppedUpBatchesKeepTheirLines(t *testing.T) {
 			t.Fatal(err)
 		}
 		close(p.release)
-		if !sourcetest.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total >= n+1 }, 10*time.Second) {
+		if !testutil.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total >= n+1 }, 10*time.Second) {
 			t.Fatalf("%d lines: got %d", n, p.total)
 		}
 		p.mu.Lock()
@@ -571,7 +572,7 @@ func TestToppedUpBatchAfterAPartialLine(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // the source handles it before the next part
 	}
-	if !sourcetest.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total >= len(want) }, 10*time.Second) {
+	if !testutil.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total >= len(want) }, 10*time.Second) {
 		t.Fatalf("got %d of %d lines", p.total, len(want))
 	}
 	p.mu.Lock()

@@ -1,4 +1,4 @@
-package netcat
+package netcatsource
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func newUDP(t *testing.T, props map[string]string) *UDPSource {
@@ -70,7 +71,7 @@ func TestUDPWaitsForChannelSpace(t *testing.T) {
 	for _, d := range []string{"a", "b", "c", "d"} {
 		c.Write([]byte(d))
 	}
-	if !sourcetest.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() > 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() > 0 }, 5*time.Second) {
 		t.Fatal("the source never hit the full channel")
 	}
 	got := sourcetest.Bodies(pl.Drain(t, 4, 5*time.Second))

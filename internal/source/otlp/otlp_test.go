@@ -572,7 +572,7 @@ func TestGRPCLimits(t *testing.T) {
 	if got := sourcetest.Bodies(pl.Drain(t, 2, 5*time.Second)); !slices.Equal(got, sourcetest.Seq("ok", 2)) {
 		t.Fatalf("bodies %q", got)
 	}
-	if !sourcetest.Eventually(func() bool { return metric(s, "BytesInFlight") == "0" }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return metric(s, "BytesInFlight") == "0" }, 5*time.Second) {
 		t.Errorf("BytesInFlight %s after the calls", metric(s, "BytesInFlight"))
 	}
 }
@@ -594,7 +594,7 @@ func TestBudget(t *testing.T) {
 		_, err := export(cl, pdataLogs(30, "first", 5000)) // waits in the full channel
 		first <- err
 	}()
-	if !sourcetest.Eventually(func() bool { n, _ := strconv.Atoi(metric(s, "BytesInFlight")); return n > 600_000 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { n, _ := strconv.Atoi(metric(s, "BytesInFlight")); return n > 600_000 }, 5*time.Second) {
 		t.Fatalf("the first request holds %s bytes", metric(s, "BytesInFlight"))
 	}
 	_, err := export(cl, pdataLogs(30, "second", 5000))
@@ -616,7 +616,7 @@ func TestBudget(t *testing.T) {
 	if metric(s, "OverBudgetCount") == "0" {
 		t.Error("OverBudgetCount not counted")
 	}
-	if !sourcetest.Eventually(func() bool { return metric(s, "BytesInFlight") == "0" }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return metric(s, "BytesInFlight") == "0" }, 5*time.Second) {
 		t.Errorf("BytesInFlight %s at the end", metric(s, "BytesInFlight"))
 	}
 }
@@ -675,7 +675,7 @@ func TestGRPCConnectionHygiene(t *testing.T) {
 	if o := metric(s, "OpenConnectionCount"); o != "1" {
 		t.Fatalf("OpenConnectionCount %s, want the one connection kept", o)
 	}
-	if !sourcetest.Eventually(func() bool { return metric(s, "OpenConnectionCount") == "0" }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return metric(s, "OpenConnectionCount") == "0" }, 5*time.Second) {
 		t.Fatal("the idle connection was not closed")
 	}
 	pl.Drain(t, 3, time.Second)

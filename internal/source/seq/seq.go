@@ -1,9 +1,9 @@
-// Package seq holds Flume's two generator sources: the sequence generator
+// Package seqsource holds Flume's two generator sources: the sequence generator
 // ("seq"), which puts events whose bodies are 0, 1, 2, ... as decimal
 // strings, in batches of batchSize, until totalEvents were committed; and
 // the StressSource (stress.go), events of a fixed size. They are load
 // generators and test aids.
-package seq
+package seqsource
 
 import (
 	"context"

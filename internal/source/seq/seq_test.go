@@ -1,4 +1,4 @@
-package seq
+package seqsource
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func newSource(t *testing.T, props map[string]string) *Source {
@@ -37,7 +38,7 @@ func TestCountsToTotalEvents(t *testing.T) {
 			if extra := pl.Take(t, 10, 50*time.Millisecond); len(extra) != 0 {
 				t.Fatalf("got %d events beyond totalEvents", len(extra))
 			}
-			if !sourcetest.Eventually(func() bool { return s.counters.EventAccepted.Load() == 250 }, time.Second) {
+			if !testutil.Eventually(func() bool { return s.counters.EventAccepted.Load() == 250 }, time.Second) {
 				t.Errorf("EventAcceptedCount = %d, want 250", s.counters.EventAccepted.Load())
 			}
 			wantBatches := int64(0)
@@ -61,7 +62,7 @@ func TestRetryKeepsSequence(t *testing.T) {
 	})
 	start(t, s, pl.Processor)
 	// Let the channel fill before draining, so puts fail.
-	if !sourcetest.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() > 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() > 0 }, 5*time.Second) {
 		t.Fatal("the source never hit a full channel")
 	}
 	var got []string
@@ -71,7 +72,7 @@ func TestRetryKeepsSequence(t *testing.T) {
 	if want := sourcetest.Seq("", 60); !slices.Equal(got, want) {
 		t.Fatalf("bodies = %v, want 0..59 in order", got)
 	}
-	if !sourcetest.Eventually(func() bool { return s.counters.EventAccepted.Load() == 60 }, time.Second) {
+	if !testutil.Eventually(func() bool { return s.counters.EventAccepted.Load() == 60 }, time.Second) {
 		t.Errorf("EventAcceptedCount = %d, want 60", s.counters.EventAccepted.Load())
 	}
 }
@@ -82,7 +83,7 @@ func TestStopWhileRetrying(t *testing.T) {
 	if err := s.Start(context.Background(), pl.Processor); err != nil {
 		t.Fatal(err)
 	}
-	if !sourcetest.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() > 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return s.counters.ChannelWriteFail.Load() > 0 }, 5*time.Second) {
 		t.Fatal("the source never hit a full channel")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -1,4 +1,4 @@
-package seq
+package seqsource
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func newStress(t *testing.T, props map[string]string) *Stress {
@@ -74,7 +75,7 @@ func TestRefusedBatchesCount(t *testing.T) {
 	r := &refusing{}
 	s := newStress(t, map[string]string{"maxTotalEvents": "4", "batchSize": "2", "backoffSleepIncrement": "1", "maxBackoffSleep": "2"})
 	sourcetest.Start(t, s, r)
-	if !sourcetest.Eventually(func() bool { return !s.worker.Running() || s.counters.ChannelWriteFail.Load() == 2 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return !s.worker.Running() || s.counters.ChannelWriteFail.Load() == 2 }, 5*time.Second) {
 		t.Fatalf("ChannelWriteFailCount %d, want 2", s.counters.ChannelWriteFail.Load())
 	}
 	time.Sleep(50 * time.Millisecond)

@@ -19,12 +19,12 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
-	avrosource "github.com/sluicehq/sluice/internal/source/avro"
-	httpsource "github.com/sluicehq/sluice/internal/source/http"
-	otlpsource "github.com/sluicehq/sluice/internal/source/otlp"
+	"github.com/sluicehq/sluice/internal/source/avro"
+	"github.com/sluicehq/sluice/internal/source/http"
+	"github.com/sluicehq/sluice/internal/source/otlp"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 	"github.com/sluicehq/sluice/internal/source/syslog"
-	thriftsource "github.com/sluicehq/sluice/internal/source/thrift"
+	"github.com/sluicehq/sluice/internal/source/thrift"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/internal/thriftrpc"
 	"github.com/sluicehq/sluice/internal/tlsconf"
@@ -154,8 +154,8 @@ func TestClientCertificates(t *testing.T) {
 		{"avro", avrosource.New, sourcetest.Loopback(tlsProps), sendAvro},
 		{"thrift", thriftsource.New, sourcetest.Loopback(tlsProps), sendThrift},
 		{"http", httpsource.New, withProps(map[string]string{"bind": "127.0.0.1", "port": "0"}), sendHTTP},
-		{"syslogtcp", syslog.NewTCP, withProps(map[string]string{"host": "127.0.0.1", "port": "0"}), sendSyslog},
-		{"multiport_syslogtcp", syslog.NewMultiport, withProps(map[string]string{"host": "127.0.0.1", "ports": "0"}), sendSyslog},
+		{"syslogtcp", syslogsource.NewTCP, withProps(map[string]string{"host": "127.0.0.1", "port": "0"}), sendSyslog},
+		{"multiport_syslogtcp", syslogsource.NewMultiport, withProps(map[string]string{"host": "127.0.0.1", "ports": "0"}), sendSyslog},
 		{"otlp", otlpsource.New, withProps(map[string]string{"bind": "127.0.0.1", "grpcPort": "-1", "httpPort": "0"}), sendOTLP},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -39,7 +39,7 @@ func NewPipeline(tb testing.TB, capacity, txCap int, keepAlive time.Duration) *P
 		"byteCapacity":        "0",
 	})
 	env := Env("c1", "memory")
-	ch, err := memory.New(env, p)
+	ch, err := memorychannel.New(env, p)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -112,21 +112,6 @@ func Seq(prefix string, n int) []string {
 // Env returns a component environment with a private metrics registry.
 func Env(name, typ string) flow.Env {
 	return flow.Env{Agent: "a1", Name: name, Type: typ, Metrics: metrics.NewRegistry("a1"), Logger: slog.New(slog.DiscardHandler)}
-}
-
-// Eventually polls cond every few milliseconds until it holds or timeout
-// passes, and reports whether it held.
-func Eventually(cond func() bool, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // Loopback returns props over bind 127.0.0.1 and port 0 (any free port),

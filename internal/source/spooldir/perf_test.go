@@ -1,4 +1,4 @@
-package spooldir
+package spooldirsource
 
 import (
 	"bytes"
@@ -79,12 +79,12 @@ a1.sinks.k1.channel = c1
 				log := newLogFile(t)
 				t0 := time.Now()
 				a := startAgent(t, b.path, conf, log.f)
-				waitFor(t, "every file read", 10*time.Minute, log.show, func() bool {
+				testutil.WaitFor(t, 10*time.Minute, "every file read", func() bool {
 					m, _ := filepath.Glob(filepath.Join(spool, "f*.log"))
 					return len(m) == 0
 				})
 				took := time.Since(t0)
-				a.term(t, log.show)
+				a.Stop(30 * time.Second)
 				t.Logf("batchSize %4d, %-10s: %d files of %d lines in %v: %.0f files/s, %.0f lines/s",
 					batch, b.name, files, perFile, took.Round(time.Millisecond),
 					float64(files)/took.Seconds(), float64(lines)/took.Seconds())

@@ -1,4 +1,4 @@
-package spooldir
+package spooldirsource
 
 // Tests of the spooldir source through the real agent binary (cmd/sluice,
 // built here): SIGKILL in the middle of a file, and a file appended to while
@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -137,52 +136,13 @@ func (r *receiver) count(line string) int {
 	return r.seen[line]
 }
 
-// agentRun is one run of the agent binary.
-type agentRun struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func startAgent(t *testing.T, bin, conf string, log io.Writer, extra ...string) *agentRun {
+// startAgent runs the agent binary on conf with its output in log too,
+// the log of all the test's runs.
+func startAgent(t *testing.T, bin, conf string, log io.Writer, extra ...string) *testutil.AgentProcess {
 	t.Helper()
-	args := append([]string{"agent", "-f", conf, "-n", "a1", "--no-reload-conf"}, extra...)
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	a := &agentRun{cmd: cmd, done: make(chan error, 1)}
-	go func() { a.done <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-a.done; a.done <- nil })
-	return a
-}
-
-func (a *agentRun) kill(t *testing.T) {
-	t.Helper()
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	err := <-a.done
-	a.done <- err
-}
-
-// term stops the agent with SIGTERM and fails the test unless it exits 0.
-func (a *agentRun) term(t *testing.T, showLog func()) {
-	t.Helper()
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-a.done:
-		a.done <- err
-		if err != nil {
-			showLog()
-			t.Fatalf("agent exit after SIGTERM: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		showLog()
-		t.Fatal("agent did not exit within 30 s of SIGTERM")
-	}
+	cmd := testutil.AgentCommand(bin, conf, extra...)
+	cmd.Stdout = log
+	return testutil.RunAgent(t, cmd)
 }
 
 // logFile is the agent's log, shared by its runs.
@@ -267,18 +227,6 @@ func spoolFile(t *testing.T, dir, name string, lines []string, mtime time.Time) 
 	return path
 }
 
-func waitFor(t *testing.T, what string, limit time.Duration, showLog func(), cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			showLog()
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestProcessKill9MidFile is issue 12's row "spooldir: SIGKILL mid-file (3
 // times, 20 files of 20,000 lines)": every line arrives, and each kill
 // repeats at most the batches in flight (one source batch committed to the
@@ -319,26 +267,27 @@ func TestProcessKill9MidFile(t *testing.T) {
 	for k := range kills {
 		a := startAgent(t, bin, conf, log.f)
 		at := (2*k+1)*all/(2*kills) + perFile/2 // the middle of a file
-		waitFor(t, fmt.Sprintf("%d lines before kill %d", at, k+1), 60*time.Second, log.show, func() bool {
+		testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("%d lines before kill %d", at, k+1), func() bool {
 			d, _ := rcv.counts()
 			return d >= at
 		})
-		a.kill(t)
+		a.Signal(syscall.SIGKILL)
+		<-a.Done()
 		prog, _ := os.ReadFile(filepath.Join(spool, ".flumespool", progressName))
 		d, n := rcv.counts()
 		t.Logf("kill %d at %d distinct lines (%d received); progress file: %s", k+1, d, n, prog)
 		fmt.Fprintf(log.f, "==== killed (%d)\n", k+1)
 	}
 	a := startAgent(t, bin, conf, log.f)
-	waitFor(t, "every line", 60*time.Second, log.show, func() bool {
+	testutil.WaitFor(t, 60*time.Second, "every line", func() bool {
 		d, _ := rcv.counts()
 		return d >= all
 	})
-	waitFor(t, "every file marked done", 10*time.Second, log.show, func() bool {
+	testutil.WaitFor(t, 10*time.Second, "every file marked done", func() bool {
 		m, _ := filepath.Glob(filepath.Join(spool, "*.COMPLETED"))
 		return len(m) == files
 	})
-	a.term(t, log.show)
+	a.Stop(30 * time.Second)
 	time.Sleep(100 * time.Millisecond) // the receiver reads what is left on the connection
 	d, n := rcv.counts()
 	bound := kills * (sourceBatch + sinkBatch)
@@ -387,7 +336,7 @@ func TestProcessAppendWhileReading(t *testing.T) {
 	// Wait until the source is stuck behind the full channel.
 	var accepted int64
 	stable := 0
-	waitFor(t, "the source to block on the full channel", 30*time.Second, log.show, func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the source to block on the full channel", func() bool {
 		got := sourceAccepted(httpAddr)
 		if got > 0 && got == accepted {
 			stable++
@@ -414,14 +363,14 @@ func TestProcessAppendWhileReading(t *testing.T) {
 	warned := func() bool {
 		return strings.Contains(log.String(), "big.log") && strings.Contains(log.String(), "changed")
 	}
-	waitFor(t, "the change to be reported", 30*time.Second, log.show, warned)
+	testutil.WaitFor(t, 30*time.Second, "the change to be reported", warned)
 	// Let the channel drain, then stop cleanly.
-	waitFor(t, "the committed lines to arrive", 30*time.Second, log.show, func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the committed lines to arrive", func() bool {
 		d, _ := rcv.counts()
 		return int64(d) >= sourceAccepted(httpAddr)
 	})
 	time.Sleep(200 * time.Millisecond)
-	a.term(t, log.show)
+	a.Stop(30 * time.Second)
 	firstRun := log.String()
 	committed, _ := rcv.counts()
 	var reports []string
@@ -445,14 +394,14 @@ func TestProcessAppendWhileReading(t *testing.T) {
 
 	fmt.Fprintln(log.f, "==== clean restart")
 	a = startAgent(t, bin, conf, log.f, "--http", httpAddr)
-	waitFor(t, "the rest of the file and the file marked done", 30*time.Second, log.show, func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the rest of the file and the file marked done", func() bool {
 		d, _ := rcv.counts()
 		return d >= n+1 && exists(path+".COMPLETED")
 	})
-	waitFor(t, "the channel to drain", 10*time.Second, log.show, func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the channel to drain", func() bool {
 		return sourceAccepted(httpAddr) >= 0 && channelSize(httpAddr) == 0
 	})
-	a.term(t, log.show)
+	a.Stop(30 * time.Second)
 	time.Sleep(100 * time.Millisecond)
 	d, total := rcv.counts()
 	t.Logf("%d lines, %d delivered before the restart; after it: %d distinct, %d duplicates, appended line %d times",

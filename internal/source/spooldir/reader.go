@@ -1,4 +1,4 @@
-package spooldir
+package spooldirsource
 
 import (
 	"bufio"

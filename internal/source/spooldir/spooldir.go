@@ -1,4 +1,4 @@
-// Package spooldir is Flume's spooling directory source ("spooldir"): it
+// Package spooldirsource is Flume's spooling directory source ("spooldir"): it
 // reads the files dropped into a directory, one at a time, turns each line
 // into an event, and marks a file done (renames it with fileSuffix, records
 // it in trackerDir, or deletes it) once every line of it was committed to
@@ -23,7 +23,7 @@
 // appended to it are delivered once and nothing is repeated; a file that
 // became shorter than what was delivered, or another file under its name,
 // cannot be continued and is left for the operator for good.
-package spooldir
+package spooldirsource
 
 import (
 	"context"

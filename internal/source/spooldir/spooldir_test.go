@@ -1,4 +1,4 @@
-package spooldir
+package spooldirsource
 
 import (
 	"bufio"
@@ -111,7 +111,7 @@ func TestDefaultBatchGrowsToTransactionCapacity(t *testing.T) {
 	fx.write("f1", text, time.Time{})
 	fx.start()
 	fx.expect(want...)
-	if !sourcetest.Eventually(func() bool { return fx.src.counters.AppendBatchAccepted.Load() == 3 }, time.Second) {
+	if !testutil.Eventually(func() bool { return fx.src.counters.AppendBatchAccepted.Load() == 3 }, time.Second) {
 		t.Errorf("AppendBatchAcceptedCount = %d, want 3 (3000 lines in batches of 1000)", fx.src.counters.AppendBatchAccepted.Load())
 	}
 }
@@ -145,7 +145,7 @@ func TestLinesHeadersAndRename(t *testing.T) {
 			t.Errorf("headers = %v", e.Headers)
 		}
 	}
-	if !sourcetest.Eventually(func() bool { return exists(path + ".COMPLETED") }, 5*time.Second) || exists(path) {
+	if !testutil.Eventually(func() bool { return exists(path + ".COMPLETED") }, 5*time.Second) || exists(path) {
 		t.Fatal("the file was not renamed with .COMPLETED")
 	}
 }
@@ -156,7 +156,7 @@ func TestDeleteAndTrackerDir(t *testing.T) {
 		path := fx.write("a.log", "x\n", time.Time{})
 		fx.start()
 		fx.expect("x")
-		if !sourcetest.Eventually(func() bool { return !exists(path) }, 5*time.Second) || exists(path+".COMPLETED") {
+		if !testutil.Eventually(func() bool { return !exists(path) }, 5*time.Second) || exists(path+".COMPLETED") {
 			t.Fatal("the file was not deleted")
 		}
 	})
@@ -166,7 +166,7 @@ func TestDeleteAndTrackerDir(t *testing.T) {
 		path := fx.write("a.log", "x\n", time.Time{})
 		fx.start()
 		fx.expect("x")
-		if !sourcetest.Eventually(func() bool { return exists(filepath.Join(tracker, "a.log.COMPLETED")) }, 5*time.Second) || !exists(path) {
+		if !testutil.Eventually(func() bool { return exists(filepath.Join(tracker, "a.log.COMPLETED")) }, 5*time.Second) || !exists(path) {
 			t.Fatal("no marker in the tracker directory, or the file was moved")
 		}
 		// The marker keeps the file from being read again after a restart.
@@ -240,7 +240,7 @@ func TestBlobDeserializer(t *testing.T) {
 	fx.write("d", "0123456789", t0.Add(3*time.Second))
 	fx.start()
 	fx.expect("one\ntwo\n\xff\x00", "0123456789", "abcdefghij", "0123", "0123456789")
-	if !sourcetest.Eventually(func() bool { return exists(filepath.Join(fx.dir, "c.COMPLETED")) }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return exists(filepath.Join(fx.dir, "c.COMPLETED")) }, 5*time.Second) {
 		t.Fatal("the empty file was not marked done")
 	}
 }
@@ -265,7 +265,7 @@ func TestDecodeErrorPolicy(t *testing.T) {
 		path := fx.write("a", "ok\na\xffb\n", time.Time{})
 		fx.start()
 		fx.expect("ok")
-		if !sourcetest.Eventually(func() bool { return strings.Contains(fx.logs.String(), "not UTF-8") }, 5*time.Second) {
+		if !testutil.Eventually(func() bool { return strings.Contains(fx.logs.String(), "not UTF-8") }, 5*time.Second) {
 			t.Fatalf("no error logged: %s", fx.logs.String())
 		}
 		if !exists(path) || exists(path+".COMPLETED") {
@@ -292,7 +292,7 @@ func TestDoneOnlyAfterCommit(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
-	if !sourcetest.Eventually(func() bool { return exists(path + ".COMPLETED") }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return exists(path + ".COMPLETED") }, 5*time.Second) {
 		t.Fatal("not marked done after every line was committed")
 	}
 }
@@ -341,7 +341,7 @@ func TestChangedWhileRead(t *testing.T) {
 	if !slices.Equal(got, append(want, "other")) {
 		t.Fatalf("got %q, want the file's first 30 lines, then the other file", got)
 	}
-	if !sourcetest.Eventually(func() bool { return exists(other + ".COMPLETED") }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return exists(other + ".COMPLETED") }, 5*time.Second) {
 		t.Fatal("the other file was not read while the changed one is left")
 	}
 	var reports []string
@@ -364,7 +364,7 @@ func TestChangedWhileRead(t *testing.T) {
 	fx.stop()
 	fx.start()
 	fx.expect("appended")
-	if !sourcetest.Eventually(func() bool { return exists(path + ".COMPLETED") }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return exists(path + ".COMPLETED") }, 5*time.Second) {
 		t.Fatal("the file was not marked done once continued")
 	}
 	if l := fx.logs.String(); !strings.Contains(l, "continues a file that changed while it was read") {
@@ -392,14 +392,14 @@ func TestChangedFileMovedAway(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %q", got)
 	}
-	if !sourcetest.Eventually(func() bool { return strings.Contains(fx.logs.String(), "changed while it was read") }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return strings.Contains(fx.logs.String(), "changed while it was read") }, 5*time.Second) {
 		t.Fatal("the change was not reported")
 	}
 	if err := os.Rename(path, filepath.Join(t.TempDir(), "a.log")); err != nil {
 		t.Fatal(err)
 	}
 	progressFile := filepath.Join(fx.dir, ".flumespool", progressName)
-	if !sourcetest.Eventually(func() bool {
+	if !testutil.Eventually(func() bool {
 		p, err := loadProgress(progressFile)
 		return err == nil && len(p.entries) == 0
 	}, 5*time.Second) {
@@ -408,7 +408,7 @@ func TestChangedFileMovedAway(t *testing.T) {
 	}
 	fx.write("a.log", "fresh\n", time.Time{})
 	fx.expect("fresh")
-	if !sourcetest.Eventually(func() bool { return exists(path + ".COMPLETED") }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return exists(path + ".COMPLETED") }, 5*time.Second) {
 		t.Fatal("the new file was not marked done")
 	}
 }
@@ -427,7 +427,7 @@ func TestProgressEveryBatch(t *testing.T) {
 		// The channel holds one batch: batch k is committed and k+1
 		// waits, so the progress must say exactly k batches.
 		wantPos := int64(len(strings.Join(strings.SplitAfter(text, "\n")[:10*batch], "")))
-		if !sourcetest.Eventually(func() bool {
+		if !testutil.Eventually(func() bool {
 			p, err := loadProgress(progressFile)
 			if err != nil || len(p.entries) != 1 {
 				return false
@@ -486,7 +486,7 @@ func TestCannotContinue(t *testing.T) {
 			tc.change(t, path)
 			fx.start()
 			fx.expect()
-			if !sourcetest.Eventually(func() bool { return strings.Contains(fx.logs.String(), tc.want) }, 5*time.Second) {
+			if !testutil.Eventually(func() bool { return strings.Contains(fx.logs.String(), tc.want) }, 5*time.Second) {
 				t.Fatalf("no report of %q: %s", tc.want, fx.logs.String())
 			}
 			if n := strings.Count(fx.logs.String(), "leaves a file it cannot continue"); n != 1 {
@@ -623,7 +623,7 @@ func TestNameUsedTwice(t *testing.T) {
 	path := fx.write("a", "x\n", time.Time{})
 	fx.start()
 	fx.expect("x")
-	if !sourcetest.Eventually(func() bool { return strings.Contains(fx.logs.String(), "that file exists") }, 5*time.Second) || !exists(path) {
+	if !testutil.Eventually(func() bool { return strings.Contains(fx.logs.String(), "that file exists") }, 5*time.Second) || !exists(path) {
 		t.Fatalf("no error for a done name already taken: %s", fx.logs.String())
 	}
 }
@@ -709,7 +709,7 @@ func TestIntakeClosed(t *testing.T) {
 	if err := s.Start(context.Background(), proc); err != nil {
 		t.Fatal(err)
 	}
-	if !sourcetest.Eventually(func() bool { return proc.calls.Load() > 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return proc.calls.Load() > 0 }, 5*time.Second) {
 		t.Fatal("no put was tried")
 	}
 	time.Sleep(600 * time.Millisecond) // longer than the first retry would wait

@@ -1,4 +1,4 @@
-package syslog
+package syslogsource
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // holdProc records batch sizes; the first Process waits for release, so
@@ -171,7 +172,7 @@ func TestTCPToppedUpBatchAfterAPartialMessage(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // the source handles it before the next part
 	}
-	if !sourcetest.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total >= len(want) }, 10*time.Second) {
+	if !testutil.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total >= len(want) }, 10*time.Second) {
 		t.Fatalf("got %d of %d messages", p.total, len(want))
 	}
 	time.Sleep(50 * time.Millisecond) // nothing more may come

@@ -1,4 +1,4 @@
-package syslog
+package syslogsource
 
 import (
 	"context"
@@ -76,7 +76,7 @@ func TestTCPHonestServedAtLimit(t *testing.T) {
 		}
 		defer c.Close()
 	}
-	if !sourcetest.Eventually(func() bool { return counter(reg, "OpenConnectionCount") == 10 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return counter(reg, "OpenConnectionCount") == 10 }, 5*time.Second) {
 		t.Fatalf("OpenConnectionCount %d, want 10", counter(reg, "OpenConnectionCount"))
 	}
 	send(t, addrs[1], "<13>Jun 15 11:22:33 host app: honest\n")

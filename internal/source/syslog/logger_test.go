@@ -1,4 +1,4 @@
-package syslog
+package syslogsource
 
 import (
 	"net"
@@ -11,27 +11,14 @@ import (
 
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
-
-// loggerPath finds util-linux's logger (Debian package bsdutils, installed
-// by .ci/run). Without it the test fails in CI and is skipped elsewhere.
-func loggerPath(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("logger")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("logger (util-linux, Debian package bsdutils) is not installed; .ci/run installs it")
-		}
-		t.Skip("logger (util-linux) is not installed; apt-get install bsdutils")
-	}
-	return p
-}
 
 // TestLogger sends RFC 3164 and RFC 5424 messages with the real logger
 // tool over UDP, TCP with newlines and TCP with octet counting, to each
 // source, and checks the events against what Flume makes of them.
 func TestLogger(t *testing.T) {
-	bin := loggerPath(t)
+	bin := testutil.SystemTool(t, "logger", "bsdutils")
 	host, err := os.Hostname()
 	if err != nil {
 		t.Fatal(err)

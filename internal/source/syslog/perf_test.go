@@ -1,22 +1,18 @@
-package syslog_test
+package syslogsource_test
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/agent"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
 // startAgent runs an agent with a syslog source of type typ on a free port,
@@ -43,22 +39,7 @@ a1.sinks.k1.type = null
 a1.sinks.k1.batchSize = %d
 a1.sinks.k1.channel = c1
 `, typ, portKey, port, batch, batch, batch)
-	file := filepath.Join(t.TempDir(), "a.properties")
-	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Options{File: file, Name: "a1", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		a.Stop(ctx)
-	})
+	a := agenttest.StartConf(t, conf)
 	return a, port
 }
 
@@ -106,9 +87,7 @@ func TestAgentTypes(t *testing.T) {
 //
 //	SLUICE_PERF=1 go test -run TestPerfTCP -v ./internal/source/syslog/
 func TestPerfTCP(t *testing.T) {
-	if os.Getenv("SLUICE_PERF") == "" {
-		t.Skip("set SLUICE_PERF=1 to run")
-	}
+	testutil.RequirePerf(t)
 	for _, c := range []struct {
 		typ       string
 		framing   string
@@ -135,7 +114,7 @@ func TestPerfTCP(t *testing.T) {
 				payloads[i] = []byte(b.String())
 			}
 			total := int64(c.conns * c.n)
-			cpu0 := cpuTime()
+			cpu0 := testutil.CPUTime()
 			start := time.Now()
 			var wg sync.WaitGroup
 			for _, p := range payloads {
@@ -162,7 +141,7 @@ func TestPerfTCP(t *testing.T) {
 				time.Sleep(2 * time.Millisecond)
 			}
 			el := time.Since(start)
-			cpu := cpuTime() - cpu0
+			cpu := testutil.CPUTime() - cpu0
 			bytes := 0
 			for _, p := range payloads {
 				bytes += len(p)
@@ -172,11 +151,4 @@ func TestPerfTCP(t *testing.T) {
 				float64(cpu.Microseconds())/float64(total), cpu.Seconds()/el.Seconds())
 		})
 	}
-}
-
-// cpuTime is the CPU time (user + system) the process used so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru) // cannot fail for RUSAGE_SELF
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

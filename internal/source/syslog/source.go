@@ -1,4 +1,4 @@
-// Package syslog holds Flume's syslog sources: "syslogtcp" and "syslogudp",
+// Package syslogsource holds Flume's syslog sources: "syslogtcp" and "syslogudp",
 // which parse messages as Flume's SyslogUtils does, and
 // "multiport_syslogtcp", which listens on several ports and parses as
 // Flume's SyslogParser does. Each sets Flume's headers (Facility, Severity,
@@ -13,7 +13,7 @@
 // channels' transactionCapacity), so batches grow with the load and a lone
 // message is not held back. When the channel is full the connection is not read
 // until the batch commits, which pushes back on the sender.
-package syslog
+package syslogsource
 
 import (
 	"math"

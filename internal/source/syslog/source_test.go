@@ -1,4 +1,4 @@
-package syslog
+package syslogsource
 
 import (
 	"context"
@@ -138,7 +138,7 @@ func TestTCPFramings(t *testing.T) {
 	if got[0].Headers["host"] != "host0" || got[0].Headers[HeaderSeverity] != "5" || got[1].Headers[HeaderSeverity] != "6" {
 		t.Errorf("newline headers %v %v", got[0].Headers, got[1].Headers)
 	}
-	if !sourcetest.Eventually(func() bool { return counter(reg, "EventAcceptedCount") == 5 }, time.Second) {
+	if !testutil.Eventually(func() bool { return counter(reg, "EventAcceptedCount") == 5 }, time.Second) {
 		t.Errorf("EventAcceptedCount %d, want 5", counter(reg, "EventAcceptedCount"))
 	}
 }
@@ -340,7 +340,7 @@ func TestUDP(t *testing.T) {
 	}
 	// The empty datagram and "<" make no event and count as read failures,
 	// as Flume's failed Integer.parseInt does; "<1x" is Invalid and counted.
-	if !sourcetest.Eventually(func() bool { return counter(reg, "EventReadFail") == 3 }, time.Second) {
+	if !testutil.Eventually(func() bool { return counter(reg, "EventReadFail") == 3 }, time.Second) {
 		t.Errorf("EventReadFail %d, want 3", counter(reg, "EventReadFail"))
 	}
 }

@@ -1,4 +1,4 @@
-package taildir
+package taildirsource
 
 import (
 	"context"
@@ -7,13 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // countingProcessor counts what the source puts and keeps nothing: the
@@ -65,14 +65,14 @@ func BenchmarkTail(b *testing.B) {
 					b.Fatal(err, p.Err())
 				}
 				proc := &countingProcessor{}
-				c0 := cpuTime()
+				c0 := testutil.CPUTime()
 				if err := s.Start(context.Background(), proc); err != nil {
 					b.Fatal(err)
 				}
 				for proc.events.Load() < want {
 					time.Sleep(time.Millisecond)
 				}
-				cpu += cpuTime() - c0
+				cpu += testutil.CPUTime() - c0
 				s.Stop(context.Background())
 				if got := proc.events.Load(); got != want {
 					b.Fatalf("%d events, want %d", got, want)
@@ -83,14 +83,4 @@ func BenchmarkTail(b *testing.B) {
 			b.ReportMetric(float64(cpu.Nanoseconds())/n, "cpu-ns/record")
 		})
 	}
-}
-
-// cpuTime is the CPU the process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru) // cannot fail for RUSAGE_SELF
-	tv := func(t syscall.Timeval) time.Duration {
-		return time.Duration(t.Sec)*time.Second + time.Duration(t.Usec)*time.Microsecond
-	}
-	return tv(ru.Utime) + tv(ru.Stime)
 }

@@ -1,4 +1,4 @@
-package taildir
+package taildirsource
 
 import (
 	"context"
@@ -204,7 +204,7 @@ func TestRecordsExactlyOnceAcrossStops(t *testing.T) {
 		}
 		gate := &countingGate{inner: fx.pl.Processor, allow: int64(1 + round%3)}
 		fx.startWith(gate)
-		done := !sourcetest.Eventually(func() bool { return gate.refused.Load() > 0 }, 500*time.Millisecond)
+		done := !testutil.Eventually(func() bool { return gate.refused.Load() > 0 }, 500*time.Millisecond)
 		fx.stop()
 		if done {
 			break
@@ -248,7 +248,7 @@ func TestPartialAcrossRotation(t *testing.T) {
 	fx.append("0.log", criLine(t0, "stdout", false, "new")+criLine(t0, "stderr", false, "line")+criLine(t0, "stdout", false, "next"))
 	got := fx.expect("new", "split line", "next")
 	header(t, got[1], "time", t0.Format(time.RFC3339Nano))
-	if !sourcetest.Eventually(func() bool {
+	if !testutil.Eventually(func() bool {
 		ps := readPositions(t, fx.pos)
 		return len(ps) == 1 && ps[0].File == fx.path("0.log")
 	}, 5*time.Second) {
@@ -273,7 +273,7 @@ func TestPartialAcrossRotationAndStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	fx.append("0.log", "") // the runtime opens the new file
-	if !sourcetest.Eventually(func() bool {
+	if !testutil.Eventually(func() bool {
 		ps := readPositions(t, fx.pos)
 		return len(ps) == 2
 	}, 5*time.Second) {
@@ -292,7 +292,7 @@ func TestPartialAcrossRotationAndStop(t *testing.T) {
 	fx.append("0.log", criLine(t0, "stdout", false, "line")+criLine(t0, "stdout", false, "next"))
 	fx.start()
 	fx.expect("split line", "next")
-	if !sourcetest.Eventually(func() bool {
+	if !testutil.Eventually(func() bool {
 		m, _ := filepath.Glob(fx.pos + ".spill-*")
 		return len(m) == 0
 	}, 5*time.Second) {
@@ -369,7 +369,7 @@ func TestPodsComeAndGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	fx.pl.Drain(t, 1, 5*time.Second)
-	if !sourcetest.Eventually(func() bool {
+	if !testutil.Eventually(func() bool {
 		ps := readPositions(t, fx.pos)
 		return len(ps) == 1 && ps[0].File == filepath.Join(b, "2.log")
 	}, 10*time.Second) {
@@ -477,7 +477,7 @@ func TestKubeletLabels(t *testing.T) {
 	appendTo(t, filepath.Join(d, "2.log"), criLine(t0, "stdout", false, "while down"))
 	got = fx.expect("while down")
 	header(t, got[0], "k8s.label.app", "web") // still known from before
-	if !sourcetest.Eventually(func() bool {
+	if !testutil.Eventually(func() bool {
 		n, _ := strconv.Atoi(testutil.Metric(fx.src.counters.Set, "KubeletRequestFail"))
 		return n >= 2
 	}, 10*time.Second) {

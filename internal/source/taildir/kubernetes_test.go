@@ -1,11 +1,9 @@
-package taildir_test
+package taildirsource_test
 
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -51,9 +49,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 //
 // runs 1,000 pods and more restarts.
 func TestKubernetesNode(t *testing.T) {
-	if _, err := exec.LookPath("gzip"); err != nil {
-		t.Skip("gzip is not installed")
-	}
+	testutil.SystemTool(t, "gzip", "gzip")
 	long := os.Getenv("SLUICE_LONG") != ""
 	bin := testutil.AgentBinary(t)
 	for _, kill := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
@@ -86,7 +82,7 @@ func runNode(t *testing.T, bin string, kill syscall.Signal, sc nodeScenario) {
 	}
 	chans := testutil.MemoryDir(t)
 	conf := filepath.Join(state, "agent.properties")
-	writeFile(t, conf, fmt.Sprintf(`a1.sources = r1
+	testutil.WriteFile(t, conf, fmt.Sprintf(`a1.sources = r1
 a1.channels = c1
 a1.sinks = k1
 a1.sources.r1.type = taildir
@@ -113,7 +109,7 @@ a1.sinks.k1.sink.batchSize = 500
 
 	n := newNode(t, pods, kill == syscall.SIGTERM)
 	n.minAge = sc.minAge
-	logs := &procLog{}
+	logs := &testutil.LogBuffer{}
 	a := startBinary(t, bin, conf, logs)
 	n.agentUp.Store(true)
 	t0 := time.Now()
@@ -125,9 +121,9 @@ a1.sinks.k1.sink.batchSize = 500
 		n.down.Lock() // no pod directory is deleted until the agent runs again
 		n.agentUp.Store(false)
 		rate := float64(n.lines()) / time.Since(t0).Seconds()
-		a.signal(kill)
-		if code := a.exit(30 * time.Second); kill == syscall.SIGTERM && code != 0 {
-			t.Fatalf("restart %d: exit status %d after SIGTERM\n%s", i, code, a.log.String())
+		a.Signal(kill)
+		if code := a.Exit(30 * time.Second); kill == syscall.SIGTERM && code != 0 {
+			t.Fatalf("restart %d: exit status %d after SIGTERM\n%s", i, code, a.Log.String())
 		}
 		// What the positions written at most writePosInterval ago, and the
 		// batches in flight, do not cover is sent again after a SIGKILL.
@@ -157,11 +153,11 @@ a1.sinks.k1.sink.batchSize = 500
 	}
 	// The pods are gone: their positions go once the files are idle.
 	posFile := filepath.Join(state, "taildir_position.json")
-	if !eventuallyTrue(func() bool { return strings.TrimSpace(readString(posFile)) == "[]" }, 20*time.Second) {
+	if !testutil.Eventually(func() bool { return strings.TrimSpace(readString(posFile)) == "[]" }, 20*time.Second) {
 		t.Errorf("the position file still holds files of pods that are gone: %.500s", readString(posFile))
 	}
-	a.signal(syscall.SIGTERM)
-	if code := a.exit(30 * time.Second); code != 0 {
+	a.Signal(syscall.SIGTERM)
+	if code := a.Exit(30 * time.Second); code != 0 {
 		t.Errorf("exit status %d after the last SIGTERM", code)
 	}
 	got = countDelivered(t, out, n)
@@ -507,7 +503,7 @@ func (d deliveredLines) missing(n *node) int {
 	return m
 }
 
-func (d deliveredLines) someMissing(n *node, logs *procLog) string {
+func (d deliveredLines) someMissing(n *node, logs *testutil.LogBuffer) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var s []string
@@ -530,96 +526,15 @@ func (d deliveredLines) someMissing(n *node, logs *procLog) string {
 	return strings.Join(s, "\n")
 }
 
-// agentProc is a run of the agent binary.
-type agentProc struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	log  *procLog
-	done chan struct{}
-	err  error
-}
-
-type procLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *procLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *procLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *procLog) tail(n int) string {
-	s := l.String()
-	return s[max(0, len(s)-n):]
-}
-
-// startBinary runs the agent and waits until its sources run.
-func startBinary(t *testing.T, bin, conf string, all *procLog) *agentProc {
+// startBinary runs the agent, its output in all too, and waits until its
+// sources run.
+func startBinary(t *testing.T, bin, conf string, all *testutil.LogBuffer) *testutil.AgentProcess {
 	t.Helper()
-	p := &agentProc{t: t, log: &procLog{}, done: make(chan struct{}),
-		cmd: exec.Command(bin, "agent", "-f", conf, "-n", "a1", "--no-reload-conf", "--log-level", "debug")}
-	p.cmd.Stdout = io.MultiWriter(p.log, all)
-	p.cmd.Stderr = p.cmd.Stdout
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-
-	})
-	if !eventuallyTrue(func() bool { return strings.Contains(p.log.String(), `msg="agent started"`) }, 30*time.Second) {
-		t.Fatalf("the agent did not start\n%s", p.log.tail(4000))
-	}
+	cmd := testutil.AgentCommand(bin, conf, "--log-level", "debug")
+	cmd.Stdout = all
+	p := testutil.RunAgent(t, cmd)
+	p.WaitUntil(30*time.Second, "the agent to start", func() bool { return strings.Contains(p.Log.String(), `msg="agent started"`) })
 	return p
-}
-
-func (p *agentProc) signal(sig syscall.Signal) {
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		p.t.Fatal(err)
-	}
-}
-
-// exit waits for the process to end and returns its exit code (-1 when
-// killed by a signal).
-func (p *agentProc) exit(d time.Duration) int {
-	select {
-	case <-p.done:
-	case <-time.After(d):
-		p.t.Fatalf("the agent did not exit within %v", d)
-	}
-	var ee *exec.ExitError
-	if errors.As(p.err, &ee) {
-		return ee.ExitCode()
-	}
-	return 0
-}
-
-func eventuallyTrue(f func() bool, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if f() {
-			return true
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return f()
 }
 
 func readString(path string) string {

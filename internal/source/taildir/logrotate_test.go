@@ -1,4 +1,4 @@
-package taildir_test
+package taildirsource_test
 
 import (
 	"bufio"
@@ -17,28 +17,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/agent"
+	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
 // These tests run the real logrotate over a file written at a steady pace,
 // with a whole agent (taildir -> memory -> file_roll) tailing it and being
 // restarted in between, and check that every line written is delivered
 // exactly once. SLUICE_LONG=1 makes each a longer soak.
-
-// logrotateBin finds logrotate; CI installs it (.ci/run), so there a missing
-// one is a failure, elsewhere a skip.
-func logrotateBin(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{"logrotate", "/usr/sbin/logrotate", "/sbin/logrotate"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("logrotate is not installed (apt-get install -y logrotate)")
-	}
-	t.Skip("logrotate is not installed; apt-get install -y logrotate to run this test")
-	return ""
-}
 
 type rotation struct {
 	name    string
@@ -66,7 +52,7 @@ var rotations = []rotation{
 }
 
 func TestLogrotateExactlyOnce(t *testing.T) {
-	bin := logrotateBin(t)
+	bin := testutil.SystemTool(t, "logrotate", "logrotate")
 	long := os.Getenv("SLUICE_LONG") != ""
 	for _, r := range rotations {
 		t.Run(r.name, func(t *testing.T) {
@@ -90,9 +76,9 @@ func runRotation(t *testing.T, bin string, r rotation, rounds int, pace time.Dur
 	}
 	logFile := filepath.Join(logs, "app.log")
 	rotConf := filepath.Join(state, "logrotate.conf")
-	writeFile(t, rotConf, fmt.Sprintf("%s {\n  rotate 1000\n  missingok\n  %s\n}\n", logFile, strings.ReplaceAll(r.conf, "\n", "\n  ")))
+	testutil.WriteFile(t, rotConf, fmt.Sprintf("%s {\n  rotate 1000\n  missingok\n  %s\n}\n", logFile, strings.ReplaceAll(r.conf, "\n", "\n  ")))
 	agentConf := filepath.Join(state, "agent.properties")
-	writeFile(t, agentConf, fmt.Sprintf(`a1.sources = r1
+	testutil.WriteFile(t, agentConf, fmt.Sprintf(`a1.sources = r1
 a1.channels = c1
 a1.sinks = k1
 a1.sources.r1.type = taildir
@@ -112,7 +98,7 @@ a1.sinks.k1.sink.rollInterval = 0
 `, logs, r.pattern, state, out))
 
 	w := startWriter(t, logFile)
-	a := startAgent(t, agentConf)
+	a := agenttest.Start(t, agent.Options{File: agentConf, Logger: testLogger()})
 	rotations := 0
 	rotate := func() {
 		rotations++
@@ -139,7 +125,7 @@ a1.sinks.k1.sink.rollInterval = 0
 			if r.whileDown {
 				rotate()
 			}
-			a = startAgent(t, agentConf)
+			a = agenttest.Start(t, agent.Options{File: agentConf, Logger: testLogger()})
 		}
 	}
 	time.Sleep(pace)
@@ -200,25 +186,6 @@ func covered(got, want map[int]int) bool {
 		}
 	}
 	return true
-}
-
-func writeFile(t *testing.T, path, text string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func startAgent(t *testing.T, conf string) *agent.Agent {
-	t.Helper()
-	a, err := agent.New(agent.Options{File: conf, Name: "a1", Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return a
 }
 
 // writer appends numbered lines to a log file at a steady pace.

@@ -1,4 +1,4 @@
-package taildir_test
+package taildirsource_test
 
 import (
 	"bytes"
@@ -9,23 +9,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/source/sourcetest"
+	"github.com/sluicehq/sluice/internal/agent"
+	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 
 // Opt-in measurements for docs/PERFORMANCE.md (section "taildir"):
 //
 //	SLUICE_PERF=1 go test -run 'TestPerf' -v -count=1 ./internal/source/taildir/
 
-func perfOnly(t *testing.T) {
-	if os.Getenv("SLUICE_PERF") == "" {
-		t.Skip("set SLUICE_PERF=1 to run the taildir measurements")
-	}
-}
-
 // TestPerfThroughput tails a file of 256-byte lines through a memory
 // channel into a file_roll sink and reports MiB/s.
 func TestPerfThroughput(t *testing.T) {
-	perfOnly(t)
+	testutil.RequirePerf(t)
 	const total = 512 << 20 // bytes of log
 	line := append(bytes.Repeat([]byte("x"), 255), '\n')
 	for _, batch := range []int{100, 1000} {
@@ -48,7 +44,7 @@ func TestPerfThroughput(t *testing.T) {
 			}
 			f.Close()
 			conf := filepath.Join(base, "agent.properties")
-			writeFile(t, conf, fmt.Sprintf(`a1.sources = r1
+			testutil.WriteFile(t, conf, fmt.Sprintf(`a1.sources = r1
 a1.channels = c1
 a1.sinks = k1
 a1.sources.r1.type = taildir
@@ -69,9 +65,9 @@ a1.sinks.k1.sink.batchSize = %d
 			var ru0 syscall.Rusage
 			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0) // cannot fail for RUSAGE_SELF
 			start := time.Now()
-			a := startAgent(t, conf)
+			a := agenttest.Start(t, agent.Options{File: conf, Logger: testLogger()})
 			defer a.Stop(t.Context())
-			if !sourcetest.Eventually(func() bool { return dirSize(out) >= total }, 5*time.Minute) {
+			if !testutil.Eventually(func() bool { return dirSize(out) >= total }, 5*time.Minute) {
 				t.Fatalf("only %d of %d bytes arrived", dirSize(out), total)
 			}
 			el := time.Since(start)
@@ -87,7 +83,7 @@ a1.sinks.k1.sink.batchSize = %d
 // TestPerfIdleFiles follows 1,000 idle files and reports the CPU the whole
 // process uses while nothing is written.
 func TestPerfIdleFiles(t *testing.T) {
-	perfOnly(t)
+	testutil.RequirePerf(t)
 	const files = 1000
 	for _, watch := range []bool{true, false} {
 		t.Run(fmt.Sprintf("watchFiles=%v", watch), func(t *testing.T) {
@@ -100,10 +96,10 @@ func TestPerfIdleFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := 0; i < files; i++ {
-				writeFile(t, filepath.Join(logs, fmt.Sprintf("app-%04d.log", i)), "one line\n")
+				testutil.WriteFile(t, filepath.Join(logs, fmt.Sprintf("app-%04d.log", i)), "one line\n")
 			}
 			conf := filepath.Join(base, "agent.properties")
-			writeFile(t, conf, fmt.Sprintf(`a1.sources = r1
+			testutil.WriteFile(t, conf, fmt.Sprintf(`a1.sources = r1
 a1.channels = c1
 a1.sinks = k1
 a1.sources.r1.type = taildir
@@ -118,9 +114,9 @@ a1.sinks.k1.channel = c1
 a1.sinks.k1.sink.directory = %s
 a1.sinks.k1.sink.rollInterval = 0
 `, logs, base, watch, out))
-			a := startAgent(t, conf)
+			a := agenttest.Start(t, agent.Options{File: conf, Logger: testLogger()})
 			defer a.Stop(t.Context())
-			if !sourcetest.Eventually(func() bool { return dirSize(out) >= files*9 }, time.Minute) {
+			if !testutil.Eventually(func() bool { return dirSize(out) >= files*9 }, time.Minute) {
 				t.Fatalf("the files' lines did not arrive: %d bytes", dirSize(out))
 			}
 			time.Sleep(time.Second)

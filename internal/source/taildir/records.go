@@ -1,4 +1,4 @@
-package taildir
+package taildirsource
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-// Package taildir is Flume's taildir source ("taildir"): it follows the
+// Package taildirsource is Flume's taildir source ("taildir"): it follows the
 // files whose names match each file group's pattern, turns every line into
 // an event, and remembers how far it got in a position file in Flume's
 // format, so that a restart continues where it stopped (and a Flume position
@@ -44,7 +44,7 @@
 // pieces of a line joined per stream, also across a rotation (records.go,
 // container.go), with the pod's metadata from the path and the kubelet
 // (k8s.go).
-package taildir
+package taildirsource
 
 import (
 	"context"

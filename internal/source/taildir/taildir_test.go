@@ -1,4 +1,4 @@
-package taildir
+package taildirsource
 
 import (
 	"context"
@@ -187,7 +187,7 @@ func TestPositionsAdvanceOnlyAfterCommit(t *testing.T) {
 	fx.append("app.log", text)
 	fx.start()
 	// The channel holds one batch of 10; the source retries the second.
-	if !sourcetest.Eventually(func() bool { return fx.src.counters.ChannelWriteFail.Load() > 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return fx.src.counters.ChannelWriteFail.Load() > 0 }, 5*time.Second) {
 		t.Fatal("no failed put with a full channel")
 	}
 	fx.stop()
@@ -359,7 +359,7 @@ func TestDeletedWhileUnread(t *testing.T) {
 	f.Close()
 	fx.expect("two")
 	// Once idle and closed it is dropped from the positions.
-	if !sourcetest.Eventually(func() bool {
+	if !testutil.Eventually(func() bool {
 		ps, _ := loadPositions(fx.pos)
 		return len(ps) == 0
 	}, 5*time.Second) {
@@ -375,7 +375,7 @@ func TestInodeReuse(t *testing.T) {
 	fx.append("app.log", "first file line\n")
 	fx.expect("first file line")
 	// Wait for the idle close, then replace the file between two scans.
-	if !sourcetest.Eventually(func() bool { return fileClosed(fx.path("app.log")) }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return fileClosed(fx.path("app.log")) }, 5*time.Second) {
 		t.Fatal("the idle file was not closed")
 	}
 	ino := inode(t, fx.path("app.log"))
@@ -469,7 +469,7 @@ func TestMaxBatchCountAndBatchSize(t *testing.T) {
 		t.Errorf("first two batches = %q, want one batch from each file", first)
 	}
 	// The counter moves just after the commit the drain saw.
-	if !sourcetest.Eventually(func() bool { return fx.src.counters.AppendBatchAccepted.Load() == 10 }, time.Second) {
+	if !testutil.Eventually(func() bool { return fx.src.counters.AppendBatchAccepted.Load() == 10 }, time.Second) {
 		t.Errorf("AppendBatchAcceptedCount = %d, want 10 (30 lines in batches of 7, twice)", fx.src.counters.AppendBatchAccepted.Load())
 	}
 }
@@ -484,7 +484,7 @@ func TestDefaultBatchGrowsToTransactionCapacity(t *testing.T) {
 	fx.append("app.log", text)
 	fx.start()
 	fx.expect(want...)
-	if !sourcetest.Eventually(func() bool { return fx.src.counters.AppendBatchAccepted.Load() == 3 }, time.Second) {
+	if !testutil.Eventually(func() bool { return fx.src.counters.AppendBatchAccepted.Load() == 3 }, time.Second) {
 		t.Errorf("AppendBatchAcceptedCount = %d, want 3 (3000 lines in batches of 1000)", fx.src.counters.AppendBatchAccepted.Load())
 	}
 }
@@ -608,7 +608,7 @@ func TestLongLineDefaultLimit(t *testing.T) {
 	if string(joined) != long {
 		t.Error("the pieces do not add up to the line")
 	}
-	sourcetest.Eventually(func() bool { return fx.src.splitLines.Load() == 1 }, 2*time.Second)
+	testutil.Eventually(func() bool { return fx.src.splitLines.Load() == 1 }, 2*time.Second)
 	if n := fx.src.splitLines.Load(); n != 1 {
 		t.Errorf("SplitLineCount = %d, want 1", n)
 	}
@@ -657,7 +657,7 @@ func TestLongLinePieces(t *testing.T) {
 	}
 	// Counted once the batch is committed, which may be just after the
 	// events can be taken.
-	sourcetest.Eventually(func() bool { return fx.src.splitLines.Load() == 6 }, 2*time.Second)
+	testutil.Eventually(func() bool { return fx.src.splitLines.Load() == 6 }, 2*time.Second)
 	if n := fx.src.splitLines.Load(); n != 6 {
 		t.Errorf("SplitLineCount = %d, want 6", n)
 	}
@@ -859,7 +859,7 @@ func TestIntakeClosed(t *testing.T) {
 	if err := s.Start(context.Background(), proc); err != nil {
 		t.Fatal(err)
 	}
-	if !sourcetest.Eventually(func() bool { return proc.calls.Load() > 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return proc.calls.Load() > 0 }, 5*time.Second) {
 		t.Fatal("no put was tried")
 	}
 	time.Sleep(1200 * time.Millisecond) // longer than the first retry would wait
@@ -933,7 +933,7 @@ func TestRotatedTailKeptAcrossStop(t *testing.T) {
 	f.WriteString("b\nc\n")
 	f.Close()
 	fx.append("app.log", "d\n")
-	if !sourcetest.Eventually(func() bool { return gate.refused.Load() > 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return gate.refused.Load() > 0 }, 5*time.Second) {
 		t.Fatal("no put was refused")
 	}
 	fx.stop()
@@ -954,7 +954,7 @@ func TestRotatedTailKeptAcrossStop(t *testing.T) {
 	if extra := fx.pl.Take(t, 10, 200*time.Millisecond); len(extra) > 0 {
 		t.Fatalf("sent again: %q", sourcetest.Bodies(extra))
 	}
-	if !sourcetest.Eventually(func() bool {
+	if !testutil.Eventually(func() bool {
 		m, _ := filepath.Glob(fx.pos + ".spill-*")
 		return len(m) == 0
 	}, 5*time.Second) {
@@ -978,7 +978,7 @@ func TestFileFoundAtStop(t *testing.T) {
 	fx.expect("a")
 	gate.closed.Store(true)
 	fx.append("app.log", "b\n")
-	if !sourcetest.Eventually(func() bool { return gate.refused.Load() > 0 }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return gate.refused.Load() > 0 }, 5*time.Second) {
 		t.Fatal("no put was refused")
 	}
 	// Rotated while the source waits for its stop: a new app.log the

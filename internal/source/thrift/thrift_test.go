@@ -256,7 +256,7 @@ func TestBadConnectionDoesNotDisturbOthers(t *testing.T) {
 	if st, err := good.AppendBatch(context.Background(), pyEvents("good", 3)); err != nil || st != thriftrpc.OK {
 		t.Fatalf("the good connection: %v %v", st, err)
 	}
-	if !sourcetest.Eventually(func() bool { return counter(s, "EventReadFail") == "2" }, 5*time.Second) {
+	if !testutil.Eventually(func() bool { return counter(s, "EventReadFail") == "2" }, 5*time.Second) {
 		t.Fatalf("EventReadFail %s, want 2", counter(s, "EventReadFail"))
 	}
 	if got := pl.Drain(t, 3, 5*time.Second); len(got) != 3 || string(got[0].Body) != "good body 0" {
@@ -264,7 +264,7 @@ func TestBadConnectionDoesNotDisturbOthers(t *testing.T) {
 	}
 	// The counter is bumped before the line is written: wait for the lines.
 	for _, want := range []string{"set protocol = binary", "larger than max-frame-size 16384000"} {
-		if !sourcetest.Eventually(func() bool { return strings.Contains(logs.String(), want) }, 5*time.Second) {
+		if !testutil.Eventually(func() bool { return strings.Contains(logs.String(), want) }, 5*time.Second) {
 			t.Errorf("no log line says %q:\n%s", want, logs.String())
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // Realm is the test realm.
@@ -43,24 +45,8 @@ type KDC struct {
 func Require(t testing.TB) {
 	t.Helper()
 	for _, bin := range []string{"krb5kdc", "kdb5_util", "kadmin.local"} {
-		if _, err := lookPath(bin); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is missing: scripts/test.sh installs krb5-kdc and krb5-admin-server", bin)
-			}
-			t.Skipf("%s is missing (apt-get install krb5-kdc krb5-admin-server, as scripts/test.sh does)", bin)
-		}
+		testutil.SystemTool(t, bin, "krb5-kdc and krb5-admin-server")
 	}
-}
-
-func lookPath(bin string) (string, error) {
-	if p, err := exec.LookPath(bin); err == nil {
-		return p, nil
-	}
-	p := filepath.Join("/usr/sbin", bin)
-	if _, err := os.Stat(p); err != nil {
-		return "", err
-	}
-	return p, nil
 }
 
 func secs(d, def time.Duration) int {
@@ -134,7 +120,7 @@ func Start(t testing.TB, o Options) *KDC {
 }
 
 func (k *KDC) startKDC(t testing.TB, port int) error {
-	bin, _ := lookPath("krb5kdc")
+	bin, _ := testutil.LookSystemTool("krb5kdc")
 	cmd := exec.Command(bin, "-n", "-r", Realm)
 	cmd.Env = k.env
 	var out bytes.Buffer
@@ -202,7 +188,7 @@ func write(t testing.TB, path, text string) {
 
 func (k *KDC) run(t testing.TB, bin string, args ...string) string {
 	t.Helper()
-	p, err := lookPath(bin)
+	p, err := testutil.LookSystemTool(bin)
 	if err != nil {
 		t.Fatal(err)
 	}

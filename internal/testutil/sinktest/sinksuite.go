@@ -61,7 +61,7 @@ func newSinkFixture(t *testing.T, newSink SinkFactory) *sinkFixture {
 	t.Helper()
 	reg := metrics.NewRegistry("a1")
 	chEnv := flow.Env{Agent: "a1", Name: "c1", Type: "memory", Metrics: reg, Logger: slog.New(slog.DiscardHandler)}
-	ch, err := memory.New(chEnv, config.FromMap("a1.channels.c1.", map[string]string{
+	ch, err := memorychannel.New(chEnv, config.FromMap("a1.channels.c1.", map[string]string{
 		"capacity": "100000", "transactionCapacity": "10000", "keep-alive": "1"}))
 	if err != nil {
 		t.Fatal(err)

@@ -56,10 +56,7 @@ func New(t testing.TB) *Peer {
 		}
 		t.Skip(msg)
 	}
-	thriftBin, err := exec.LookPath("thrift")
-	if err != nil {
-		missing("thrift compiler not found")
-	}
+	thriftBin := testutil.SystemTool(t, "thrift", "thrift-compiler")
 	if out, err := exec.Command(Python, "-c", "import thrift.protocol.TCompactProtocol").CombinedOutput(); err != nil {
 		missing(fmt.Sprintf("%s cannot import thrift: %v: %s", Python, err, out))
 	}
