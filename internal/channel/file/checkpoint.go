@@ -1,4 +1,4 @@
-package file
+package filechannel
 
 // Checkpoints: every checkpointInterval, after replay, at Stop
 // (checkpointOnClose) and when the disk watcher asks for one to free space,

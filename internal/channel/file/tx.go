@@ -1,4 +1,4 @@
-package file
+package filechannel
 
 // Transactions: a put transaction stages its events in memory, and Commit
 // writes them with a commit record to one data dir's log (group commit)

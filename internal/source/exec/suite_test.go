@@ -1,4 +1,4 @@
-package exec_test
+package execsource_test
 
 import (
 	"testing"
@@ -13,7 +13,7 @@ import (
 // line.
 func TestSourceSuite(t *testing.T) {
 	sourcetest.RunSourceSuite(t, sourcetest.Harness{
-		Type: "exec", New: exec.New,
+		Type: "exec", New: execsource.New,
 		Props: map[string]string{
 			"shell":   "/bin/sh -c",
 			"command": `i=0; while [ $i -lt 500 ]; do printf 'seq-%04d\n' $i; i=$((i+1)); done`,

@@ -1,4 +1,4 @@
-package netcat_test
+package netcatsource_test
 
 import (
 	"bufio"
@@ -19,14 +19,14 @@ import (
 func TestSourceSuite(t *testing.T) {
 	t.Run("netcat", func(t *testing.T) {
 		sourcetest.RunSourceSuite(t, sourcetest.Harness{
-			Type: "netcat", New: netcat.New, Props: sourcetest.Loopback(nil),
+			Type: "netcat", New: netcatsource.New, Props: sourcetest.Loopback(nil),
 			Dial: dialLines, Acks: true, StoppingReply: "FAILED: agent is stopping",
 			Malformed: []byte(strings.Repeat("x", 600) + "\n"), // over max-line-length (512)
 		})
 	})
 	t.Run("netcatudp", func(t *testing.T) {
 		sourcetest.RunSourceSuite(t, sourcetest.Harness{
-			Type: "netcatudp", New: netcat.NewUDP, Props: sourcetest.Loopback(nil),
+			Type: "netcatudp", New: netcatsource.NewUDP, Props: sourcetest.Loopback(nil),
 			Dial: func(ctx context.Context, addr string) (sourcetest.Session, error) {
 				return sourcetest.DatagramSession(ctx, addr, func(body string) string { return body })
 			},

@@ -1,4 +1,4 @@
-package syslog_test
+package syslogsource_test
 
 import (
 	"context"
@@ -20,11 +20,11 @@ import (
 func TestSourceSuite(t *testing.T) {
 	notSyslog := []byte("this is not syslog\n\x00\xff\n")
 	for _, h := range []sourcetest.Harness{
-		{Type: "syslogtcp", New: syslog.NewTCP, Props: map[string]string{"host": "127.0.0.1", "port": "0"},
+		{Type: "syslogtcp", New: syslogsource.NewTCP, Props: map[string]string{"host": "127.0.0.1", "port": "0"},
 			Dial: dialStream, Malformed: notSyslog, MalformedKept: true},
-		{Type: "multiport_syslogtcp", New: syslog.NewMultiport, Props: map[string]string{"host": "127.0.0.1", "ports": "0"},
+		{Type: "multiport_syslogtcp", New: syslogsource.NewMultiport, Props: map[string]string{"host": "127.0.0.1", "ports": "0"},
 			Dial: dialStream, Malformed: notSyslog, MalformedKept: true},
-		{Type: "syslogudp", New: syslog.NewUDP, Props: map[string]string{"host": "127.0.0.1", "port": "0"},
+		{Type: "syslogudp", New: syslogsource.NewUDP, Props: map[string]string{"host": "127.0.0.1", "port": "0"},
 			Dial: func(ctx context.Context, addr string) (sourcetest.Session, error) {
 				return sourcetest.DatagramSession(ctx, addr, line)
 			},
