@@ -268,35 +268,30 @@ func TestNamesEscapesAndRolls(t *testing.T) {
 	if err := w.Write(context.Background(), events(0, 25, ts)); err != nil {
 		t.Fatal(err)
 	}
-	// 25 events, rollCount 10: two files done, one open.
-	got := files(t, dir)
+	// 25 events, rollCount 10: two files done, one open. Finishing a
+	// rolled file is asynchronous: until it is done it is in use too.
 	re := regexp.MustCompile(`^web1/2012-06-12/(_?)ev-11\.\d{13}\.log(\.tmp)?$`)
+	var got []string
 	open, done := 0, 0
-	for _, n := range got {
-		m := re.FindStringSubmatch(n)
-		if m == nil {
-			t.Fatalf("unexpected file %s", n)
-		}
-		if m[1] == "_" && m[2] == ".tmp" {
-			open++
-		}
-	}
-	if open != 1 {
-		t.Fatalf("files %v: want one in use", got)
-	}
-	// Finishing is asynchronous; wait for the two rolled files.
-	deadline := time.Now().Add(5 * time.Second)
-	for done != 2 && time.Now().Before(deadline) {
-		done = 0
-		for _, n := range files(t, dir) {
-			if !strings.Contains(n, "/_") {
+	testutil.WaitFor(t, 5*time.Second, "two finished files", func() bool {
+		got = files(t, dir)
+		open, done = 0, 0
+		for _, n := range got {
+			m := re.FindStringSubmatch(n)
+			if m == nil {
+				t.Fatalf("unexpected file %s", n)
+			}
+			switch {
+			case m[1] == "_" && m[2] == ".tmp":
+				open++
+			case m[1] == "" && m[2] == "":
 				done++
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if done != 2 {
-		t.Fatalf("files %v: want two finished", files(t, dir))
+		return done == 2
+	})
+	if open != 1 {
+		t.Fatalf("files %v: want one in use", got)
 	}
 	w.Stop(context.Background())
 	var all []string
