@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -40,7 +41,8 @@ func (p *countingProcessor) Process(_ context.Context, events []event.Event) err
 // on the same bytes and the same lines: the wall time from the start to
 // the last line put, the CPU of the whole process in that time (the
 // source's goroutine, the runtime's, the garbage collector's) and the
-// memory allocated, per line.
+// memory allocated, per line. fileHeader=true is plain lines with the
+// header file on each event: what a map of headers per event costs.
 //
 //	go test -run XXX -bench BenchmarkTail -count 10 ./internal/source/taildir/ | tee tail.txt
 //	benchstat -row /data -col /format tail.txt
@@ -62,8 +64,16 @@ func BenchmarkTail(b *testing.B) {
 		if err := os.WriteFile(filepath.Join(logs, "0.log"), content, 0o644); err != nil {
 			b.Fatal(err)
 		}
-		for _, format := range []string{"line", data} {
-			b.Run("data="+data+"/format="+format, func(b *testing.B) {
+		for _, run := range []struct {
+			format     string
+			fileHeader bool
+		}{{"line", false}, {"line", true}, {data, false}} {
+			format := run.format
+			name := "data=" + data + "/format=" + format
+			if run.fileHeader {
+				name += "/fileHeader=true"
+			}
+			b.Run(name, func(b *testing.B) {
 				want := int64(records)
 				if format != "line" {
 					want = int64(lines)
@@ -75,7 +85,8 @@ func BenchmarkTail(b *testing.B) {
 				for i := 0; b.Loop(); i++ {
 					p := config.FromMap("a1.sources.r1.", map[string]string{
 						"filegroups": "g1", "filegroups.g1": logs + `/[0-9]+\.log`, "format": format,
-						"positionFile": filepath.Join(dir, fmt.Sprintf("pos-%s-%d.json", format, i)), "batchSize": "1000",
+						"positionFile": filepath.Join(dir, fmt.Sprintf("pos-%s-%v-%d.json", format, run.fileHeader, i)), "batchSize": "1000",
+						"fileHeader": strconv.FormatBool(run.fileHeader),
 					})
 					env := sourcetest.Env("r1", "taildir")
 					env.Logger = slog.New(slog.DiscardHandler)
