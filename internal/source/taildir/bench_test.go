@@ -45,7 +45,7 @@ func (p *countingProcessor) Process(_ context.Context, events []event.Event) err
 // header file on each event: what a map of headers per event costs.
 //
 //	go test -run XXX -bench BenchmarkTail -count 10 ./internal/source/taildir/ | tee tail.txt
-//	benchstat -row /data -col /format tail.txt
+//	benchstat -row /data -col /format,/fileHeader tail.txt
 func BenchmarkTail(b *testing.B) {
 	for _, data := range []string{"cri", "docker"} {
 		var content []byte
