@@ -135,6 +135,25 @@ func TestParseTime(t *testing.T) {
 	}
 }
 
+// TestParseTimeEveryDay checks ParseTime's own date arithmetic against the
+// standard library on every day of the years it accepts, at a time of day
+// and an offset that change from day to day.
+func TestParseTimeEveryDay(t *testing.T) {
+	end := time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
+	for d, i := time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC), 0; d.Before(end); d, i = d.AddDate(0, 0, 1), i+1 {
+		at := d.Add(time.Duration(i*7919%86400) * time.Second).Add(time.Duration(i) * 104729 % time.Second)
+		zone := time.FixedZone("", (i%49-24)*1800)
+		if y := at.In(zone).Year(); y < 1678 || y > 2261 {
+			continue // written in a year ParseTime does not read
+		}
+		s := at.In(zone).Format(time.RFC3339Nano)
+		got, err := ParseTime([]byte(s))
+		if err != nil || got != at.UnixNano() {
+			t.Fatalf("ParseTime(%q) = %d, %v; want %d", s, got, err, at.UnixNano())
+		}
+	}
+}
+
 func TestParseTimeDoesNotAllocate(t *testing.T) {
 	b := []byte("2016-10-06T00:17:09.669794202+02:00")
 	if n := testing.AllocsPerRun(100, func() { _, _ = ParseTime(b) }); n != 0 {
@@ -291,4 +310,45 @@ func FuzzScanDocker(f *testing.F) {
 			t.Fatalf("scanDocker(%q) = %q %q %q; encoding/json: %q %q %q", line, log, stream, tm, want, d.Stream, d.Time)
 		}
 	})
+}
+
+// FuzzPlainDocker checks the reader of dockerd's plainest lines against
+// scanDocker (itself checked against encoding/json): whatever it accepts,
+// scanDocker reads to the same values.
+func FuzzPlainDocker(f *testing.F) {
+	f.Add([]byte(`{"log":"log content 1\n","stream":"stdout","time":"2019-01-01T11:11:11.111111111Z"}`))
+	f.Add([]byte(`{"log":"a piece of 16 KiB","stream":"stderr","time":"2019-01-01T11:11:11Z"}`))
+	f.Add([]byte(`{"log":"crlf\r\n","stream":"stdout","time":"t"}`))
+	f.Add([]byte(`{"log":"q\"\n","stream":"stdout","time":"t"}`))
+	f.Add([]byte(`{"log":"tab\tx\n","stream":"st\"","time":"t"}`))
+	f.Add([]byte("{\"log\":\"ctl\x01 and \xc3\xa9 \x7f\\n\",\"stream\":\"stdout\",\"time\":\"t\"}"))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		text, nl, stream, tm, ok := plainDocker(line)
+		if !ok {
+			return
+		}
+		log, stream2, tm2, ok := scanDocker(line)
+		if !ok {
+			t.Fatalf("plainDocker accepts %q, scanDocker does not", line)
+		}
+		want, cut := bytes.CutSuffix(log, []byte("\n"))
+		if cut {
+			want = bytes.TrimSuffix(want, []byte("\r"))
+		}
+		if nl != cut || !bytes.Equal(text, want) || !bytes.Equal(stream, stream2) || !bytes.Equal(tm, tm2) {
+			t.Fatalf("plainDocker(%q) = %q %v %q %q; scanDocker: %q %q %q", line, text, nl, stream, tm, log, stream2, tm2)
+		}
+	})
+}
+
+func TestPlainASCII(t *testing.T) {
+	for i := range 256 {
+		for _, at := range []int{0, 3, 7, 8, 12, 16} {
+			b := []byte(strings.Repeat("a", 17))
+			b[at] = byte(i)
+			if got, want := plainASCII(b), i >= 0x20 && i < 0x80; got != want {
+				t.Fatalf("plainASCII with byte %#x at %d = %v, want %v", i, at, got, want)
+			}
+		}
+	}
 }

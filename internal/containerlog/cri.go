@@ -36,6 +36,13 @@ func ParseCRI(line []byte) (Record, error) {
 	}
 	r.Time, r.Nanos = line[:i], ns
 	rest := line[i+1:]
+	// The records the runtimes write, "stdout F text": read at once.
+	if len(rest) >= 9 && rest[6] == ' ' && rest[8] == ' ' && (rest[7] == 'F' || rest[7] == 'P') {
+		if s, ok := parseStream(rest[:6]); ok {
+			r.Stream, r.Partial, r.Text = s, rest[7] == 'P', rest[9:]
+			return r, nil
+		}
+	}
 	j := bytes.IndexByte(rest[:min(len(rest), maxHeader)], ' ')
 	if j < 0 {
 		return r, errors.New("no stream after the time")

@@ -2,6 +2,7 @@ package containerlog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,14 +27,26 @@ type dockerRecord struct {
 // dockerd ends "log" with the container's newline; a record whose "log"
 // does not end with one is a piece of a line longer than 16 KiB (or the
 // last output of a container that did not end it): Partial. Text is "log"
-// without that newline (and a '\r' before it), newly allocated; Time is a
-// slice of line when it has no escapes.
+// without that newline (and a '\r' before it): a slice of line when it is
+// printable ASCII without escapes (most lines), else newly allocated; Time
+// is a slice of line when it has no escapes.
 //
 // dockerd cuts a long line every 16 KiB whatever the bytes, and writes a
 // UTF-8 character cut in two as U+FFFD in each record: the file no longer
 // holds that character, so the joined line holds U+FFFD where it was.
 func ParseDocker(line []byte) (Record, error) {
 	var r Record
+	if text, nl, stream, tm, ok := plainDocker(line); ok {
+		s, ok := parseStream(stream)
+		if ok && len(tm) > 0 {
+			ns, err := ParseTime(tm)
+			if err != nil {
+				return r, err
+			}
+			r.Time, r.Nanos, r.Stream, r.Partial, r.Text = tm, ns, s, !nl, text
+			return r, nil
+		}
+	}
 	log, stream, tm, ok := scanDocker(line)
 	if !ok {
 		// Not the plain shape dockerd writes (attrs, odd spacing, or not
@@ -70,6 +83,78 @@ func ParseDocker(line []byte) (Record, error) {
 	}
 	r.Text = log
 	return r, nil
+}
+
+// plainDocker reads the record dockerd writes for a line that needs no
+// decoding, at once and without copying:
+//
+//	{"log":"<text>[\r]\n","stream":"<stream>","time":"<time>"}
+//
+// with every value ASCII without control characters, '"' or '\\' (the
+// escapes "\r" and "\n" at the end of "log" aside). text is "log" without
+// them and nl says whether "log" ended with "\n". It returns ok false for
+// anything else, which scanDocker reads (FuzzPlainDocker: both read the
+// same).
+func plainDocker(b []byte) (text []byte, nl bool, stream, tm []byte, ok bool) {
+	const logKey, streamKey, timeKey = `{"log":"`, `","stream":"`, `","time":"`
+	if !bytes.HasPrefix(b, []byte(logKey)) || b[len(b)-1] != '}' {
+		return nil, false, nil, nil, false
+	}
+	rest := b[len(logKey) : len(b)-1]
+	q := bytes.IndexByte(rest, '"')
+	if q < 0 {
+		return nil, false, nil, nil, false
+	}
+	text = rest[:q]
+	if k := bytes.IndexByte(text, '\\'); k >= 0 {
+		if e := string(text[k:]); e != `\n` && e != `\r\n` {
+			return nil, false, nil, nil, false
+		}
+		text, nl = text[:k], true
+	}
+	rest = rest[q:]
+	if !bytes.HasPrefix(rest, []byte(streamKey)) {
+		return nil, false, nil, nil, false
+	}
+	rest = rest[len(streamKey):]
+	if q = bytes.IndexByte(rest, '"'); q < 0 {
+		return nil, false, nil, nil, false
+	}
+	stream, rest = rest[:q], rest[q:]
+	if !bytes.HasPrefix(rest, []byte(timeKey)) {
+		return nil, false, nil, nil, false
+	}
+	rest = rest[len(timeKey):]
+	if q = bytes.IndexByte(rest, '"'); q < 0 || q != len(rest)-1 {
+		return nil, false, nil, nil, false
+	}
+	tm = rest[:q]
+	if !plainASCII(text) || !plainASCII(stream) || !plainASCII(tm) || bytes.IndexByte(stream, '\\') >= 0 || bytes.IndexByte(tm, '\\') >= 0 {
+		return nil, false, nil, nil, false
+	}
+	return text, nl, stream, tm, true
+}
+
+// plainASCII reports whether b holds only ASCII bytes that a JSON string
+// may hold as they are (no control characters), eight at a time.
+func plainASCII(b []byte) bool {
+	const ones, high = 0x0101010101010101, 0x8080808080808080
+	for len(b) >= 8 {
+		// A byte of 0x80 or more has its high bit set; one below 0x20
+		// sets it (the first such byte, with no borrow from below) when
+		// 0x20 is taken from each byte, and no other byte does.
+		x := binary.LittleEndian.Uint64(b)
+		if (x|(x-0x20*ones))&high != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c < 0x20 || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // scanDocker reads the object dockerd writes: string values only, no

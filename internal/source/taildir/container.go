@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/sluicehq/sluice/internal/containerlog"
 	"github.com/sluicehq/sluice/internal/event"
@@ -106,6 +107,7 @@ func (t *tailer) readRecords(ctx context.Context, tf *tailFile, size int64) bool
 	flushable := cl.succ == nil
 	var batches int64
 	grow := 0
+	var recs []recLine // the events of the last cut, reused by the next
 	for ctx.Err() == nil {
 		prefix := cl.carry
 		pl := len(prefix)
@@ -125,7 +127,8 @@ func (t *tailer) readRecords(ctx context.Context, tf *tailFile, size int64) bool
 		}
 		atEnd := m < want
 		data := slab[:pl+m]
-		out, consumed, next := cut.cut(data, st, atEnd, math.MaxInt)
+		out, consumed, next := cut.cutAppend(recs, data, st, atEnd, math.MaxInt)
+		recs = out
 		if len(out) == 0 && consumed == 0 && next.pieces == st.pieces && next.sent == st.sent {
 			if atEnd {
 				return false // a record or a line in progress waits for more
@@ -346,35 +349,70 @@ func (t *tailer) recHeaders(tf *tailFile, n int) recHeaderSet {
 
 // buildRecords makes the events of a batch of lines; offsets below pl are
 // in the file tf took over (from xStart), the others in tf (from yStart).
+//
+// It runs for every line, so what does not depend on the line is done once
+// a batch: the headers every line gets (the group's, the pod's, the
+// file's) are listed once, and the time headers of the whole batch are one
+// string, each line's a part of it. Each event still gets a map of its own
+// (an interceptor may change one event's headers).
 func (t *tailer) buildRecords(tf *tailFile, hs recHeaderSet, lines []recLine, pl int, xStart, yStart, now int64) []event.Event {
 	g := tf.group
-	n := 4 + len(hs.pod) + len(hs.kube)
-	if g != nil {
-		n += len(g.headers)
+	// common: in the order that decides which wins when two have the same name.
+	var common [][2]string
+	if g != nil && len(g.headers) > 0 {
+		common = make([][2]string, 0, len(g.headers)+len(hs.pod)+len(hs.kube)+1)
+		for k, v := range g.headers {
+			common = append(common, [2]string{k, v})
+		}
 	}
+	common = append(common, hs.pod...)
+	common = append(common, hs.kube...)
 	if t.s.fileHeader {
-		n++
+		common = append(common, [2]string{t.s.fileHeaderKey, tf.path})
 	}
+	n := 4 + len(common)
 	if t.s.byteOffsetHeader {
 		n++
 	}
-	t.events = t.events[:0]
-	var scratch []byte
-	for _, l := range lines {
-		h := make(map[string]string, n)
-		if g != nil {
-			for k, v := range g.headers {
-				h[k] = v
+	// The raw times and the milliseconds of the batch, one after the other
+	// in one string; ends holds where each ends.
+	size := 0
+	for i := range lines {
+		size += len(lines[i].time) + 20
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	ends := make([]int, 0, 2*len(lines))
+	// Lines come many to a second: the seconds' digits are written once
+	// for all of them, each line's milliseconds after.
+	var digits, secDigits [20]byte
+	sec, secText := int64(-1), []byte(nil)
+	for i := range lines {
+		if l := &lines[i]; l.bad == "" && l.time != nil {
+			sb.Write(l.time)
+			ends = append(ends, sb.Len())
+			if ms := l.nanos / 1e6; ms >= 1000 {
+				if ms/1000 != sec {
+					sec = ms / 1000
+					secText = strconv.AppendInt(secDigits[:0], sec, 10)
+				}
+				frac := ms % 1000
+				sb.Write(secText)
+				sb.Write([]byte{byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)})
+			} else {
+				sb.Write(strconv.AppendInt(digits[:0], ms, 10))
 			}
+			ends = append(ends, sb.Len())
 		}
-		for _, kv := range hs.pod {
+	}
+	stamps := sb.String()
+	t.events = t.events[:0]
+	at := 0
+	for i := range lines {
+		l := &lines[i]
+		h := make(map[string]string, n)
+		for _, kv := range common {
 			h[kv[0]] = kv[1]
-		}
-		for _, kv := range hs.kube {
-			h[kv[0]] = kv[1]
-		}
-		if t.s.fileHeader {
-			h[t.s.fileHeaderKey] = tf.path
 		}
 		if t.s.byteOffsetHeader {
 			off := yStart + int64(l.off-pl)
@@ -388,10 +426,8 @@ func (t *tailer) buildRecords(tf *tailFile, hs recHeaderSet, lines []recLine, pl
 		} else {
 			h[streamHeader] = l.stream.String()
 			if l.time != nil {
-				// One string holds both: the raw time, then the milliseconds.
-				scratch = strconv.AppendInt(append(scratch[:0], l.time...), l.nanos/1e6, 10)
-				s := string(scratch)
-				h[timeHeader], h[timestampHeader] = s[:len(l.time)], s[len(l.time):]
+				h[timeHeader], h[timestampHeader] = stamps[at:ends[0]], stamps[ends[0]:ends[1]]
+				at, ends = ends[1], ends[2:]
 			}
 		}
 		if l.piece > 0 {

@@ -106,6 +106,13 @@ func (c recCutter) recordLimit() int { return c.limit + c.slack }
 // beyond it); each event's mark says the same for a batch that ends with
 // it.
 func (c recCutter) cut(data []byte, st recState, atEnd bool, maxEvents int) (out []recLine, consumed int, next recState) {
+	return c.cutAppend(nil, data, st, atEnd, maxEvents)
+}
+
+// cutAppend is cut appending the events to out (a buffer of an earlier
+// cut, so that cutting a read of a thousand lines does not grow a new one).
+func (c recCutter) cutAppend(out []recLine, data []byte, st recState, atEnd bool, maxEvents int) (_ []recLine, consumed int, next recState) {
+	out = out[:0]
 	flush := st.flush && atEnd
 	var pend [containerlog.Streams]pending
 	pieces := st.pieces

@@ -1,0 +1,84 @@
+package taildirsource
+
+import (
+	"maps"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/containerlog"
+)
+
+// TestBuildRecordsHeaders checks the headers buildRecords gives a batch of
+// container log lines (built once a batch where it can) against the plain
+// way of making them: every header set on each event in turn, the later
+// winning. The batch has lines of one second and of the next, times before
+// 1970 and in its first second, a bad record, pieces and a last piece with
+// no time; the group's headers, the pod's, the file header and the byte
+// offsets are on, some with the names of the record headers.
+func TestBuildRecordsHeaders(t *testing.T) {
+	t0 := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) ([]byte, int64) {
+		tm := t0.Add(d)
+		return []byte(tm.Format(time.RFC3339Nano)), tm.UnixNano()
+	}
+	var lines []recLine
+	for i, d := range []time.Duration{0, 1, 999 * time.Millisecond, time.Second, 1500 * time.Millisecond, time.Hour} {
+		tm, ns := at(d)
+		lines = append(lines, recLine{body: []byte("line " + strconv.Itoa(i)), stream: containerlog.Stream(i % 2), time: tm, nanos: ns, off: 100 * i})
+	}
+	for _, tm := range []time.Time{time.Unix(0, 5e8).UTC(), time.Unix(0, 0).UTC(), time.Unix(-1, 0).UTC(), time.Date(1900, 1, 1, 0, 0, 0, 1e6, time.UTC)} {
+		lines = append(lines, recLine{body: []byte("old"), time: []byte(tm.Format(time.RFC3339Nano)), nanos: tm.UnixNano(), off: 700})
+	}
+	tm, ns := at(2 * time.Second)
+	lines = append(lines,
+		recLine{body: []byte("junk"), bad: "not a cri record", off: 800},
+		recLine{body: []byte("long "), stream: containerlog.Stderr, time: tm, nanos: ns, piece: 1, off: 900},
+		recLine{body: []byte("line"), stream: containerlog.Stderr, time: tm, nanos: ns, piece: 2, off: 900},
+		recLine{body: nil, stream: containerlog.Stdout, piece: 3, last: true, off: 1000},
+		recLine{body: []byte("taken over"), stream: containerlog.Stdout, time: tm, nanos: ns, off: 10},
+	)
+	g := &group{headers: map[string]string{"env": "prod", "stream": "group's"}}
+	tf := &tailFile{path: "/var/log/pods/ns_pod_uid/c/0.log", group: g}
+	hs := recHeaderSet{pod: [][2]string{{k8sNamespace, "ns"}, {k8sPod, "pod"}}, kube: [][2]string{{k8sNode, "node-1"}, {"env", "kube's"}}}
+	for _, fileKey := range []string{"file", "time"} {
+		tr := &tailer{s: &Source{fileHeader: true, fileHeaderKey: fileKey, byteOffsetHeader: true}}
+		const pl, xStart, yStart = 50, 7000, 9000
+		got := tr.buildRecords(tf, hs, lines, pl, xStart, yStart, 1)
+		if len(got) != len(lines) {
+			t.Fatalf("%d events of %d lines", len(got), len(lines))
+		}
+		for i, l := range lines {
+			want := map[string]string{}
+			maps.Copy(want, g.headers)
+			for _, kv := range append(append([][2]string(nil), hs.pod...), hs.kube...) {
+				want[kv[0]] = kv[1]
+			}
+			want[fileKey] = tf.path
+			off := yStart + int64(l.off-pl)
+			if l.off < pl {
+				off = xStart + int64(l.off)
+			}
+			want["byteoffset"] = strconv.FormatInt(off, 10)
+			if l.bad != "" {
+				want[formatErrorHeader] = l.bad
+			} else {
+				want[streamHeader] = l.stream.String()
+				if l.time != nil {
+					want[timeHeader] = string(l.time)
+					want[timestampHeader] = strconv.FormatInt(l.nanos/1e6, 10)
+				}
+			}
+			if l.piece > 0 {
+				want[pieceHeader] = strconv.Itoa(l.piece)
+				want[lastPieceHeader] = strconv.FormatBool(l.last)
+			}
+			if !maps.Equal(got[i].Headers, want) {
+				t.Errorf("fileHeaderKey %s, line %d: headers\n%v\nwant\n%v", fileKey, i, got[i].Headers, want)
+			}
+			if string(got[i].Body) != string(l.body) {
+				t.Errorf("line %d: body %q, want %q", i, got[i].Body, l.body)
+			}
+		}
+	}
+}
