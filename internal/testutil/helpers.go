@@ -3,6 +3,7 @@ package testutil
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
@@ -13,17 +14,50 @@ import (
 	"github.com/sluicehq/sluice/internal/metrics"
 )
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for
-// a component that must be configured with a port before it listens.
+// FreePort returns a port on 127.0.0.1 that was free for TCP and UDP a
+// moment ago, for a component that must be configured with a port before it
+// listens (an agent process, a peer's config).
+//
+// The port is drawn at random below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range, 32768-60999 by default), not taken from a
+// listen on port 0: a port from the ephemeral range is also what the kernel
+// gives the next outgoing connection of any test running in parallel, which
+// then holds it when the agent binds it ("address already in use"). A port
+// is handed out once per test binary.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	for range 1000 {
+		port := freePortMin + rand.IntN(freePortMax-freePortMin+1)
+		if freePorts.given[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		pc, err := net.ListenPacket("udp", ln.Addr().String())
+		_ = ln.Close() // only a probe
+		if err != nil {
+			continue
+		}
+		_ = pc.Close()
+		freePorts.given[port] = true
+		return port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatalf("no free port in %d-%d after 1000 tries", freePortMin, freePortMax)
+	return 0
 }
+
+// The range FreePort draws from: below the default ephemeral range, above
+// the ports services usually take.
+const freePortMin, freePortMax = 20000, 32767
+
+var freePorts = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
 
 // RequirePerf skips a performance measurement unless SLUICE_PERF is set:
 // they take tens of seconds and want a quiet machine.
