@@ -21,8 +21,8 @@ import (
 // through a proxy that a real server cannot replace: it answers 429 (a
 // cluster whose write queue is full) while refusing and holds requests
 // while stalled; otherwise it passes them on and records, in order, the
-// documents VictoriaLogs took. At the end of each test what VictoriaLogs
-// stores must be exactly what the proxy recorded.
+// documents VictoriaLogs took. At the end of each test the documents
+// VictoriaLogs stores must be the ones the proxy recorded.
 func TestSinkSuite(t *testing.T) {
 	base := startVictoriaLogs(t)
 	var seq atomic.Int64
@@ -70,11 +70,17 @@ func TestSinkSuite(t *testing.T) {
 			for _, row := range vlQuery(t, base, "suite_run:="+run) {
 				stored = append(stored, row["_msg"])
 			}
+			// As sets: a request the proxy passed on but could not answer
+			// (its own hop to VictoriaLogs cut after the documents were
+			// stored) is sent again by the sink, at least once being the
+			// contract, so VictoriaLogs may hold a document twice that the
+			// proxy recorded once.
 			want := taken.Get()
 			slices.Sort(stored)
 			slices.Sort(want)
+			stored, want = slices.Compact(stored), slices.Compact(want)
 			if !slices.Equal(stored, want) {
-				t.Errorf("VictoriaLogs stores %d documents, the proxy saw %d taken", len(stored), len(want))
+				t.Errorf("VictoriaLogs stores %d distinct documents, the proxy saw %d taken", len(stored), len(want))
 			}
 		})
 		p := config.FromMap("a1.sinks.k1.", map[string]string{
