@@ -2,6 +2,7 @@ package pkgtest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -127,7 +128,7 @@ func render(t *testing.T, helm, chart string, set ...string) *rendered {
 	out, err := exec.Command(helm, args...).Output()
 	if err != nil {
 		msg := ""
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			msg = string(ee.Stderr)
 		}
 		t.Fatalf("helm template %q: %v\n%s", set, err, msg)
