@@ -1,10 +1,14 @@
 package pkgtest
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +16,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -42,6 +47,8 @@ type rendered struct {
 	hpa       *autoscalingv2.HorizontalPodAutoscaler
 	monitor   *serviceMonitor
 	statefulS *appsv1.StatefulSet
+	role      *rbacv1.ClusterRole
+	binding   *rbacv1.ClusterRoleBinding
 }
 
 // decodeStrict decodes one manifest into the Kubernetes API type of its
@@ -57,6 +64,7 @@ func decodeStrict(t *testing.T, doc string, r *rendered) {
 		"DaemonSet": "apps/v1", "Deployment": "apps/v1", "StatefulSet": "apps/v1",
 		"PodDisruptionBudget": "policy/v1", "HorizontalPodAutoscaler": "autoscaling/v2",
 		"ServiceMonitor": "monitoring.coreos.com/v1",
+		"ClusterRole":    "rbac.authorization.k8s.io/v1", "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
 	}
 	if want[head.Kind] != head.APIVersion {
 		t.Fatalf("%s %s: not a kind and API version the chart should write (want %q)", head.APIVersion, head.Kind, want[head.Kind])
@@ -90,6 +98,12 @@ func decodeStrict(t *testing.T, doc string, r *rendered) {
 	case "ServiceMonitor":
 		r.monitor = &serviceMonitor{}
 		obj = r.monitor
+	case "ClusterRole":
+		r.role = &rbacv1.ClusterRole{}
+		obj = r.role
+	case "ClusterRoleBinding":
+		r.binding = &rbacv1.ClusterRoleBinding{}
+		obj = r.binding
 	}
 	if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
 		t.Fatalf("%s does not decode strictly into its API type: %v\n%s", head.Kind, err, doc)
@@ -114,7 +128,7 @@ func render(t *testing.T, helm, chart string, set ...string) *rendered {
 	out, err := exec.Command(helm, args...).Output()
 	if err != nil {
 		msg := ""
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			msg = string(ee.Stderr)
 		}
 		t.Fatalf("helm template %q: %v\n%s", set, err, msg)
@@ -138,26 +152,34 @@ func container(t *testing.T, r *rendered) corev1.Container {
 }
 
 // TestChart: helm lint passes and every manifest of every mode (and the
-// optional parts: autoscaling, the ServiceMonitor, a collector address)
-// decodes strictly into the Kubernetes API types; each mode is what the
-// chart promises (security, probes, mounts, grace, scrape annotations), and
-// its default configuration is one sluice validates.
+// optional parts: autoscaling, the ServiceMonitor, a collector address, the
+// node agent's pod metadata and RBAC) decodes strictly into the Kubernetes
+// API types; each mode is what the chart promises (security, probes, mounts,
+// grace, scrape annotations, the node agent's NODE_IP, token and
+// ClusterRole), and its default configuration is one sluice validates.
 func TestChart(t *testing.T) {
 	helm := toolBinary(t, "helm", "helm.sh/helm/v4/cmd/helm")
 	chart := filepath.Join(repoRoot(t), "deploy", "helm", "sluice")
 	bin := sluiceBinary(t)
 
+	rbac := map[string]int{"ServiceAccount": 1, "ConfigMap": 1, "DaemonSet": 1, "ClusterRole": 1, "ClusterRoleBinding": 1}
 	for _, tt := range []struct {
 		name      string
 		set       []string
 		kind      string
 		wantKinds map[string]int
 	}{
-		{"daemonset", []string{"mode=daemonset"}, "DaemonSet",
-			map[string]int{"ServiceAccount": 1, "ConfigMap": 1, "DaemonSet": 1}},
+		{"daemonset", []string{"mode=daemonset"}, "DaemonSet", rbac},
 		{"daemonset-to-collector-nonroot-monitored", []string{"mode=daemonset", "collector=rel-sluice.logging.svc:4141",
 			"daemonset.runAsRoot=false", "serviceMonitor.enabled=true"}, "DaemonSet",
-			map[string]int{"ServiceAccount": 1, "ConfigMap": 1, "DaemonSet": 1, "Service": 1, "ServiceMonitor": 1}},
+			map[string]int{"ServiceAccount": 1, "ConfigMap": 1, "DaemonSet": 1, "Service": 1, "ServiceMonitor": 1,
+				"ClusterRole": 1, "ClusterRoleBinding": 1}},
+		{"daemonset-kubelet-insecure-no-proxy", []string{"mode=daemonset", "daemonset.kubelet.insecureSkipVerify=true",
+			"rbac.nodesProxy=false"}, "DaemonSet", rbac},
+		{"daemonset-kubelet-own-rbac", []string{"mode=daemonset", "rbac.create=false"}, "DaemonSet",
+			map[string]int{"ServiceAccount": 1, "ConfigMap": 1, "DaemonSet": 1}},
+		{"daemonset-path-metadata", []string{"mode=daemonset", "daemonset.kubernetesMetadata=path"}, "DaemonSet",
+			map[string]int{"ServiceAccount": 1, "ConfigMap": 1, "DaemonSet": 1}},
 		{"deployment", []string{"mode=deployment"}, "Deployment",
 			map[string]int{"ServiceAccount": 1, "ConfigMap": 1, "Deployment": 1, "Service": 1, "PodDisruptionBudget": 1}},
 		{"deployment-autoscaled-monitored", []string{"mode=deployment", "autoscaling.enabled=true", "serviceMonitor.enabled=true"}, "Deployment",
@@ -172,7 +194,8 @@ func TestChart(t *testing.T) {
 				t.Errorf("kinds %v, want %v", r.kinds, tt.wantKinds)
 			}
 			c := container(t, r)
-			root := tt.name == "daemonset"
+			root := tt.kind == "DaemonSet" && !strings.Contains(tt.name, "nonroot")
+			kubelet := tt.kind == "DaemonSet" && !strings.Contains(tt.name, "path-metadata")
 
 			// Non-root (but for the node agent that reads root-owned
 			// logs), read-only root, no capabilities, no escalation.
@@ -202,8 +225,10 @@ func TestChart(t *testing.T) {
 			if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != "41414" || ann["prometheus.io/path"] != "/metrics/prometheus" {
 				t.Errorf("scrape annotations %v", ann)
 			}
-			if r.pod.Spec.AutomountServiceAccountToken == nil || *r.pod.Spec.AutomountServiceAccountToken {
-				t.Error("the service account token is mounted; sluice does not use the API")
+			// Only the node agent that reads its kubelet's /pods gets the
+			// service account's token (and the cluster's CA with it).
+			if a := r.pod.Spec.AutomountServiceAccountToken; a == nil || *a != kubelet {
+				t.Errorf("automountServiceAccountToken %v, want %v", a, kubelet)
 			}
 			// The configuration is a directory mount (no subPath), so a
 			// ConfigMap update reaches the agent.
@@ -229,6 +254,17 @@ func TestChart(t *testing.T) {
 				if vols["state"].HostPath == nil || vols["state"].HostPath.Path != "/var/lib/sluice" {
 					t.Errorf("positions not on a hostPath: %+v", vols["state"])
 				}
+				// The kubelet is at https://NODE_IP:10250.
+				var nodeIP *corev1.EnvVar
+				for i := range c.Env {
+					if c.Env[i].Name == "NODE_IP" {
+						nodeIP = &c.Env[i]
+					}
+				}
+				if nodeIP == nil || nodeIP.ValueFrom == nil || nodeIP.ValueFrom.FieldRef == nil || nodeIP.ValueFrom.FieldRef.FieldPath != "status.hostIP" {
+					t.Errorf("NODE_IP not from the downward API's status.hostIP: %+v", c.Env)
+				}
+				checkNodeRBAC(t, r, kubelet && !strings.Contains(tt.name, "own-rbac"), !strings.Contains(tt.name, "no-proxy"))
 			case "Deployment":
 				if vols["state"].EmptyDir == nil {
 					t.Errorf("state %+v", vols["state"])
@@ -269,15 +305,139 @@ func TestChart(t *testing.T) {
 			if out, err := exec.Command(bin, "validate", "--strict", "-f", file, "-n", "sluice").CombinedOutput(); err != nil {
 				t.Errorf("the chart's configuration: %v\n%s\n%s", err, out, props)
 			}
-			if strings.Contains(tt.name, "to-collector") && !strings.Contains(props, "sluice.sinks.out.hostname = rel-sluice.logging.svc") {
+			if strings.Contains(tt.name, "to-collector") && !strings.Contains(props, "sluice.sinks.collector.hostname = rel-sluice.logging.svc") {
 				t.Errorf("collector not in the configuration:\n%s", props)
+			}
+			if tt.kind == "DaemonSet" {
+				kv := parseProperties(t, props)
+				if m := kv["sluice.sources.pods.kubernetesMetadata"]; (m == "kubelet") != kubelet {
+					t.Errorf("kubernetesMetadata = %q (kubelet %v)", m, kubelet)
+				}
+				insecure := kv["sluice.sources.pods.kubernetesMetadata.insecureSkipVerify"]
+				if (insecure == "true") != strings.Contains(tt.name, "insecure") {
+					t.Errorf("insecureSkipVerify = %q", insecure)
+				}
+				if !strings.Contains(tt.name, "to-collector") && kv["sluice.sinks.collector.type"] != "null" {
+					t.Errorf("no collector set, but the sink is %q", kv["sluice.sinks.collector.type"])
+				}
 			}
 		})
 	}
 
-	// A bad mode is refused with the reason.
+	// A bad mode or metadata source is refused with the reason.
 	out, err := exec.Command(helm, "template", "rel", chart, "--set", "mode=replicaset").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), `mode "replicaset": use daemonset, deployment or statefulset`) {
 		t.Errorf("mode=replicaset: %v\n%s", err, out)
+	}
+	out, err = exec.Command(helm, "template", "rel", chart, "--set", "mode=daemonset", "--set", "daemonset.kubernetesMetadata=api").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `daemonset.kubernetesMetadata "api": use kubelet or path`) {
+		t.Errorf("daemonset.kubernetesMetadata=api: %v\n%s", err, out)
+	}
+}
+
+// checkNodeRBAC: the node agent that reads its kubelet's /pods has a
+// ClusterRole with get on nodes/pods (and nodes/proxy, which kubelets before
+// 1.33 check), bound to the pod's service account; without want, none.
+func checkNodeRBAC(t *testing.T, r *rendered, want, nodesProxy bool) {
+	t.Helper()
+	if !want {
+		if r.role != nil || r.binding != nil {
+			t.Errorf("RBAC rendered where it is not wanted: %+v %+v", r.role, r.binding)
+		}
+		return
+	}
+	if r.role == nil || r.binding == nil {
+		t.Fatalf("no ClusterRole or ClusterRoleBinding for the kubelet's /pods: kinds %v", r.kinds)
+	}
+	var resources []string
+	for _, rule := range r.role.Rules {
+		if slices.Equal(rule.APIGroups, []string{""}) && slices.Contains(rule.Verbs, "get") {
+			resources = append(resources, rule.Resources...)
+		}
+	}
+	slices.Sort(resources)
+	wantRes := []string{"nodes/pods"}
+	if nodesProxy {
+		wantRes = []string{"nodes/pods", "nodes/proxy"}
+	}
+	if !slices.Equal(resources, wantRes) {
+		t.Errorf("ClusterRole grants get on %v, want %v: %+v", resources, wantRes, r.role.Rules)
+	}
+	b := r.binding
+	if b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != r.role.Name || b.RoleRef.APIGroup != "rbac.authorization.k8s.io" {
+		t.Errorf("binding's roleRef %+v, ClusterRole %q", b.RoleRef, r.role.Name)
+	}
+	if len(b.Subjects) != 1 || b.Subjects[0].Kind != "ServiceAccount" ||
+		b.Subjects[0].Name != r.pod.Spec.ServiceAccountName || b.Subjects[0].Namespace != "logging" {
+		t.Errorf("binding's subjects %+v, pod's service account %q in logging", b.Subjects, r.pod.Spec.ServiceAccountName)
+	}
+}
+
+// parseProperties reads the key = value lines of a configuration (the
+// chart's and the example's have no continuation lines, which it refuses).
+func parseProperties(t *testing.T, text string) map[string]string {
+	t.Helper()
+	kv := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || (strings.HasSuffix(line, "\\") && !strings.HasSuffix(line, "\\\\")) {
+			t.Fatalf("line %d: not a one-line key = value: %q", n, line)
+		}
+		k = strings.TrimSpace(k)
+		if _, dup := kv[k]; dup {
+			t.Fatalf("line %d: %s set twice", n, k)
+		}
+		kv[k] = strings.TrimSpace(v)
+	}
+	return kv
+}
+
+// TestChartNodeAgentIsTheExample: the daemonset mode's default
+// configuration, with a collector, is examples/kubernetes-node.properties,
+// key for key and value for value, once the example's agent name (node) is
+// the chart's agentName and its ${env:COLLECTOR:-...} placeholder is the
+// host of the value collector (the chart writes it in place; the port is
+// the example's 4141). NODE_IP stays a placeholder: the DaemonSet sets it.
+func TestChartNodeAgentIsTheExample(t *testing.T) {
+	helm := toolBinary(t, "helm", "helm.sh/helm/v4/cmd/helm")
+	root := repoRoot(t)
+	r := render(t, helm, filepath.Join(root, "deploy", "helm", "sluice"),
+		"mode=daemonset", "agentName=edge", "collector=tier.logging.svc:4141")
+	got := parseProperties(t, r.config.Data["sluice.properties"])
+
+	example, err := os.ReadFile(filepath.Join(root, "examples", "kubernetes-node.properties"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for k, v := range parseProperties(t, string(example)) {
+		name, ok := strings.CutPrefix(k, "node.")
+		if !ok {
+			t.Fatalf("example: %s: not a key of the agent node", k)
+		}
+		if v == "${env:COLLECTOR:-sluice-collector}" {
+			v = "tier.logging.svc"
+		}
+		want["edge."+name] = v
+	}
+	if want["edge.sinks.collector.hostname"] != "tier.logging.svc" || !strings.Contains(want["edge.sources.pods.kubernetesMetadata.kubeletURL"], "${env:NODE_IP") {
+		t.Fatalf("the example no longer takes the collector and the kubelet from COLLECTOR and NODE_IP: %v", want)
+	}
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if g, ok := got[k]; !ok {
+			t.Errorf("chart lacks %s = %s", k, want[k])
+		} else if g != want[k] {
+			t.Errorf("%s: chart %q, example %q", k, g, want[k])
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[k]; !ok {
+			t.Errorf("chart has %s = %s, the example does not", k, got[k])
+		}
 	}
 }

@@ -51,4 +51,13 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- if not (has .Values.mode (list "daemonset" "deployment" "statefulset")) }}
 {{- fail (printf "mode %q: use daemonset, deployment or statefulset" .Values.mode) }}
 {{- end }}
+{{- if not (has .Values.daemonset.kubernetesMetadata (list "kubelet" "path")) }}
+{{- fail (printf "daemonset.kubernetesMetadata %q: use kubelet or path" .Values.daemonset.kubernetesMetadata) }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the node agent reads its kubelet's /pods: the pod needs
+the service account's token and the RBAC that lets the token read it. */}}
+{{- define "sluice.kubeletMetadata" -}}
+{{- if and (eq .Values.mode "daemonset") (eq .Values.daemonset.kubernetesMetadata "kubelet") }}true{{ end }}
 {{- end }}
