@@ -330,7 +330,7 @@ func (c *Cache) fetch(ctx context.Context) error {
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // lets the connection be reused; an error only loses that
-		return fmt.Errorf("GET %s: %s: the kubelet refuses the service account; it needs get on nodes/proxy (and a token: tokenFile)", c.url, resp.Status)
+		return fmt.Errorf("GET %s: %s: the kubelet refuses the service account; it needs get on nodes/pods (kubelets 1.33 and later) or nodes/proxy (older ones), and a token (tokenFile)", c.url, resp.Status)
 	case resp.StatusCode != http.StatusOK:
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // lets the connection be reused; an error only loses that
 		return fmt.Errorf("GET %s: %s", c.url, resp.Status)
