@@ -153,6 +153,12 @@ func (a *Agent) channelStatus(c *metrics.ComponentStatus, n *channelNode, now ti
 // yet says what it waits for (the other sinks of its group only when it has
 // a group).
 func sinkStatus(c *metrics.ComponentStatus, g *graph, n *sinkNode, now time.Time, prefix string) {
+	if cn := g.channels[n.spec.Channel]; n.life.state == notStarted && (cn == nil || cn.life.state != running) {
+		// Said the same way whether the sink itself or only its runner
+		// waits, as for a source.
+		c.State, c.Reason = "starting", "not running: waiting for channel "+n.spec.Channel+", which is not running"
+		return
+	}
 	if lifeStatus(c, &n.life, now) {
 		return
 	}
