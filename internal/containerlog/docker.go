@@ -6,8 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/jsonstr"
 )
 
 // dockerRecord is a line of dockerd's json-file log driver. dockerd leaves
@@ -239,79 +240,20 @@ func scanString(b []byte, buf []byte) ([]byte, int, bool) {
 		case c < 0x20:
 			return nil, 0, false
 		case c == '\\':
-			if i+1 >= len(b) {
+			var n int
+			var ok bool
+			if out, n, ok = jsonstr.AppendEscape(out, b[i:]); !ok {
 				return nil, 0, false
 			}
-			switch b[i+1] {
-			case '"', '\\', '/':
-				out = append(out, b[i+1])
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
-				r, ok := hex4(b[i+2:])
-				if !ok {
-					return nil, 0, false
-				}
-				i += 6
-				if utf16.IsSurrogate(r) {
-					if i+1 < len(b) && b[i] == '\\' && b[i+1] == 'u' {
-						if r2, ok := hex4(b[i+2:]); ok {
-							if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-								out = utf8.AppendRune(out, dec)
-								i += 6
-								continue
-							}
-						}
-					}
-					r = utf8.RuneError
-				}
-				out = utf8.AppendRune(out, r)
-				continue
-			default:
-				return nil, 0, false
-			}
-			i += 2
+			i += n
 		case c < utf8.RuneSelf:
 			out = append(out, c)
 			i++
 		default:
-			r, size := utf8.DecodeRune(b[i:])
-			if r == utf8.RuneError && size == 1 {
-				out = utf8.AppendRune(out, utf8.RuneError)
-			} else {
-				out = append(out, b[i:i+size]...)
-			}
-			i += size
+			var n int
+			out, n = jsonstr.AppendRune(out, b[i:])
+			i += n
 		}
 	}
 	return nil, 0, false
-}
-
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
 }

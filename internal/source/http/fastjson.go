@@ -1,10 +1,10 @@
 package httpsource
 
 import (
-	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/jsonstr"
 )
 
 // decodeFast decodes the common shape of a JSONHandler request, a UTF-8
@@ -312,81 +312,22 @@ func unquote(s []byte) ([]byte, bool) {
 		c := s[i]
 		switch {
 		case c == '\\':
-			if i+1 >= len(s) {
+			var n int
+			var ok bool
+			if out, n, ok = jsonstr.AppendEscape(out, s[i:]); !ok {
 				return nil, false
 			}
-			switch e := s[i+1]; e {
-			case '"', '\\', '/':
-				out = append(out, e)
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
-				r, ok := hex4(s[i+2:])
-				if !ok {
-					return nil, false
-				}
-				i += 6
-				if utf16.IsSurrogate(r) {
-					if len(s)-i >= 6 && s[i] == '\\' && s[i+1] == 'u' {
-						if r2, ok := hex4(s[i+2:]); ok {
-							if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-								out = utf8.AppendRune(out, d)
-								i += 6
-								continue
-							}
-						}
-					}
-					r = utf8.RuneError
-				}
-				out = utf8.AppendRune(out, r)
-				continue
-			default:
-				return nil, false
-			}
-			i += 2
+			i += n
 		case c < utf8.RuneSelf:
 			out = append(out, c)
 			i++
 		default:
-			r, size := utf8.DecodeRune(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				out = utf8.AppendRune(out, utf8.RuneError)
-			} else {
-				out = append(out, s[i:i+size]...)
-			}
-			i += size
+			var n int
+			out, n = jsonstr.AppendRune(out, s[i:])
+			i += n
 		}
 	}
 	return out, true
-}
-
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
 }
 
 // shape is what a cheap pass over a request body counts before it is
