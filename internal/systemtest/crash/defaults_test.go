@@ -30,6 +30,7 @@ import (
 	"github.com/sluicehq/sluice/internal/avrorpc"
 	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/kafkaconf/kafkatest"
+	"github.com/sluicehq/sluice/internal/source/sourcetest"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/internal/thriftrpc"
 )
@@ -549,58 +550,52 @@ func netcatTrickle(addr string) func(string) error {
 	}
 }
 
-func avroTrickle(addr string) func(string) error {
-	var c *avrorpc.Client
+// rpcTrickle sends each token as a batch of one over Flume's RPC, in a
+// session dial makes, dialled again after a failure; "" closes it.
+func rpcTrickle(dial func(context.Context) (sourcetest.Session, error)) func(string) error {
+	var s sourcetest.Session
 	return func(tok string) error {
 		if tok == "" {
-			if c != nil {
-				c.Close()
+			if s != nil {
+				_ = s.Close()
 			}
 			return nil
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if c == nil {
+		if s == nil {
 			var err error
-			if c, err = avrorpc.Dial(ctx, addr, avrorpc.ClientConfig{ConnectTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second}); err != nil {
+			if s, err = dial(ctx); err != nil {
 				return err
 			}
 		}
-		st, err := c.Append(ctx, event.Event{Body: []byte(tok)})
-		if err != nil || st != avrorpc.OK {
-			c.Close()
-			c = nil
-			return fmt.Errorf("%v %v", st, err)
+		if err := s.Send(ctx, []string{tok}); err != nil {
+			_ = s.Close()
+			s = nil
+			return err
 		}
 		return nil
 	}
 }
 
+func avroTrickle(addr string) func(string) error {
+	return rpcTrickle(func(ctx context.Context) (sourcetest.Session, error) {
+		c, err := avrorpc.Dial(ctx, addr, avrorpc.ClientConfig{ConnectTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
+		if err != nil {
+			return nil, err
+		}
+		return sourcetest.RPCSession(c, avrorpc.OK), nil
+	})
+}
+
 func thriftTrickle(addr string) func(string) error {
-	var c *thriftrpc.Client
-	return func(tok string) error {
-		if tok == "" {
-			if c != nil {
-				c.Close()
-			}
-			return nil
+	return rpcTrickle(func(ctx context.Context) (sourcetest.Session, error) {
+		c, err := thriftrpc.Dial(ctx, addr, thriftrpc.ClientConfig{ConnectTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
+		if err != nil {
+			return nil, err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if c == nil {
-			var err error
-			if c, err = thriftrpc.Dial(ctx, addr, thriftrpc.ClientConfig{ConnectTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second}); err != nil {
-				return err
-			}
-		}
-		st, err := c.Append(ctx, event.Event{Body: []byte(tok)})
-		if err != nil || st != thriftrpc.OK {
-			c.Close()
-			c = nil
-			return fmt.Errorf("%v %v", st, err)
-		}
-		return nil
-	}
+		return sourcetest.RPCSession(c, thriftrpc.OK), nil
+	})
 }
 
 func httpTrickle(u string) func(string) error {
