@@ -156,8 +156,8 @@ type Channel struct {
 	live      []map[uint64]int // per dir: events not yet taken-and-committed, by segment
 	open      map[*tx]struct{}
 	nextTx    uint64
-	notEmpty  chan struct{} // closed at the next put commit; nil while no taker waits
-	notFull   chan struct{} // closed when capacity is freed; nil while no committer waits
+	notEmpty  chan struct{}    // closed at the next put commit; nil while no taker waits
+	notFull   flow.SpaceSignal // committers waiting for space
 	running   bool
 	lastSpace time.Time
 	spaceAt   time.Time // when the free space figures in use were read
@@ -496,9 +496,4 @@ func (c *Channel) wakeTakers() {
 }
 
 // Lock must be held.
-func (c *Channel) wakeCommitters() {
-	if c.notFull != nil {
-		close(c.notFull)
-		c.notFull = nil
-	}
-}
+func (c *Channel) wakeCommitters() { c.notFull.Broadcast() }

@@ -38,20 +38,7 @@ func (c *Channel) reserve(ctx context.Context, n int) error {
 			timer = time.NewTimer(c.keepAlive)
 			defer timer.Stop()
 		}
-		if c.notFull == nil {
-			c.notFull = make(chan struct{})
-		}
-		wait := c.notFull
-		c.mu.Unlock()
-		expired, ended := false, false
-		select {
-		case <-wait:
-		case <-timer.C:
-			expired = true
-		case <-ctx.Done():
-			ended = true
-		}
-		c.mu.Lock()
+		expired, ended := c.notFull.Wait(ctx, &c.mu, timer.C)
 		if ended && c.reserved+n > c.capacity {
 			return flow.FullWaitEnded(ctx, "file channel %s is full: capacity %d reached (%d held or being taken, %d more to commit); "+
 				"the put stopped waiting for space", c.name, c.capacity, c.reserved, n)

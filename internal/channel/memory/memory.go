@@ -71,10 +71,10 @@ type Channel struct {
 	ring     []event.Event // committed events from head, n of them, wrapping
 	head     int
 	n        int
-	reserved int           // n plus events taken by open transactions: what capacity limits
-	bytes    int64         // body bytes of the reserved events
-	notEmpty chan struct{} // closed at the next commit of puts; nil while no taker waits
-	notFull  chan struct{} // closed when space is freed; nil while no committer waits
+	reserved int              // n plus events taken by open transactions: what capacity limits
+	bytes    int64            // body bytes of the reserved events
+	notEmpty chan struct{}    // closed at the next commit of puts; nil while no taker waits
+	notFull  flow.SpaceSignal // committers waiting for space
 	closed   bool
 	// heir is the channel that adopted this one's events (a reload); a take
 	// rolled back afterwards goes to it, so no event stays behind.
@@ -287,12 +287,7 @@ func (c *Channel) wakeTakers() {
 }
 
 // Lock must be held.
-func (c *Channel) wakeCommitters() {
-	if c.notFull != nil {
-		close(c.notFull)
-		c.notFull = nil
-	}
-}
+func (c *Channel) wakeCommitters() { c.notFull.Broadcast() }
 
 // ensureRoom grows the ring so it holds k more events. Callers have
 // reserved them, so n+k never exceeds capacity. Lock must be held.
@@ -533,20 +528,7 @@ func (c *Channel) waitSpace(ctx context.Context, net int, netBytes int64) error 
 		if timer == nil {
 			return c.fullError(net)
 		}
-		if c.notFull == nil {
-			c.notFull = make(chan struct{})
-		}
-		wait := c.notFull
-		c.mu.Unlock()
-		expired, ended := false, false
-		select {
-		case <-wait:
-		case <-timer.C:
-			expired = true
-		case <-ctx.Done():
-			ended = true
-		}
-		c.mu.Lock()
+		expired, ended := c.notFull.Wait(ctx, &c.mu, timer.C)
 		if c.closed {
 			return fmt.Errorf("memory channel %s: commit: %w", c.name, flow.ErrClosed)
 		}
