@@ -32,6 +32,8 @@ import (
 	"github.com/expr-lang/expr/conf"
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
+
+	"github.com/sluicehq/sluice/internal/config"
 )
 
 // Limits bound what an expression may be and what one evaluation may do.
@@ -315,7 +317,7 @@ func cleanMessage(m string) string {
 func suggest(name string) string {
 	best, bestD := "", 3
 	for _, n := range Names() {
-		if d := editDistance(strings.ToLower(name), strings.ToLower(n)); d < bestD {
+		if d := config.EditDistance(strings.ToLower(name), strings.ToLower(n)); d < bestD {
 			best, bestD = n, d
 		}
 	}
@@ -332,26 +334,6 @@ func Names() []string {
 	out = append(out, helperNames...)
 	out = append(out, exprBuiltins...)
 	return out
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := prev[j-1]
-			if a[i-1] != b[j-1] {
-				c++
-			}
-			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // exprBuiltins are expr's builtins an expression may call (see
