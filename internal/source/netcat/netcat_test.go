@@ -418,65 +418,24 @@ func TestRetryRebuildsEvents(t *testing.T) {
 	}
 }
 
-// batchProc records the size of each batch; the first Process waits for
-// release, so the lines sent meanwhile pile up in the socket.
-type batchProc struct {
-	mu      sync.Mutex
-	sizes   []int
-	total   int
-	release chan struct{}
-	first   chan struct{}
-	txLimit int // what TxLimit reports: the channels' transactionCapacity
-	bodies  []string
-}
-
-func (p *batchProc) TxLimit() int { return p.txLimit }
-
-func (p *batchProc) Process(_ context.Context, evs []event.Event) error {
-	p.mu.Lock()
-	n := len(p.sizes)
-	p.sizes = append(p.sizes, len(evs))
-	p.total += len(evs)
-	for _, e := range evs {
-		p.bodies = append(p.bodies, string(e.Body))
-	}
-	p.mu.Unlock()
-	if n == 0 {
-		close(p.first)
-		<-p.release
-	}
-	return nil
-}
-
 // sendPiledUp sends one line, and while the source is busy with it, lines
 // more lines of 256 bytes, which pile up in the socket; then it lets the
 // source go on and returns the sizes of the batches after the first.
-func sendPiledUp(t *testing.T, s *Source, p *batchProc, lines int) []int {
+func sendPiledUp(t *testing.T, s *Source, p *sourcetest.HoldProcessor, lines int) []int {
 	t.Helper()
 	start(t, s, p)
 	c := dial(t, s.Addr())
 	if _, err := c.Write([]byte("first\n")); err != nil {
 		t.Fatal(err)
 	}
-	<-p.first // the handler is busy with the first line
+	<-p.First() // the handler is busy with the first line
 	line := strings.Repeat("x", 255) + "\n"
 	if _, err := c.Write([]byte(strings.Repeat(line, lines))); err != nil {
 		t.Fatal(err)
 	}
-	close(p.release)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		p.mu.Lock()
-		total, sizes := p.total, slices.Clone(p.sizes)
-		p.mu.Unlock()
-		if total == lines+1 {
-			return sizes[1:]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d of %d lines", total, lines+1)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	p.Release()
+	sizes, _ := p.Wait(t, lines+1, 10*time.Second)
+	return sizes[1:]
 }
 
 // With batchSize left at its default, a batch grows past 100 lines to the
@@ -486,7 +445,7 @@ func sendPiledUp(t *testing.T, s *Source, p *batchProc, lines int) []int {
 // topped up with what has arrived before it is cut).
 func TestDefaultBatchGrowsToTransactionCapacity(t *testing.T) {
 	s := newTCP(t, map[string]string{"ack-every-event": "false"})
-	p := &batchProc{release: make(chan struct{}), first: make(chan struct{}), txLimit: 1000}
+	p := sourcetest.NewHoldProcessor(1000)
 	sizes := sendPiledUp(t, s, p, 3000)
 	if !slices.Equal(sizes, []int{1000, 1000, 1000}) {
 		t.Fatalf("batches %v after the first line; want [1000 1000 1000]", sizes)
@@ -501,13 +460,13 @@ func TestDefaultBatchGrowsToTransactionCapacity(t *testing.T) {
 func TestToppedUpBatchesKeepTheirLines(t *testing.T) {
 	for _, n := range []int{1010, 3000} {
 		s := newTCP(t, map[string]string{"ack-every-event": "false"})
-		p := &batchProc{release: make(chan struct{}), first: make(chan struct{}), txLimit: 1000}
+		p := sourcetest.NewHoldProcessor(1000)
 		start(t, s, p)
 		c := dial(t, s.Addr())
 		if _, err := c.Write([]byte("first\n")); err != nil {
 			t.Fatal(err)
 		}
-		<-p.first
+		<-p.First()
 		var b strings.Builder
 		want := []string{"first"}
 		for i := range n {
@@ -519,14 +478,8 @@ func TestToppedUpBatchesKeepTheirLines(t *testing.T) {
 		if _, err := c.Write([]byte(b.String())); err != nil {
 			t.Fatal(err)
 		}
-		close(p.release)
-		if !testutil.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total >= n+1 }, 10*time.Second) {
-			t.Fatalf("%d lines: got %d", n, p.total)
-		}
-		p.mu.Lock()
-		got := slices.Clone(p.bodies)
-		sizes := slices.Clone(p.sizes)
-		p.mu.Unlock()
+		p.Release()
+		sizes, got := p.Wait(t, n+1, 10*time.Second)
 		if !slices.Equal(got, want) {
 			for i := range min(len(got), len(want)) {
 				if got[i] != want[i] {
@@ -545,8 +498,8 @@ func TestToppedUpBatchesKeepTheirLines(t *testing.T) {
 // arrive unchanged.
 func TestToppedUpBatchAfterAPartialLine(t *testing.T) {
 	s := newTCP(t, map[string]string{"ack-every-event": "false"})
-	p := &batchProc{release: make(chan struct{}), first: make(chan struct{}), txLimit: 1000}
-	close(p.release)
+	p := sourcetest.NewHoldProcessor(1000)
+	p.Release()
 	start(t, s, p)
 	c := dial(t, s.Addr())
 	var want []string
@@ -572,14 +525,10 @@ func TestToppedUpBatchAfterAPartialLine(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // the source handles it before the next part
 	}
-	if !testutil.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total >= len(want) }, 10*time.Second) {
-		t.Fatalf("got %d of %d lines", p.total, len(want))
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	sizes, bodies := p.Wait(t, len(want), 10*time.Second)
 	for i := range want {
-		if p.bodies[i] != want[i] {
-			t.Fatalf("line %d is %.12q, want %.12q (batches %v)", i, p.bodies[i], want[i], p.sizes)
+		if bodies[i] != want[i] {
+			t.Fatalf("line %d is %.12q, want %.12q (batches %v)", i, bodies[i], want[i], sizes)
 		}
 	}
 }
@@ -588,7 +537,7 @@ func TestToppedUpBatchAfterAPartialLine(t *testing.T) {
 // channels' transactionCapacity.
 func TestExplicitBatchSizeIsAMaximum(t *testing.T) {
 	s := newTCP(t, map[string]string{"ack-every-event": "false", "batchSize": "100"})
-	p := &batchProc{release: make(chan struct{}), first: make(chan struct{}), txLimit: 1000}
+	p := sourcetest.NewHoldProcessor(1000)
 	sizes := sendPiledUp(t, s, p, 3000)
 	if m := slices.Max(sizes); m != 100 {
 		t.Fatalf("largest batch %d lines (batches %v); want 100, the batchSize set", m, sizes)
@@ -601,33 +550,21 @@ func TestExplicitBatchSizeIsAMaximum(t *testing.T) {
 // fdatasync (issue 17). A 64 KiB buffer holds at most 256 such lines.
 func TestReadBufferFitsTheBatch(t *testing.T) {
 	s := newTCP(t, map[string]string{"batchSize": "1000", "ack-every-event": "false"})
-	p := &batchProc{release: make(chan struct{}), first: make(chan struct{})}
+	p := sourcetest.NewHoldProcessor(0)
 	start(t, s, p)
 	c := dial(t, s.Addr())
 	if _, err := c.Write([]byte("first\n")); err != nil {
 		t.Fatal(err)
 	}
-	<-p.first // the handler is busy with the first line
+	<-p.First() // the handler is busy with the first line
 	const lines = 3000
 	line := strings.Repeat("x", 255) + "\n"
 	if _, err := c.Write([]byte(strings.Repeat(line, lines))); err != nil {
 		t.Fatal(err)
 	}
-	close(p.release)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		p.mu.Lock()
-		total, sizes := p.total, slices.Clone(p.sizes)
-		p.mu.Unlock()
-		if total == lines+1 {
-			if m := slices.Max(sizes); m <= 256 {
-				t.Fatalf("largest batch %d lines of 256 bytes (batches %v); want one read to hold more than 64 KiB", m, sizes)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d of %d lines", total, lines+1)
-		}
-		time.Sleep(5 * time.Millisecond)
+	p.Release()
+	sizes, _ := p.Wait(t, lines+1, 10*time.Second)
+	if m := slices.Max(sizes); m <= 256 {
+		t.Fatalf("largest batch %d lines of 256 bytes (batches %v); want one read to hold more than 64 KiB", m, sizes)
 	}
 }

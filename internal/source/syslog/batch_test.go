@@ -1,59 +1,21 @@
 package syslogsource
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
-	"github.com/sluicehq/sluice/internal/testutil"
 )
-
-// holdProc records batch sizes; the first Process waits for release, so
-// what is sent meanwhile piles up. TxLimit reports the channels'
-// transactionCapacity (flow.TxLimiter).
-type holdProc struct {
-	mu      sync.Mutex
-	sizes   []int
-	total   int
-	first   chan struct{}
-	release chan struct{}
-	txLimit int
-	keep    bool // record the bodies
-	bodies  []string
-}
-
-func (p *holdProc) TxLimit() int { return p.txLimit }
-
-func (p *holdProc) Process(_ context.Context, evs []event.Event) error {
-	p.mu.Lock()
-	n := len(p.sizes)
-	p.sizes = append(p.sizes, len(evs))
-	p.total += len(evs)
-	if p.keep {
-		for _, e := range evs {
-			p.bodies = append(p.bodies, string(e.Body))
-		}
-	}
-	p.mu.Unlock()
-	if n == 0 {
-		close(p.first)
-		<-p.release
-	}
-	return nil
-}
 
 // sendPiledUp sends a message, then, while the source is busy with it,
 // n messages of 256 bytes over TCP (or n datagrams); it returns the sizes
 // of the batches after the first.
-func sendPiledUp(t *testing.T, typ string, props map[string]string, p *holdProc, n int) []int {
+func sendPiledUp(t *testing.T, typ string, props map[string]string, p *sourcetest.HoldProcessor, n int) []int {
 	t.Helper()
 	_, _, addrs := newSource(t, typ, props, &sourcetest.Pipeline{Processor: p})
 	network := "tcp"
@@ -72,7 +34,7 @@ func sendPiledUp(t *testing.T, typ string, props map[string]string, p *holdProc,
 	if _, err := c.Write(msg(0)); err != nil {
 		t.Fatal(err)
 	}
-	<-p.first
+	<-p.First()
 	var all []byte
 	for i := 1; i <= n; i++ {
 		if network == "udp" {
@@ -89,20 +51,9 @@ func sendPiledUp(t *testing.T, typ string, props map[string]string, p *holdProc,
 	if network == "udp" {
 		time.Sleep(100 * time.Millisecond) // the reader queues them meanwhile
 	}
-	close(p.release)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		p.mu.Lock()
-		total, sizes := p.total, slices.Clone(p.sizes)
-		p.mu.Unlock()
-		if total == n+1 {
-			return sizes[1:]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d of %d messages", total, n+1)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	p.Release()
+	sizes, _ := p.Wait(t, n+1, 10*time.Second)
+	return sizes[1:]
 }
 
 // With batchSize left at its default a batch grows past 100 messages to the
@@ -111,12 +62,12 @@ func sendPiledUp(t *testing.T, typ string, props map[string]string, p *holdProc,
 func TestTCPBatchGrowsToTransactionCapacity(t *testing.T) {
 	for _, typ := range []string{"syslogtcp", "multiport_syslogtcp"} {
 		t.Run(typ, func(t *testing.T) {
-			p := &holdProc{first: make(chan struct{}), release: make(chan struct{}), txLimit: 1000}
+			p := sourcetest.NewHoldProcessor(1000)
 			sizes := sendPiledUp(t, typ, nil, p, 3000)
 			if !slices.Equal(sizes, []int{1000, 1000, 1000}) {
 				t.Fatalf("batches %v after the first message; want [1000 1000 1000]", sizes)
 			}
-			p = &holdProc{first: make(chan struct{}), release: make(chan struct{}), txLimit: 1000}
+			p = sourcetest.NewHoldProcessor(1000)
 			sizes = sendPiledUp(t, typ, map[string]string{"batchSize": "100"}, p, 3000)
 			if m := slices.Max(sizes); m != 100 {
 				t.Fatalf("batchSize 100: largest batch %d (batches %v), want 100", m, sizes)
@@ -128,12 +79,12 @@ func TestTCPBatchGrowsToTransactionCapacity(t *testing.T) {
 // A UDP batch grows too, up to what its queue holds (4 × batchSize
 // datagrams, which bound the memory).
 func TestUDPBatchGrowsToTransactionCapacity(t *testing.T) {
-	p := &holdProc{first: make(chan struct{}), release: make(chan struct{}), txLimit: 1000}
+	p := sourcetest.NewHoldProcessor(1000)
 	sizes := sendPiledUp(t, "syslogudp", nil, p, 800)
 	if m := slices.Max(sizes); m <= DefaultBatchSize || m > 4*DefaultBatchSize {
 		t.Fatalf("largest batch %d datagrams (batches %v); want more than the default %d, at most the queue's %d", m, sizes, DefaultBatchSize, 4*DefaultBatchSize)
 	}
-	p = &holdProc{first: make(chan struct{}), release: make(chan struct{}), txLimit: 1000}
+	p = sourcetest.NewHoldProcessor(1000)
 	sizes = sendPiledUp(t, "syslogudp", map[string]string{"batchSize": "100"}, p, 800)
 	if m := slices.Max(sizes); m > 100 {
 		t.Fatalf("batchSize 100: largest batch %d (batches %v)", m, sizes)
@@ -146,8 +97,8 @@ func TestUDPBatchGrowsToTransactionCapacity(t *testing.T) {
 // buffer even when nothing more came, and every message, of it and of the
 // third part, must arrive once, in order.
 func TestTCPToppedUpBatchAfterAPartialMessage(t *testing.T) {
-	p := &holdProc{first: make(chan struct{}), release: make(chan struct{}), txLimit: 1000, keep: true}
-	close(p.release)
+	p := sourcetest.NewHoldProcessor(1000)
+	p.Release()
 	_, _, addrs := newSource(t, "syslogtcp", nil, &sourcetest.Pipeline{Processor: p})
 	c, err := net.Dial("tcp", addrs[0])
 	if err != nil {
@@ -172,18 +123,12 @@ func TestTCPToppedUpBatchAfterAPartialMessage(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // the source handles it before the next part
 	}
-	if !testutil.Eventually(func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.total >= len(want) }, 10*time.Second) {
-		t.Fatalf("got %d of %d messages", p.total, len(want))
-	}
+	p.Wait(t, len(want), 10*time.Second)
 	time.Sleep(50 * time.Millisecond) // nothing more may come
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.bodies) != len(want) {
-		t.Fatalf("got %d messages, want %d (batches %v)", len(p.bodies), len(want), p.sizes)
-	}
+	sizes, bodies := p.Wait(t, len(want), 0)
 	for i := range want {
-		if p.bodies[i] != want[i] {
-			t.Fatalf("message %d is %.12q, want %.12q (batches %v)", i, p.bodies[i], want[i], p.sizes)
+		if bodies[i] != want[i] {
+			t.Fatalf("message %d is %.12q, want %.12q (batches %v)", i, bodies[i], want[i], sizes)
 		}
 	}
 }
