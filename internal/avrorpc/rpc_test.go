@@ -61,7 +61,7 @@ func TestClientServerRoundTrip(t *testing.T) {
 				}
 				want = append(want, evs...)
 			}
-			one := event.Event{Headers: map[string]string{"a": "b"}, Body: bytes.Repeat([]byte("big"), 100000)}
+			one := event.Event{Headers: event.HeadersOf(map[string]string{"a": "b"}), Body: bytes.Repeat([]byte("big"), 100000)}
 			if st, err := cl.Append(context.Background(), one); err != nil || st != OK {
 				t.Fatalf("append: %v %v", st, err)
 			}

@@ -24,9 +24,9 @@ func eval(t *testing.T, c *Compiler, src string, e event.Event) (string, bool, e
 }
 
 func evJSON(body string, kv ...string) event.Event {
-	e := event.Event{Body: []byte(body), Headers: map[string]string{}}
+	e := event.Event{Body: []byte(body), Headers: event.HeadersOf(map[string]string{})}
 	for i := 0; i+1 < len(kv); i += 2 {
-		e.Headers[kv[i]] = kv[i+1]
+		e.Headers.Set(kv[i], kv[i+1])
 	}
 	return e
 }

@@ -231,16 +231,16 @@ func (t *Transform) apply(b *batch, e *event.Event) outcome {
 		r := b.res[i]
 		if r.ok {
 			if e.Headers == nil {
-				e.Headers = make(map[string]string, len(t.sets))
+				e.Headers = make(event.Headers, 0, len(t.sets))
 			}
-			e.Headers[t.sets[i].header] = values[start:r.end]
+			e.Headers.Set(t.sets[i].header, values[start:r.end])
 		} else {
-			delete(e.Headers, t.sets[i].header)
+			e.Headers.Delete(t.sets[i].header)
 		}
 		start = r.end
 	}
 	for _, h := range t.remove {
-		delete(e.Headers, h)
+		e.Headers.Delete(h)
 	}
 	if bodySet {
 		e.Body = body

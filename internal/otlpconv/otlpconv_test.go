@@ -237,25 +237,25 @@ func TestEventHeaders(t *testing.T) {
 	if !maps.Equal(tm, wantTypes) {
 		t.Errorf("otel.types = %v, want %v", tm, wantTypes)
 	}
-	if string(events[0].Body) != "card declined: insufficient funds" || events[0].Headers["otel.body_type"] != "" {
-		t.Errorf("string body %q (type %q)", events[0].Body, events[0].Headers["otel.body_type"])
+	if string(events[0].Body) != "card declined: insufficient funds" || events[0].Headers.Value("otel.body_type") != "" {
+		t.Errorf("string body %q (type %q)", events[0].Body, events[0].Headers.Value("otel.body_type"))
 	}
 
 	// No time: timestamp is the observed time's; a map body is JSON.
 	e := events[1]
-	if e.Headers["timestamp"] != "1700000001000" || e.Headers["otel.time_unix_nano"] != "" {
-		t.Errorf("record without a time: timestamp %q, time %q", e.Headers["timestamp"], e.Headers["otel.time_unix_nano"])
+	if e.Headers.Value("timestamp") != "1700000001000" || e.Headers.Value("otel.time_unix_nano") != "" {
+		t.Errorf("record without a time: timestamp %q, time %q", e.Headers.Value("timestamp"), e.Headers.Value("otel.time_unix_nano"))
 	}
-	if string(e.Body) != `{"msg":"structured","n":3,"nested":[1.5]}` || e.Headers["otel.body_type"] != "map" {
-		t.Errorf("map body %q (type %q)", e.Body, e.Headers["otel.body_type"])
+	if string(e.Body) != `{"msg":"structured","n":3,"nested":[1.5]}` || e.Headers.Value("otel.body_type") != "map" {
+		t.Errorf("map body %q (type %q)", e.Body, e.Headers.Value("otel.body_type"))
 	}
 	// Bytes body as it is (not UTF-8, so its type goes without saying).
-	if e := events[2]; string(e.Body) != "\xde\xad\xbe\xef" || e.Headers["otel.body_type"] != "" {
-		t.Errorf("bytes body %q (type %q)", e.Body, e.Headers["otel.body_type"])
+	if e := events[2]; string(e.Body) != "\xde\xad\xbe\xef" || e.Headers.Value("otel.body_type") != "" {
+		t.Errorf("bytes body %q (type %q)", e.Body, e.Headers.Value("otel.body_type"))
 	}
 	// Whole-millisecond time without an observed time: timestamp alone.
 	last := events[len(events)-1]
-	if last.Headers["timestamp"] != "1700000004000" || len(last.Headers) != 2 {
+	if last.Headers.Value("timestamp") != "1700000004000" || len(last.Headers) != 2 {
 		t.Errorf("plain record headers %v", last.Headers)
 	}
 }
@@ -264,12 +264,12 @@ func TestEventHeaders(t *testing.T) {
 // and back through the source's: the same bodies and headers.
 func TestFlumeEventsRoundTrip(t *testing.T) {
 	events := []event.Event{
-		{Body: []byte("plain line"), Headers: map[string]string{"host": "web-1", "timestamp": "1700000000123"}},
+		{Body: []byte("plain line"), Headers: event.HeadersOf(map[string]string{"host": "web-1", "timestamp": "1700000000123"})},
 		{Body: []byte("no headers")},
-		{Body: []byte{0xff, 0xfe, 0x00}, Headers: map[string]string{"binary": "\xff\xfe", "bad\xffkey": "v"}},
-		{Body: []byte(""), Headers: map[string]string{"empty": ""}},
-		{Body: []byte(`{"looks":"like json"}`), Headers: map[string]string{"otel.custom": "x", "Severity": "3", "Facility": "1"}},
-		{Body: []byte("with a bad timestamp"), Headers: map[string]string{"count": "12"}},
+		{Body: []byte{0xff, 0xfe, 0x00}, Headers: event.HeadersOf(map[string]string{"binary": "\xff\xfe", "bad\xffkey": "v"})},
+		{Body: []byte(""), Headers: event.HeadersOf(map[string]string{"empty": ""})},
+		{Body: []byte(`{"looks":"like json"}`), Headers: event.HeadersOf(map[string]string{"otel.custom": "x", "Severity": "3", "Facility": "1"})},
+		{Body: []byte("with a bad timestamp"), Headers: event.HeadersOf(map[string]string{"count": "12"})},
 	}
 	m := Mapping{}
 	back := m.Events(nil, m.Logs(events), 0)
@@ -298,10 +298,10 @@ func TestFlumeEventsRoundTrip(t *testing.T) {
 func TestHeaderEdits(t *testing.T) {
 	m := Mapping{}
 	ld := m.Logs([]event.Event{
-		{Body: []byte("a"), Headers: map[string]string{"timestamp": "1700000000999",
-			"otel.time_unix_nano": "1700000000123456789", "otel.observed_time_unix_nano": "1700000000200000000"}},
-		{Body: []byte("b"), Headers: map[string]string{"timestamp": "yesterday", "otel.trace_id": "xyz",
-			"otel.severity_number": "loud", "otel.types": "{not json", "n": "1"}},
+		{Body: []byte("a"), Headers: event.HeadersOf(map[string]string{"timestamp": "1700000000999",
+			"otel.time_unix_nano": "1700000000123456789", "otel.observed_time_unix_nano": "1700000000200000000"})},
+		{Body: []byte("b"), Headers: event.HeadersOf(map[string]string{"timestamp": "yesterday", "otel.trace_id": "xyz",
+			"otel.severity_number": "loud", "otel.types": "{not json", "n": "1"})},
 	})
 	recs := ld.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords()
 	if got := recs.At(0).Timestamp(); got != 1_700_000_000_999_000_000 {
@@ -364,7 +364,7 @@ func FuzzFlumeRoundTrip(f *testing.F) {
 	f.Add([]byte("1"), "otel.body_type", "int", "resource.x", "1")
 	f.Add([]byte(""), "otel.time_unix_nano", "5", "otel.observed_time_unix_nano", "5000000")
 	f.Fuzz(func(t *testing.T, body []byte, k1, v1, k2, v2 string) {
-		e := event.Event{Body: body, Headers: map[string]string{k1: v1, k2: v2}}
+		e := event.Event{Body: body, Headers: event.HeadersOf(map[string]string{k1: v1, k2: v2})}
 		m := Mapping{}
 		back := m.Events(nil, m.Logs([]event.Event{e}), 0)
 		if len(back) != 1 {

@@ -87,7 +87,7 @@ func TestReceivedAtSpansTiers(t *testing.T) {
 // TestReceivedAtStampedDoesNotAllocate checks that stamping reuses its maps.
 func TestReceivedAtStampedDoesNotAllocate(t *testing.T) {
 	var s stamped
-	events := []event.Event{{ReceivedAt: 1}, {ReceivedAt: 0}, {ReceivedAt: 3, Headers: map[string]string{"k": "v"}}}
+	events := []event.Event{{ReceivedAt: 1}, {ReceivedAt: 0}, {ReceivedAt: 3, Headers: event.HeadersOf(map[string]string{"k": "v"})}}
 	s.with(events, "h")
 	allocs := testing.AllocsPerRun(100, func() { s.with(events, "h") })
 	// strconv.FormatInt of a small number does not allocate; real times

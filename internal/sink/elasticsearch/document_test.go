@@ -66,7 +66,7 @@ func FuzzDocument(f *testing.F) {
 	f.Add([]byte("plain \xff text\n"), "message", "m")
 	f.Add([]byte(`  {"\u0040timestamp" : null }  `), "timestamp", "2024")
 	f.Fuzz(func(t *testing.T, body []byte, k, v string) {
-		e := event.Event{Headers: map[string]string{k: v}, Body: body}
+		e := event.Event{Headers: event.HeadersOf(map[string]string{k: v}), Body: body}
 		ms, text := eventTime(&e, 1)
 		doc, _ := appendDocument(nil, &e, ms, text, nil)
 		if bytes.ContainsAny(doc, "\r\n") {

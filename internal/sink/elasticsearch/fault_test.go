@@ -75,7 +75,7 @@ func seqEvents(first, n int, bad func(int) bool) []event.Event {
 		if bad != nil && bad(seq) {
 			body = fmt.Sprintf(`{"seq":%d,"bad":true}`, seq)
 		}
-		evs[i] = event.Event{Headers: map[string]string{"id": "doc-" + strconv.Itoa(seq)}, Body: []byte(body)}
+		evs[i] = event.Event{Headers: event.HeadersOf(map[string]string{"id": "doc-" + strconv.Itoa(seq)}), Body: []byte(body)}
 	}
 	return evs
 }
@@ -368,7 +368,7 @@ func readDeadLetters(t *testing.T, path string) []int {
 		if err := json.Unmarshal([]byte(dl.Body), &d); err != nil {
 			t.Fatalf("dead letter body %q: %v", dl.Body, err)
 		}
-		if dl.Sink != "k1" || dl.Index != "flume" || dl.Status < 400 || dl.Error.Type == "" || dl.Headers["id"] != "doc-"+strconv.Itoa(d.Seq) {
+		if dl.Sink != "k1" || dl.Index != "flume" || dl.Status < 400 || dl.Error.Type == "" || dl.Headers.Value("id") != "doc-"+strconv.Itoa(d.Seq) {
 			t.Errorf("dead letter lacks its context: %s", sc.Bytes())
 		}
 		out = append(out, d.Seq)

@@ -94,7 +94,7 @@ func FuzzFlumeSerializers(f *testing.F) {
 	f.Add([]byte("plain \xff"), "@source_host", `{"x":`)
 	f.Add([]byte(" {\n} "), "timestamp", "abc")
 	f.Fuzz(func(t *testing.T, body []byte, k, v string) {
-		e := event.Event{Headers: map[string]string{k: v}, Body: body}
+		e := event.Event{Headers: event.HeadersOf(map[string]string{k: v}), Body: body}
 		ms, text := eventTime(&e, 1)
 		for _, doc := range [][]byte{
 			func() []byte { d, _ := appendLogStash(nil, &e, ms, text, nil); return d }(),

@@ -23,7 +23,7 @@ type avroEvent struct {
 func TestHeaderAndText(t *testing.T) {
 	w, _ := newTestWriter(t, Options{Serializer: HeaderAndText, AppendNewline: true})
 	w.Write(context.Background(), []event.Event{
-		{Headers: map[string]string{"b": "2", "a": "1"}, Body: []byte("one")},
+		{Headers: event.HeadersOf(map[string]string{"b": "2", "a": "1"}), Body: []byte("one")},
 		{Body: []byte("two")},
 	})
 	w.Stop(context.Background())
@@ -103,7 +103,7 @@ func TestAvroEventAcrossRolls(t *testing.T) {
 			}
 			for i := range want {
 				if string(got[i].Body) != string(want[i].Body) || len(got[i].Headers) != len(want[i].Headers) ||
-					got[i].Headers["n"] != want[i].Headers["n"] {
+					got[i].Headers.Value("n") != want[i].Headers.Value("n") {
 					t.Fatalf("event %d = %+v, want %+v", i, got[i], want[i])
 				}
 			}

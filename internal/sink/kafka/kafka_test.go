@@ -281,7 +281,7 @@ func TestSinkKeyPartitioningMatchesKafka(t *testing.T) {
 	s, _ := newSink(t, kc, pl, map[string]string{"kafka.topic": "keyed"})
 	var evs []event.Event
 	for i := range 50 {
-		evs = append(evs, event.Event{Headers: map[string]string{"key": "user-" + strconv.Itoa(i)}, Body: []byte(strconv.Itoa(i))})
+		evs = append(evs, event.Event{Headers: event.HeadersOf(map[string]string{"key": "user-" + strconv.Itoa(i)}), Body: []byte(strconv.Itoa(i))})
 	}
 	if err := pl.Processor.Process(context.Background(), evs); err != nil {
 		t.Fatal(err)

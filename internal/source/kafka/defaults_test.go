@@ -57,11 +57,11 @@ func TestFlumeDefaults(t *testing.T) {
 		{Topic: "t", Partition: 2, Offset: 7, Timestamp: produced, Value: []byte("a")},
 		{Topic: "t", Partition: 2, Offset: 8, Value: []byte("b")}, // no timestamp: the receive time
 	}, nil)
-	if want := strconv.FormatInt(produced.UnixMilli(), 10); evs[0].Headers["timestamp"] != want {
-		t.Errorf("timestamp header %q, want the record's timestamp %s", evs[0].Headers["timestamp"], want)
+	if want := strconv.FormatInt(produced.UnixMilli(), 10); evs[0].Headers.Value("timestamp") != want {
+		t.Errorf("timestamp header %q, want the record's timestamp %s", evs[0].Headers.Value("timestamp"), want)
 	}
-	if ms, err := strconv.ParseInt(evs[1].Headers["timestamp"], 10, 64); err != nil || time.Since(time.UnixMilli(ms)) > time.Minute {
-		t.Errorf("timestamp header of a record without one %q, want the receive time", evs[1].Headers["timestamp"])
+	if ms, err := strconv.ParseInt(evs[1].Headers.Value("timestamp"), 10, 64); err != nil || time.Since(time.UnixMilli(ms)) > time.Minute {
+		t.Errorf("timestamp header of a record without one %q, want the receive time", evs[1].Headers.Value("timestamp"))
 	}
 	if h := evs[0].Headers; h["topic"] != "t" || h["partition"] != "2" || h["offset"] != "7" {
 		t.Errorf("headers %v, want topic t, partition 2, offset 7", h)

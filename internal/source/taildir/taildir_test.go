@@ -649,8 +649,8 @@ func TestLongLinePieces(t *testing.T) {
 		t.Fatalf("got %d events, want %d", len(got), len(want))
 	}
 	for i, e := range got {
-		g := piece{len(e.Body), 0, e.Headers["linePiece"], e.Headers["linePieceLast"]}
-		g.off, _ = strconv.Atoi(e.Headers["byteoffset"])
+		g := piece{len(e.Body), 0, e.Headers.Value("linePiece"), e.Headers.Value("linePieceLast")}
+		g.off, _ = strconv.Atoi(e.Headers.Value("byteoffset"))
 		if g != want[i] {
 			t.Errorf("event %d: %+v, want %+v", i, g, want[i])
 		}
@@ -678,7 +678,7 @@ func TestLongLineAcrossRestart(t *testing.T) {
 	fx.start()
 	got := fx.pl.Drain(t, 3, 5*time.Second)
 	for i, e := range got {
-		if len(e.Body) != 100 || e.Headers["linePiece"] != fmt.Sprint(i+1) || e.Headers["linePieceLast"] != "false" {
+		if len(e.Body) != 100 || e.Headers.Value("linePiece") != fmt.Sprint(i+1) || e.Headers.Value("linePieceLast") != "false" {
 			t.Fatalf("piece %d: %d bytes, headers %v", i+1, len(e.Body), e.Headers)
 		}
 	}
