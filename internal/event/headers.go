@@ -201,5 +201,5 @@ func (a *HeaderArena) Make(n int) Headers {
 	}
 	i := len(a.free)
 	a.free = a.free[:i+n]
-	return a.free[i:i:i+n]
+	return a.free[i : i : i+n]
 }

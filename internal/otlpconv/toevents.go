@@ -150,12 +150,12 @@ func (c *toEvents) event(lr plog.LogRecord, receivedAt int64) event.Event {
 		h.Set(HeaderTime, ns)
 		h.Set(HeaderTimestamp, ns[:len(ns)-6])
 	case t != 0:
-		h.Set(HeaderTimestamp, c.texts.uint(t / 1e6))
+		h.Set(HeaderTimestamp, c.texts.uint(t/1e6))
 		if t%1e6 != 0 || o != 0 {
 			h.Set(HeaderTime, c.texts.uint(t))
 		}
 	case o != 0:
-		h.Set(HeaderTimestamp, c.texts.uint(o / 1e6))
+		h.Set(HeaderTimestamp, c.texts.uint(o/1e6))
 	}
 	if o != 0 {
 		h.Set(HeaderObservedTime, c.texts.uint(o))
