@@ -74,7 +74,7 @@ func (p *patcher) Visit(node *ast.Node) {
 	switch n := (*node).(type) {
 	case *ast.IdentifierNode:
 		if n.Value == "headers" && !p.headersShadowed {
-			ast.Patch(node, &ast.CallNode{Callee: ident(headersFn), Arguments: []ast.Node{ident(stateVar)}})
+			p.patchCall(node, headersFn)
 		}
 	case *ast.CallNode:
 		p.call(node, n)
@@ -82,15 +82,27 @@ func (p *patcher) Visit(node *ast.Node) {
 		if isCall(n.Node, headersFn) && !n.Method {
 			// headers.k, headers["k"], headers?.k: a header is never
 			// nil, so the optional access is the same lookup.
-			ast.Patch(node, &ast.CallNode{Callee: ident(headerFn), Arguments: []ast.Node{ident(stateVar), n.Property}})
+			p.patchCall(node, headerFn, n.Property)
 			return
 		}
 		p.member(node, n)
 	case *ast.BinaryNode:
 		if n.Operator == "in" && isCall(n.Right, headersFn) {
-			ast.Patch(node, &ast.CallNode{Callee: ident(hasHeaderFn), Arguments: []ast.Node{ident(stateVar), n.Left}})
+			p.patchCall(node, hasHeaderFn, n.Left)
 		}
 	}
+}
+
+// patchCall replaces node with a call of fn with the State and args. The
+// names it adds take the place of node's text, so that an error in the
+// call is reported where node was written.
+func (p *patcher) patchCall(node *ast.Node, fn string, args ...ast.Node) {
+	at := (*node).Location()
+	at.From = startOf(*node)
+	callee, state := ident(fn), ident(stateVar)
+	callee.SetLocation(at)
+	state.SetLocation(at)
+	ast.Patch(node, &ast.CallNode{Callee: callee, Arguments: append([]ast.Node{state}, args...)})
 }
 
 // isCall reports whether n is a call of the function named fn.

@@ -53,7 +53,7 @@ func TestTapShowsSourceOutputAsCopies(t *testing.T) {
 	r := tap.Watch(1000, 100)
 	defer r.Close()
 	evs := bodyEvents("a", "b", "c")
-	evs[1].Headers = map[string]string{"host": "web-1"}
+	evs[1].Headers = event.HeadersOf(map[string]string{"host": "web-1"})
 	if err := proc.Process(context.Background(), evs); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestTapShowsSourceOutputAsCopies(t *testing.T) {
 	// The copies are the tap's own: the pipeline reusing its buffers does
 	// not change what the tap shows.
 	evs2 := bodyEvents("x")
-	evs2[0].Headers = map[string]string{"k": "v"}
+	evs2[0].Headers = event.HeadersOf(map[string]string{"k": "v"})
 	if err := proc.Process(context.Background(), evs2); err != nil {
 		t.Fatal(err)
 	}

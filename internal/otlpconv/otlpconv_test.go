@@ -175,7 +175,7 @@ func TestLogsRoundTrip(t *testing.T) {
 // headers (docs/components.md).
 func TestEventHeaders(t *testing.T) {
 	events := Mapping{}.Events(nil, richLogs(), 0)
-	got := events[0].Headers
+	got := events[0].Headers.Map()
 	want := map[string]string{
 		"resource.service.name":         "checkout",
 		"resource.process.pid":          "4242",
@@ -277,7 +277,7 @@ func TestFlumeEventsRoundTrip(t *testing.T) {
 		t.Fatalf("%d events back for %d", len(back), len(events))
 	}
 	for i, e := range events {
-		want := maps.Clone(e.Headers)
+		want := e.Headers.Map()
 		if want == nil {
 			want = map[string]string{}
 		}
@@ -286,7 +286,7 @@ func TestFlumeEventsRoundTrip(t *testing.T) {
 			want[strings.ToValidUTF8(k, "\uFFFD")] = want[k]
 			delete(want, k)
 		}
-		got := back[i].Headers
+		got := back[i].Headers.Map()
 		if string(back[i].Body) != string(e.Body) || !maps.Equal(got, want) {
 			t.Errorf("event %d: got body %q headers %v, want body %q headers %v", i, back[i].Body, got, e.Body, want)
 		}
@@ -327,7 +327,7 @@ func TestGrouping(t *testing.T) {
 		if i == 4 {
 			h["otel.scope.name"] = "s2"
 		}
-		events = append(events, event.Event{Body: []byte(fmt.Sprint(i)), Headers: h})
+		events = append(events, event.Event{Body: []byte(fmt.Sprint(i)), Headers: event.HeadersOf(h)})
 	}
 	ld := Mapping{}.Logs(events)
 	var got []string
@@ -377,7 +377,7 @@ func FuzzFlumeRoundTrip(f *testing.F) {
 				return
 			}
 		}
-		if string(back[0].Body) != string(body) || !maps.Equal(back[0].Headers, e.Headers) {
+		if string(back[0].Body) != string(body) || !back[0].Headers.Equal(e.Headers) {
 			t.Fatalf("got %q %v, want %q %v", back[0].Body, back[0].Headers, body, e.Headers)
 		}
 	})
@@ -414,7 +414,7 @@ func TestTimeHeaders(t *testing.T) {
 		lr := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
 		lr.SetTimestamp(pcommon.Timestamp(ts))
 		lr.SetObservedTimestamp(pcommon.Timestamp(observed))
-		h := Mapping{}.Events(nil, ld, 0)[0].Headers
+		h := Mapping{}.Events(nil, ld, 0)[0].Headers.Map()
 		nanos, ok := h[HeaderTime]
 		if h[HeaderTimestamp] != wantMillis || nanos != wantNanos || ok != (wantNanos != "") {
 			t.Errorf("time %d, observed %d: timestamp %q, otel.time_unix_nano %q; want %q, %q",
