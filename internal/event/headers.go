@@ -140,6 +140,12 @@ func (h Headers) Equal(o Headers) bool {
 			return false
 		}
 	}
+	// Both ways: headers appended without Set may repeat a key.
+	for _, kv := range o {
+		if v, ok := h.Get(kv.Key); !ok || v != kv.Value {
+			return false
+		}
+	}
 	return true
 }
 

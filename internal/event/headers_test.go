@@ -34,7 +34,8 @@ func TestHeaders(t *testing.T) {
 	if !HeadersOf(map[string]string{"x": "1", "y": "2"}).Equal(Headers{{"y", "2"}, {"x", "1"}}) {
 		t.Fatal("Equal must not depend on order")
 	}
-	if (Headers{{"x", "1"}}).Equal(Headers{{"x", "2"}}) || (Headers{{"x", "1"}}).Equal(nil) {
+	if (Headers{{"x", "1"}}).Equal(Headers{{"x", "2"}}) || (Headers{{"x", "1"}}).Equal(nil) ||
+		(Headers{{"a", "1"}, {"a", "1"}}).Equal(Headers{{"a", "1"}, {"b", "2"}}) {
 		t.Fatal("Equal of different headers")
 	}
 	var keys []string
