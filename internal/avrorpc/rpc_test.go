@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -24,7 +23,7 @@ func testEvents(n int) []event.Event {
 	for i := range out {
 		out[i] = event.Event{Body: []byte(fmt.Sprintf("event %d %s", i, strings.Repeat("x", i%300)))}
 		if i%3 != 0 {
-			out[i].Headers = map[string]string{"i": fmt.Sprint(i), "host": "h", "empty": ""}
+			out[i].Headers = event.HeadersOf(map[string]string{"i": fmt.Sprint(i), "host": "h", "empty": ""})
 		}
 	}
 	out[0].Body = []byte{} // an empty body travels too
@@ -37,7 +36,7 @@ func sameEvents(t *testing.T, got, want []event.Event) {
 		t.Fatalf("got %d events, want %d", len(got), len(want))
 	}
 	for i := range want {
-		if !bytes.Equal(got[i].Body, want[i].Body) || !(len(got[i].Headers) == 0 && len(want[i].Headers) == 0 || reflect.DeepEqual(got[i].Headers, want[i].Headers)) {
+		if !bytes.Equal(got[i].Body, want[i].Body) || !(len(got[i].Headers) == 0 && len(want[i].Headers) == 0 || want[i].Headers.Equal(got[i].Headers)) {
 			t.Fatalf("event %d: got %+v, want %+v", i, got[i], want[i])
 		}
 	}
@@ -230,13 +229,13 @@ func TestCodecAgainstHamba(t *testing.T) {
 	}
 	back := make([]event.Event, len(theirs))
 	for i, e := range theirs {
-		back[i] = event.Event{Headers: e.Headers, Body: e.Body}
+		back[i] = event.Event{Headers: event.HeadersOf(e.Headers), Body: e.Body}
 	}
 	sameEvents(t, back, evs)
 
 	mine := make([]avroEvent, len(evs))
 	for i, e := range evs {
-		mine[i] = avroEvent{Headers: e.Headers, Body: e.Body}
+		mine[i] = avroEvent{Headers: e.Headers.Map(), Body: e.Body}
 		if mine[i].Headers == nil {
 			mine[i].Headers = map[string]string{}
 		}
