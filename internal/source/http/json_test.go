@@ -3,6 +3,7 @@ package httpsource
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/event"
@@ -157,6 +158,23 @@ func BenchmarkDecode(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestDecodeGeneralHeaderOrder: encoding/json decodes the headers object
+// into a map, whose order is random; the events' headers are in one order,
+// by key, however often the same request is decoded.
+func TestDecodeGeneralHeaderOrder(t *testing.T) {
+	data := []byte(`[{"headers":{"d":"4","b":"2","a":"1","c":"3","e":null},"body":"x"}]`)
+	want := event.Headers{{Key: "a", Value: "1"}, {Key: "b", Value: "2"}, {Key: "c", Value: "3"}, {Key: "d", Value: "4"}}
+	for range 20 {
+		evs, err := decodeGeneral(data, "utf-8")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(evs[0].Headers, want) {
+			t.Fatalf("headers %v, want %v", evs[0].Headers, want)
+		}
 	}
 }
 
