@@ -254,3 +254,31 @@ func TestCodecAgainstHamba(t *testing.T) {
 	}
 	sameEvents(t, got, evs)
 }
+
+// TestDecodeRepeatedHeaderKey: an Avro map on the wire may repeat a key
+// (in one block or across blocks); the event has the key once, with the
+// last value, as Java's HashMap and a Go map keep it.
+func TestDecodeRepeatedHeaderKey(t *testing.T) {
+	pair := func(b []byte, k, v string) []byte { return appendString(appendString(b, k), v) }
+	oneBlock := pair(pair(pair(appendLong(nil, 3), "k", "1"), "j", "x"), "k", "2")
+	twoBlocks := pair(pair(appendLong(nil, 2), "k", "1"), "j", "x")
+	twoBlocks = pair(appendLong(twoBlocks, 1), "k", "2")
+	many := pair(appendLong(nil, 42), "k", "1")
+	for i := range 40 {
+		many = pair(many, fmt.Sprintf("h%02d", i), "v")
+	}
+	many = pair(many, "k", "2")
+	for _, c := range []struct {
+		name    string
+		headers []byte
+		n       int // distinct keys
+	}{{"one block", oneBlock, 2}, {"two blocks", twoBlocks, 2}, {"42 headers", many, 41}} {
+		e, err := DecodeFlumeEvent(appendBytes(append(c.headers, 0), []byte("body")))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if string(e.Body) != "body" || e.Headers.Value("k") != "2" || len(e.Headers) != c.n || len(e.Headers.Map()) != c.n {
+			t.Errorf("%s: %q %v, want %d headers, each once, k 2", c.name, e.Body, e.Headers, c.n)
+		}
+	}
+}
