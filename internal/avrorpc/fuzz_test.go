@@ -33,6 +33,9 @@ func (c checker) roundTrip(evs []event.Event) {
 		c.t.Fatalf("round trip: %d events, want %d", len(got), len(evs))
 	}
 	for i := range got {
+		if len(evs[i].Headers.Map()) != len(evs[i].Headers) {
+			c.t.Fatalf("decoded event %d has a header key more than once: %v", i, evs[i].Headers)
+		}
 		if !bytes.Equal(got[i].Body, evs[i].Body) || len(got[i].Headers) != len(evs[i].Headers) {
 			c.t.Fatalf("round trip of event %d differs", i)
 		}
@@ -98,6 +101,9 @@ func FuzzDecodeFlumeEvent(f *testing.F) {
 		e, err := DecodeFlumeEvent(b)
 		if err != nil {
 			return
+		}
+		if len(e.Headers.Map()) != len(e.Headers) {
+			t.Fatalf("decoded headers have a key more than once: %v", e.Headers)
 		}
 		again := AppendFlumeEvent(nil, &e)
 		e2, err := DecodeFlumeEvent(again)

@@ -85,7 +85,7 @@ func TestClientServerRoundTrip(t *testing.T) {
 				t.Fatalf("calls %v, %d events", calls, len(got))
 			}
 			for i, want := range append(append(batch, batch...), event.Event{Headers: event.HeadersOf(map[string]string{"a": "b"}), Body: []byte("single")}) {
-				if !bytes.Equal(got[i].Body, want.Body) || fmt.Sprint(got[i].Headers) != fmt.Sprint(orEmpty(want.Headers)) || got[i].ReceivedAt == 0 {
+				if !bytes.Equal(got[i].Body, want.Body) || fmt.Sprint(orEmpty(got[i].Headers)) != fmt.Sprint(orEmpty(want.Headers)) || len(got[i].Headers) != len(want.Headers) || got[i].ReceivedAt == 0 {
 					t.Errorf("event %d: %q %v, want %q %v", i, got[i].Body, got[i].Headers, want.Body, want.Headers)
 				}
 			}
@@ -93,7 +93,8 @@ func TestClientServerRoundTrip(t *testing.T) {
 	}
 }
 
-func orEmpty(m map[string]string) map[string]string {
+func orEmpty(h event.Headers) map[string]string {
+	m := h.Map()
 	if m == nil {
 		return map[string]string{}
 	}

@@ -387,7 +387,7 @@ func scanShape(data []byte) shape {
 // path's factor (encoding/json's intermediate values, for input the fast
 // decoder leaves to it).
 const (
-	eventCost       = 48 + 16
+	eventCost       = 64 + 16
 	headerMapCost   = 512
 	headerEntryCost = 160
 	generalFactor   = 4
@@ -403,7 +403,8 @@ func (sh shape) cost(n int) int64 {
 
 // decodedHeaders makes the keys of h, decoded in order from a JSON object,
 // unique as a map decode would: the last value of a key wins, and a null
-// (null[i], when null is not nil) removes the key.
+// (null[i], when null is not nil) removes the key. An object whose members
+// are all removed gives empty headers, not nil, as the general decoder does.
 func decodedHeaders(h event.Headers, null []bool) event.Headers {
 	if null == nil {
 		h.Dedupe()
@@ -416,6 +417,9 @@ func decodedHeaders(h event.Headers, null []bool) event.Headers {
 		} else {
 			m[kv.Key] = kv.Value
 		}
+	}
+	if len(m) == 0 {
+		return event.Headers{}
 	}
 	return event.HeadersOf(m)
 }

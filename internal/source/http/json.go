@@ -145,6 +145,9 @@ func decodeGeneral(data []byte, cs string) ([]event.Event, error) {
 					e.Headers = append(e.Headers, event.Header{Key: k, Value: v}) // a map's keys: unique
 				}
 			}
+			// A map's order is random; sorted, a request gives the same
+			// headers in the same order every time.
+			e.Headers.Sort()
 		}
 		body, _, err := text(je.Body)
 		if err != nil {

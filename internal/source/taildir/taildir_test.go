@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -154,7 +153,7 @@ func TestTailsLinesAndHeaders(t *testing.T) {
 	got := fx.expect("first", "second")
 	for i, off := range []string{"0", "7"} {
 		h := got[i].Headers
-		if h["path"] != fx.path("app.log") || h["byteoffset"] != off || h["topic"] != "app" || h["env"] != "prod" {
+		if h.Value("path") != fx.path("app.log") || h.Value("byteoffset") != off || h.Value("topic") != "app" || h.Value("env") != "prod" {
 			t.Errorf("event %d headers = %v", i, h)
 		}
 	}
@@ -600,7 +599,7 @@ func TestLongLineDefaultLimit(t *testing.T) {
 			t.Errorf("piece %d is %d bytes, want %d", i+1, len(e.Body), want)
 		}
 		wantHeaders := map[string]string{"linePiece": fmt.Sprint(i + 1), "linePieceLast": fmt.Sprint(i == 2)}
-		if !maps.Equal(e.Headers, wantHeaders) {
+		if !event.HeadersOf(wantHeaders).Equal(e.Headers) {
 			t.Errorf("piece %d headers %v, want %v", i+1, e.Headers, wantHeaders)
 		}
 		joined = append(joined, e.Body...)
@@ -686,7 +685,7 @@ func TestLongLineAcrossRestart(t *testing.T) {
 	fx.append("app.log", "\nnext\n")
 	fx.start()
 	got = fx.expect(strings.Repeat("a", 50), "next")
-	if h := got[0].Headers; h["linePiece"] != "4" || h["linePieceLast"] != "true" {
+	if h := got[0].Headers; h.Value("linePiece") != "4" || h.Value("linePieceLast") != "true" {
 		t.Fatalf("the last piece after the restart has headers %v, want piece 4, last", h)
 	}
 }
