@@ -75,7 +75,7 @@ func TestAvroFlushEndsBlock(t *testing.T) {
 				t.Fatal(err)
 			}
 			got++
-			if string(r.Body) != "body" || r.Headers.Value("n") != string(rune('0'+got)) {
+			if string(r.Body) != "body" || r.Headers["n"] != string(rune('0'+got)) {
 				t.Fatalf("record %d = %+v", got, r)
 			}
 		}

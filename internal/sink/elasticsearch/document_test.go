@@ -15,7 +15,7 @@ func TestDocument(t *testing.T) {
 	const iso = `"2023-11-14T22:13:20.123Z"`
 	f := func(name string, body string, headers map[string]string, want string) {
 		t.Helper()
-		e := event.Event{Headers: headers, Body: []byte(body)}
+		e := event.Event{Headers: event.HeadersOf(headers), Body: []byte(body)}
 		ms, text := eventTime(&e, 0)
 		got, _ := appendDocument(nil, &e, ms, text, nil)
 		if string(got) != want {
