@@ -23,7 +23,7 @@ type avroEvent struct {
 func TestHeaderAndText(t *testing.T) {
 	w, _ := newTestWriter(t, Options{Serializer: HeaderAndText, AppendNewline: true})
 	w.Write(context.Background(), []event.Event{
-		{Headers: event.HeadersOf(map[string]string{"b": "2", "a": "1"}), Body: []byte("one")},
+		{Headers: event.Headers{{Key: "b", Value: "2"}, {Key: "a", Value: "1"}}, Body: []byte("one")},
 		{Body: []byte("two")},
 	})
 	w.Stop(context.Background())
