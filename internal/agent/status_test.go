@@ -241,7 +241,7 @@ func TestTapThroughAgent(t *testing.T) {
 			for _, l := range r.lines {
 				// bench.AppendLine's lines carry their sequence number first;
 				// the timestamp and host interceptors ran before the tap.
-				if l.Body == nil || !strings.Contains(*l.Body, " ") || l.Headers.Value("timestamp") == "" || l.Headers.Value("host") == "" {
+				if l.Body == nil || !strings.Contains(*l.Body, " ") || l.Headers["timestamp"] == "" || l.Headers["host"] == "" {
 					t.Errorf("%s: line %+v: want a sent line with the interceptors' headers", name, l)
 				}
 			}
@@ -293,7 +293,7 @@ func TestStatusAndTapFollowReload(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
 		t.Fatalf("the tap opened before the reload: %v", err)
 	}
-	if l.Headers.Value("tier") != "edge" {
+	if l.Headers["tier"] != "edge" {
 		t.Fatalf("tap line %+v: want an event through the reloaded source (header tier=edge)", l)
 	}
 }

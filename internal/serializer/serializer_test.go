@@ -12,7 +12,7 @@ import (
 
 func TestText(t *testing.T) {
 	evs := []event.Event{
-		{Headers: event.HeadersOf(map[string]string{"b": "2", "a": "1"}), Body: []byte("one")},
+		{Headers: event.Headers{{Key: "b", Value: "2"}, {Key: "a", Value: "1"}}, Body: []byte("one")},
 		{Body: []byte("two")},
 	}
 	for _, tc := range []struct {
@@ -75,7 +75,7 @@ func TestAvroFlushEndsBlock(t *testing.T) {
 				t.Fatal(err)
 			}
 			got++
-			if string(r.Body) != "body" || r.Headers.Value("n") != string(rune('0'+got)) {
+			if string(r.Body) != "body" || r.Headers["n"] != string(rune('0'+got)) {
 				t.Fatalf("record %d = %+v", got, r)
 			}
 		}

@@ -409,7 +409,7 @@ func TestTapRequests(t *testing.T) {
 		if l.Kind != "source" || l.Component != "r1" {
 			t.Errorf("line %+v does not name source r1", l)
 		}
-		if l.Body != nil && *l.Body == "hello" && l.Headers.Value("host") == "web-1" {
+		if l.Body != nil && *l.Body == "hello" && l.Headers["host"] == "web-1" {
 			text = true
 		}
 		if l.BodyBase64 == "/wA=" {
@@ -474,7 +474,7 @@ func TestRedacted(t *testing.T) {
 		l := tapLine("channel", "c1", e, red)
 		b, _ := json.Marshal(l)
 		raw, _ := base64.StdEncoding.DecodeString(l.BodyBase64)
-		if strings.Contains(string(b), secret) || strings.Contains(string(raw), secret) || l.Headers.Value("auth") != redact.Mask {
+		if strings.Contains(string(b), secret) || strings.Contains(string(raw), secret) || l.Headers["auth"] != redact.Mask {
 			t.Errorf("tap line: %s", b)
 		}
 		if e.Headers.Value("auth") != secret {

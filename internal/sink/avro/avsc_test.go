@@ -160,7 +160,7 @@ func TestDeliversIntoAvscServer(t *testing.T) {
 	}
 	for i, e := range got {
 		body, err := base64.StdEncoding.DecodeString(e.Body)
-		if err != nil || string(body) != fmt.Sprintf("avsc%d", i) || e.Headers.Value("seq") != strconv.Itoa(i) || e.Call != "appendBatch" {
+		if err != nil || string(body) != fmt.Sprintf("avsc%d", i) || e.Headers["seq"] != strconv.Itoa(i) || e.Call != "appendBatch" {
 			t.Fatalf("event %d: %+v (body %q)", i, e, body)
 		}
 	}

@@ -368,7 +368,7 @@ func readDeadLetters(t *testing.T, path string) []int {
 		if err := json.Unmarshal([]byte(dl.Body), &d); err != nil {
 			t.Fatalf("dead letter body %q: %v", dl.Body, err)
 		}
-		if dl.Sink != "k1" || dl.Index != "flume" || dl.Status < 400 || dl.Error.Type == "" || dl.Headers.Value("id") != "doc-"+strconv.Itoa(d.Seq) {
+		if dl.Sink != "k1" || dl.Index != "flume" || dl.Status < 400 || dl.Error.Type == "" || dl.Headers["id"] != "doc-"+strconv.Itoa(d.Seq) {
 			t.Errorf("dead letter lacks its context: %s", sc.Bytes())
 		}
 		out = append(out, d.Seq)

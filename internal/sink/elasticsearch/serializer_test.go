@@ -17,7 +17,7 @@ func TestLogStashDocument(t *testing.T) {
 	const iso = `"2023-11-14T22:13:20.123Z"`
 	f := func(name, body string, headers map[string]string, want string) {
 		t.Helper()
-		e := event.Event{Headers: headers, Body: []byte(body)}
+		e := event.Event{Headers: unsorted(headers), Body: []byte(body)}
 		ms, text := eventTime(&e, 0)
 		got, _ := appendLogStash(nil, &e, ms, text, nil)
 		if string(got) != want {
@@ -55,7 +55,7 @@ func TestLogStashDocument(t *testing.T) {
 func TestDynamicDocument(t *testing.T) {
 	f := func(name, body string, headers map[string]string, want string) {
 		t.Helper()
-		e := event.Event{Headers: headers, Body: []byte(body)}
+		e := event.Event{Headers: unsorted(headers), Body: []byte(body)}
 		got, _ := appendDynamic(nil, &e, nil)
 		if string(got) != want {
 			t.Errorf("%s:\n got %s\nwant %s", name, got, want)

@@ -31,7 +31,7 @@ func TestAppendDump(t *testing.T) {
 		"{ headers:{a=1} body: }")
 	f("maxBytes 0", event.Event{Body: []byte("x")}, 0, "{ headers:{} body: }")
 	f("headers sorted, non-printable as dots", event.Event{
-		Headers: event.HeadersOf(map[string]string{"timestamp": "1700000000000", "host": "web1"}),
+		Headers: event.Headers{{Key: "timestamp", Value: "1700000000000"}, {Key: "host", Value: "web1"}},
 		Body:    []byte{0x00, 0x7f, 0x80, 0xff, ' ', '~'},
 	}, 16, "{ headers:{host=web1, timestamp=1700000000000} body: 00 7F 80 FF 20 7E "+strings.Repeat("   ", 10)+".... ~ }")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -65,12 +64,8 @@ func TestFlumeEventRoundTrip(t *testing.T) {
 			}
 			for _, e := range events {
 				g, ok := byBody[string(e.Body)]
-				want := e.Headers
-				if want == nil {
-					want = map[string]string{}
-				}
-				if !ok || !maps.Equal(g.Headers, want) {
-					t.Errorf("event %q: came back %v, %q; want headers %v", e.Body, ok, g.Headers, want)
+				if !ok || !e.Headers.Equal(g.Headers) {
+					t.Errorf("event %q: came back %v, %q; want headers %v", e.Body, ok, g.Headers, e.Headers)
 				}
 			}
 		})

@@ -92,7 +92,7 @@ func checkReceived(t *testing.T, got []thrifttest.Received, want []event.Event) 
 	for i := range want {
 		g, w := got[i], want[i]
 		ok := bytes.Equal(g.Body, w.Body) && len(g.Headers) == len(w.Headers) && g.Method == "appendBatch"
-		for k, v := range w.Headers {
+		for k, v := range w.Headers.All() {
 			ok = ok && g.Headers.Value(k) == v
 		}
 		if !ok {

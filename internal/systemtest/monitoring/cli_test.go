@@ -192,7 +192,7 @@ func TestTapCommand(t *testing.T) {
 	sentLine := regexp.MustCompile(`^line \d+$`)
 	for _, e := range events {
 		if e.Component != "web" || e.Kind != "source" || e.Body == nil || !sentLine.MatchString(*e.Body) ||
-			e.Headers.Value("timestamp") == "" || e.Headers.Value("host") == "" {
+			e.Headers["timestamp"] == "" || e.Headers["host"] == "" {
 			t.Errorf("tap web printed %+v: want a sent line with the interceptors' headers", e)
 		}
 	}
