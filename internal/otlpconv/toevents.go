@@ -135,7 +135,9 @@ func (c *toEvents) event(lr plog.LogRecord, receivedAt int64) event.Event {
 	if len(c.resTypes)+len(c.scopeTypes) > 0 {
 		n++ // otel.types; a record's own typed attribute may add it below
 	}
-	h := make(event.Headers, 0, n)
+	// One spare: a record's own typed attribute adds otel.types, which
+	// is not counted above unless the resource or scope has one.
+	h := make(event.Headers, 0, n+1)
 	for _, e := range c.res {
 		h.Set(e.k, e.v)
 	}
