@@ -287,11 +287,7 @@ func (s *avroSender) sendLines(ctx context.Context, r io.Reader) error {
 }
 
 func (s *avroSender) event(body []byte) event.Event {
-	h := make(map[string]string, len(s.c.headers))
-	for k, v := range s.c.headers {
-		h[k] = v
-	}
-	return event.Event{Headers: h, Body: bytes.Clone(body)}
+	return event.Event{Headers: event.HeadersOf(s.c.headers), Body: bytes.Clone(body)}
 }
 
 // spoolDir sends every file of dir that is not hidden and not done yet,

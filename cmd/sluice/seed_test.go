@@ -115,7 +115,7 @@ func TestSeedConfigRuns(t *testing.T) {
 	for i := 0; i < n; i += 20 {
 		var batch []event.Event
 		for j := i; j < i+20; j++ {
-			batch = append(batch, event.Event{Headers: map[string]string{"seq": fmt.Sprint(j)}, Body: []byte(fmt.Sprintf(`{"msg":"event %d"}`, j))})
+			batch = append(batch, event.Event{Headers: event.HeadersOf(map[string]string{"seq": fmt.Sprint(j)}), Body: []byte(fmt.Sprintf(`{"msg":"event %d"}`, j))})
 		}
 		if st, err := cl.AppendBatch(ctx, batch); err != nil || st != avrorpc.OK {
 			t.Fatalf("appendBatch: %v, %v; log:\n%s", st, err, stderr.String())

@@ -12,7 +12,7 @@ func benchBatch(n, body int) []event.Event {
 	evs := make([]event.Event, n)
 	for i := range evs {
 		evs[i] = event.Event{
-			Headers: map[string]string{"host": "web-01", "timestamp": "1700000000000", "topic": "logs"},
+			Headers: event.HeadersOf(map[string]string{"host": "web-01", "timestamp": "1700000000000", "topic": "logs"}),
 			Body:    bytes.Repeat([]byte{'x'}, body),
 		}
 	}

@@ -33,7 +33,7 @@ var (
 	javaLaterReply = []byte{0x00, 0x00, 0x00}
 )
 
-var helloEvent = event.Event{Headers: map[string]string{"k": "v"}, Body: []byte("hello")}
+var helloEvent = event.Event{Headers: event.HeadersOf(map[string]string{"k": "v"}), Body: []byte("hello")}
 
 func TestClientSendsJavaBytes(t *testing.T) {
 	tests := []struct {

@@ -33,11 +33,14 @@ func (c checker) roundTrip(evs []event.Event) {
 		c.t.Fatalf("round trip: %d events, want %d", len(got), len(evs))
 	}
 	for i := range got {
+		if len(evs[i].Headers.Map()) != len(evs[i].Headers) {
+			c.t.Fatalf("decoded event %d has a header key more than once: %v", i, evs[i].Headers)
+		}
 		if !bytes.Equal(got[i].Body, evs[i].Body) || len(got[i].Headers) != len(evs[i].Headers) {
 			c.t.Fatalf("round trip of event %d differs", i)
 		}
-		for k, v := range evs[i].Headers {
-			if got[i].Headers[k] != v {
+		for k, v := range evs[i].Headers.All() {
+			if got[i].Headers.Value(k) != v {
 				c.t.Fatalf("round trip of header %q differs", k)
 			}
 		}
@@ -91,13 +94,16 @@ func FuzzDecodeReply(f *testing.F) {
 }
 
 func FuzzDecodeFlumeEvent(f *testing.F) {
-	f.Add(AppendFlumeEvent(nil, &event.Event{Headers: map[string]string{"k": "v"}, Body: []byte("body")}))
+	f.Add(AppendFlumeEvent(nil, &event.Event{Headers: event.HeadersOf(map[string]string{"k": "v"}), Body: []byte("body")}))
 	f.Add(AppendFlumeEvent(nil, &event.Event{}))
 	f.Add([]byte{0x02, 0x02})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := DecodeFlumeEvent(b)
 		if err != nil {
 			return
+		}
+		if len(e.Headers.Map()) != len(e.Headers) {
+			t.Fatalf("decoded headers have a key more than once: %v", e.Headers)
 		}
 		again := AppendFlumeEvent(nil, &e)
 		e2, err := DecodeFlumeEvent(again)
@@ -107,9 +113,9 @@ func FuzzDecodeFlumeEvent(f *testing.F) {
 		if string(e2.Body) != string(e.Body) || len(e2.Headers) != len(e.Headers) {
 			t.Fatalf("round trip changed the event: %+v vs %+v", e, e2)
 		}
-		for k, v := range e.Headers {
-			if e2.Headers[k] != v {
-				t.Fatalf("header %q: %q vs %q", k, e2.Headers[k], v)
+		for k, v := range e.Headers.All() {
+			if e2.Headers.Value(k) != v {
+				t.Fatalf("header %q: %q vs %q", k, e2.Headers.Value(k), v)
 			}
 		}
 	})

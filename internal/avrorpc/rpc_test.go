@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -24,7 +23,7 @@ func testEvents(n int) []event.Event {
 	for i := range out {
 		out[i] = event.Event{Body: []byte(fmt.Sprintf("event %d %s", i, strings.Repeat("x", i%300)))}
 		if i%3 != 0 {
-			out[i].Headers = map[string]string{"i": fmt.Sprint(i), "host": "h", "empty": ""}
+			out[i].Headers = event.HeadersOf(map[string]string{"i": fmt.Sprint(i), "host": "h", "empty": ""})
 		}
 	}
 	out[0].Body = []byte{} // an empty body travels too
@@ -37,7 +36,7 @@ func sameEvents(t *testing.T, got, want []event.Event) {
 		t.Fatalf("got %d events, want %d", len(got), len(want))
 	}
 	for i := range want {
-		if !bytes.Equal(got[i].Body, want[i].Body) || !(len(got[i].Headers) == 0 && len(want[i].Headers) == 0 || reflect.DeepEqual(got[i].Headers, want[i].Headers)) {
+		if !bytes.Equal(got[i].Body, want[i].Body) || !(len(got[i].Headers) == 0 && len(want[i].Headers) == 0 || want[i].Headers.Equal(got[i].Headers)) {
 			t.Fatalf("event %d: got %+v, want %+v", i, got[i], want[i])
 		}
 	}
@@ -61,7 +60,7 @@ func TestClientServerRoundTrip(t *testing.T) {
 				}
 				want = append(want, evs...)
 			}
-			one := event.Event{Headers: map[string]string{"a": "b"}, Body: bytes.Repeat([]byte("big"), 100000)}
+			one := event.Event{Headers: event.HeadersOf(map[string]string{"a": "b"}), Body: bytes.Repeat([]byte("big"), 100000)}
 			if st, err := cl.Append(context.Background(), one); err != nil || st != OK {
 				t.Fatalf("append: %v %v", st, err)
 			}
@@ -230,13 +229,13 @@ func TestCodecAgainstHamba(t *testing.T) {
 	}
 	back := make([]event.Event, len(theirs))
 	for i, e := range theirs {
-		back[i] = event.Event{Headers: e.Headers, Body: e.Body}
+		back[i] = event.Event{Headers: event.HeadersOf(e.Headers), Body: e.Body}
 	}
 	sameEvents(t, back, evs)
 
 	mine := make([]avroEvent, len(evs))
 	for i, e := range evs {
-		mine[i] = avroEvent{Headers: e.Headers, Body: e.Body}
+		mine[i] = avroEvent{Headers: e.Headers.Map(), Body: e.Body}
 		if mine[i].Headers == nil {
 			mine[i].Headers = map[string]string{}
 		}
@@ -254,4 +253,32 @@ func TestCodecAgainstHamba(t *testing.T) {
 		t.Fatalf("%d bytes left", d.remaining())
 	}
 	sameEvents(t, got, evs)
+}
+
+// TestDecodeRepeatedHeaderKey: an Avro map on the wire may repeat a key
+// (in one block or across blocks); the event has the key once, with the
+// last value, as Java's HashMap and a Go map keep it.
+func TestDecodeRepeatedHeaderKey(t *testing.T) {
+	pair := func(b []byte, k, v string) []byte { return appendString(appendString(b, k), v) }
+	oneBlock := pair(pair(pair(appendLong(nil, 3), "k", "1"), "j", "x"), "k", "2")
+	twoBlocks := pair(pair(appendLong(nil, 2), "k", "1"), "j", "x")
+	twoBlocks = pair(appendLong(twoBlocks, 1), "k", "2")
+	many := pair(appendLong(nil, 42), "k", "1")
+	for i := range 40 {
+		many = pair(many, fmt.Sprintf("h%02d", i), "v")
+	}
+	many = pair(many, "k", "2")
+	for _, c := range []struct {
+		name    string
+		headers []byte
+		n       int // distinct keys
+	}{{"one block", oneBlock, 2}, {"two blocks", twoBlocks, 2}, {"42 headers", many, 41}} {
+		e, err := DecodeFlumeEvent(appendBytes(append(c.headers, 0), []byte("body")))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if string(e.Body) != "body" || e.Headers.Value("k") != "2" || len(e.Headers) != c.n || len(e.Headers.Map()) != c.n {
+			t.Errorf("%s: %q %v, want %d headers, each once, k 2", c.name, e.Body, e.Headers, c.n)
+		}
+	}
 }

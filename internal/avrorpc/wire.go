@@ -157,21 +157,22 @@ func (d *decoder) charge(n int) error {
 }
 
 // stringMap reads a map<string>; it returns nil for an empty map.
-func (d *decoder) stringMap() (map[string]string, error) {
-	var m map[string]string
+func (d *decoder) stringMap() (event.Headers, error) {
+	var m event.Headers
 	for {
 		n, err := d.blockCount(2)
 		if err != nil {
 			return nil, err
 		}
 		if n == 0 {
+			m.Dedupe() // a map on the wire may repeat a key: the last one wins
 			return m, nil
 		}
 		if err := d.charge(n * headerCost); err != nil {
 			return nil, err
 		}
 		if m == nil {
-			m = make(map[string]string, n)
+			m = make(event.Headers, 0, n)
 		}
 		for range n {
 			k, err := d.str()
@@ -182,7 +183,7 @@ func (d *decoder) stringMap() (map[string]string, error) {
 			if err != nil {
 				return nil, err
 			}
-			m[k] = v
+			m = append(m, event.Header{Key: k, Value: v})
 		}
 	}
 }
@@ -279,7 +280,7 @@ func appendString(b []byte, v string) []byte {
 func appendEvent(b []byte, e *event.Event) []byte {
 	if len(e.Headers) > 0 {
 		b = appendLong(b, int64(len(e.Headers)))
-		for k, v := range e.Headers {
+		for k, v := range e.Headers.All() {
 			b = appendString(b, k)
 			b = appendString(b, v)
 		}

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/event"
 )
 
 // Unit is what the time is rounded down to a multiple of.
@@ -173,11 +175,11 @@ func (t *Template) Static() (string, bool) {
 // Time returns the time the escapes of an event use, in milliseconds: now
 // with UseLocalTime, else the timestamp header. ok is false when the header
 // is missing or not a whole number.
-func Time(headers map[string]string, opt *Options, now int64) (ms int64, ok bool) {
+func Time(headers event.Headers, opt *Options, now int64) (ms int64, ok bool) {
 	if opt.UseLocalTime {
 		return now, true
 	}
-	h, found := headers["timestamp"]
+	h, found := headers.Get("timestamp")
 	if !found {
 		return 0, false
 	}
@@ -188,7 +190,7 @@ func Time(headers map[string]string, opt *Options, now int64) (ms int64, ok bool
 // Expand appends the expansion of t for an event with headers whose time
 // is ms (from Time) to dst. %t is the timestamp header as written, or ms
 // with UseLocalTime.
-func (t *Template) Expand(dst []byte, headers map[string]string, ms int64, opt *Options) []byte {
+func (t *Template) Expand(dst []byte, headers event.Headers, ms int64, opt *Options) []byte {
 	var tm time.Time
 	rounded := ms
 	if t.timed {
@@ -206,10 +208,10 @@ func (t *Template) Expand(dst []byte, headers map[string]string, ms int64, opt *
 		case 'l':
 			dst = append(dst, p.text...)
 		case 'h':
-			dst = append(dst, headers[p.text]...)
+			dst = append(dst, headers.Value(p.text)...)
 		case 't':
 			if p.c == 't' {
-				if h, ok := headers["timestamp"]; ok && !opt.UseLocalTime {
+				if h, ok := headers.Get("timestamp"); ok && !opt.UseLocalTime {
 					dst = append(dst, h...)
 				} else {
 					dst = strconv.AppendInt(dst, ms, 10)

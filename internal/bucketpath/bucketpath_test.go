@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/event"
 )
 
 func ms(loc *time.Location, y int, mo time.Month, d, h, mi, s, milli int) string {
@@ -26,12 +28,12 @@ func TestExpand(t *testing.T) {
 	tbp := ms(utc, 2012, time.June, 23, 13, 46, 33, 234)
 	// 2014-06-03 01:05:09 for the unpadded escapes.
 	early := ms(utc, 2014, time.June, 3, 1, 5, 9, 0)
-	hdr := func(ts string) map[string]string {
-		return map[string]string{"timestamp": ts, "host": "web1", "a.b-c": "x"}
+	hdr := func(ts string) event.Headers {
+		return event.HeadersOf(map[string]string{"timestamp": ts, "host": "web1", "a.b-c": "x"})
 	}
 	for _, tc := range []struct {
 		name, tmpl string
-		headers    map[string]string
+		headers    event.Headers
 		opt        Options
 		want       string
 	}{
@@ -53,7 +55,7 @@ func TestExpand(t *testing.T) {
 		{"rounding in the zone's hours", "%Y%m%d%H", hdr(early), Options{Location: la, Round: true, RoundValue: 12, RoundUnit: Hour}, "2014060212"},
 		{"headers", "/logs/%{host}/%{a.b-c}/%{missing}end", hdr(early), Options{}, "/logs/web1/x/end"},
 		{"%% and stray percents", "100%%/%{}x/%-/%", hdr(early), Options{}, ""},
-		{"local time", "%Y", map[string]string{}, Options{Location: utc, UseLocalTime: true}, "2009"},
+		{"local time", "%Y", event.Headers{}, Options{Location: utc, UseLocalTime: true}, "2009"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tm, err := Parse(tc.tmpl)
@@ -115,7 +117,7 @@ func TestHostEscapes(t *testing.T) {
 }
 
 func TestTimeMissing(t *testing.T) {
-	if _, ok := Time(map[string]string{"timestamp": "abc"}, &Options{}, 0); ok {
+	if _, ok := Time(event.Headers{{Key: "timestamp", Value: "abc"}}, &Options{}, 0); ok {
 		t.Fatal("bad header accepted")
 	}
 	if _, ok := Time(nil, &Options{}, 0); ok {

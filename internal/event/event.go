@@ -6,11 +6,11 @@ import "time"
 // Event is a Flume event: string headers and an opaque body.
 //
 // Ownership: once an event has been handed to a Processor (a source) or put
-// into a Channel, its Headers map and Body bytes belong to the pipeline and
+// into a Channel, its Headers and Body bytes belong to the pipeline and
 // must not be modified or reused by whoever produced them. Interceptors run
 // before the put and may change an event in place.
 type Event struct {
-	Headers map[string]string
+	Headers Headers
 	Body    []byte
 
 	// ReceivedAt is when this agent (or, with the opt-in header, the first
@@ -29,15 +29,10 @@ type Event struct {
 func Now() int64 { return time.Now().UnixNano() }
 
 // Header returns the value of header k, or "" when absent.
-func (e *Event) Header(k string) string { return e.Headers[k] }
+func (e *Event) Header(k string) string { return e.Headers.Value(k) }
 
-// SetHeader sets header k, allocating the map when the event has none.
-func (e *Event) SetHeader(k, v string) {
-	if e.Headers == nil {
-		e.Headers = make(map[string]string, 2)
-	}
-	e.Headers[k] = v
-}
+// SetHeader sets header k.
+func (e *Event) SetHeader(k, v string) { e.Headers.Set(k, v) }
 
 // Size is the number of body bytes, which is what Flume's byte capacity
 // accounting counts.

@@ -24,9 +24,9 @@ func eval(t *testing.T, c *Compiler, src string, e event.Event) (string, bool, e
 }
 
 func evJSON(body string, kv ...string) event.Event {
-	e := event.Event{Body: []byte(body), Headers: map[string]string{}}
+	e := event.Event{Body: []byte(body), Headers: event.HeadersOf(map[string]string{})}
 	for i := 0; i+1 < len(kv); i += 2 {
-		e.Headers[kv[i]] = kv[i+1]
+		e.Headers.Set(kv[i], kv[i+1])
 	}
 	return e
 }
@@ -98,6 +98,18 @@ func TestHelpers(t *testing.T) {
 		{`headers.absent`, ""},
 		{`"absent" in headers`, "false"},
 		{`"kafka.topic" in headers`, "true"},
+		{`not ("kafka.topic" in headers)`, "false"},
+		{`"absent" not in headers`, "true"},
+		{`headers?.absent`, ""},
+		{`headers?.["kafka.topic"]`, "t1"},
+		{`headers["kafka" + ".topic"]`, "t1"},
+		{`len(headers)`, "3"},
+		{`join(sort(keys(headers)), ",")`, "kafka.topic,payload,timestamp"},
+		{`toJSON({"t": headers["kafka.topic"]})`, `{"t":"t1"}`},
+		{`len(toJSON(headers)) > 10`, "true"},
+		{`headers == nil`, "false"},
+		{`let headers = {"x": "shadowed"}; headers.x`, "shadowed"},
+		{`map(["kafka.topic", "absent"], headers[#])[0]`, "t1"},
 		{`join(split("a,b,c", ","), "-")`, "a-b-c"},
 		{`replace("aaa", "a", "bb")`, "bbbbbb"},
 		{`string(42) + string(true)`, "42true"},

@@ -75,7 +75,7 @@ func source(n ast.Node) fsrc {
 			return nil
 		}
 		if _, ok := n.Node.(*ast.IdentifierNode); !ok {
-			if _, ok := n.Node.(*ast.MemberNode); !ok {
+			if !isCall(n.Node, headerFn) {
 				return nil // a slice of a JSON value: a list, maybe
 			}
 		}
@@ -91,20 +91,19 @@ func source(n ast.Node) fsrc {
 			}
 			return dval{k: dStr, s: v.s[sliceRange(a, b, len(v.s)):sliceEnd(b, len(v.s))]}, nil
 		}
-	case *ast.MemberNode:
-		id, ok := n.Node.(*ast.IdentifierNode)
-		key, ok2 := n.Property.(*ast.StringNode)
-		if !ok || !ok2 || id.Value != "headers" || n.Optional || n.Method {
-			return nil
-		}
-		name := key.Value
-		return func(s *State) (dval, error) { return dval{k: dStr, s: s.vars.Headers[name]}, nil }
 	case *ast.CallNode:
 		id, ok := n.Callee.(*ast.IdentifierNode)
 		if !ok {
 			return nil
 		}
 		switch id.Value {
+		case headerFn:
+			key, ok := n.Arguments[1].(*ast.StringNode)
+			if !ok {
+				return nil
+			}
+			name := key.Value
+			return func(s *State) (dval, error) { return dval{k: dStr, s: s.headers.Value(name)}, nil }
 		case jsonBodyFn:
 			return func(s *State) (dval, error) {
 				d := s.parse(s.vars.Body)

@@ -101,7 +101,7 @@ func checkFastPath(t *testing.T, c *Compiler, src string, want Want, body string
 	slow := *fast
 	slow.fast, slow.direct = nil, nil
 	run := func(p *Program) (string, error) {
-		e := event.Event{Body: []byte(body), Headers: h}
+		e := event.Event{Body: []byte(body), Headers: event.HeadersOf(h)}
 		s := c.Begin(&e)
 		defer s.Release()
 		if want == Bool {

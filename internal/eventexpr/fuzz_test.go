@@ -40,7 +40,7 @@ func FuzzCompile(f *testing.F) {
 				}
 				continue
 			}
-			e := event.Event{Body: []byte(fuzzEvent), Headers: map[string]string{"a.b": "c"}}
+			e := event.Event{Body: []byte(fuzzEvent), Headers: event.HeadersOf(map[string]string{"a.b": "c"})}
 			s := c.Begin(&e)
 			start := time.Now()
 			if want == Bool {
@@ -87,7 +87,7 @@ func FuzzHelpers(f *testing.F) {
 		progs[i] = p
 	}
 	f.Fuzz(func(t *testing.T, body, h string) {
-		e := event.Event{Body: []byte(body), Headers: map[string]string{"h": h}}
+		e := event.Event{Body: []byte(body), Headers: event.HeadersOf(map[string]string{"h": h})}
 		for i, p := range progs {
 			s := c.Begin(&e)
 			start := time.Now()

@@ -79,6 +79,33 @@ var functions = map[string]*builtin.Function{
 		Func:  func(a ...any) (any, error) { return jsonOf(a[0].(*State), a[1], true) },
 		Types: types(new(func(*State, string) any)),
 	},
+	headersFn: {
+		Name:  headersFn,
+		Func:  func(a ...any) (any, error) { return a[0].(*State).headerMap(), nil },
+		Types: types(new(func(*State) map[string]string)),
+	},
+	headerFn: {
+		Name: headerFn,
+		Func: func(a ...any) (any, error) {
+			k, ok := a[1].(string)
+			if !ok {
+				return nil, fmt.Errorf("headers: a header's name is a string, not %s", describe(a[1]))
+			}
+			return a[0].(*State).headers.Value(k), nil
+		},
+		Types: types(new(func(*State, string) string)),
+	},
+	hasHeaderFn: {
+		Name: hasHeaderFn,
+		Func: func(a ...any) (any, error) {
+			k, ok := a[1].(string)
+			if !ok {
+				return nil, fmt.Errorf("in headers: a header's name is a string, not %s", describe(a[1]))
+			}
+			return a[0].(*State).headers.Has(k), nil
+		},
+		Types: types(new(func(*State, string) bool)),
+	},
 	jsonBodyFn: {
 		Name: jsonBodyFn,
 		Func: func(a ...any) (any, error) {
@@ -317,6 +344,9 @@ var functions = map[string]*builtin.Function{
 
 // Names of the internal functions the patches call.
 const (
+	headersFn      = "headers" + internalMark
+	headerFn       = "header" + internalMark
+	hasHeaderFn    = "hasHeader" + internalMark
 	jsonBodyFn     = "json" + internalMark + "body"
 	jsonPathFn     = "json" + internalMark + "path"
 	jsonBodyPathFn = "json" + internalMark + "bodypath"

@@ -19,7 +19,12 @@ import (
 //   - the helpers that need the event's State get it as a first argument;
 //   - json(body) and member accesses on json(...) with constant keys
 //     (json(body).a.b[0]) read the parsed document directly, without
-//     building maps for what is not asked for.
+//     building maps for what is not asked for;
+//   - headers, which an event holds as a list of pairs (event.Headers),
+//     is read without making a map of it: headers["k"] and headers.k
+//     become a lookup of k, "k" in headers a test for it, and only
+//     headers used as a whole (toJSON(headers), keys(headers)) makes the
+//     map, once per event.
 //
 // ast.Walk visits children before their parent, so a chain of member
 // accesses is folded from the inside out.
@@ -28,16 +33,22 @@ type patcher struct {
 	errs []*Error
 	// shadowed is set (by shadowScan, which runs first) when the
 	// expression declares a variable named body or json: then json(body)
-	// is left as written.
-	shadowed bool
+	// is left as written. headersShadowed is set when it declares one
+	// named headers, which is then that variable.
+	shadowed, headersShadowed bool
 }
 
-// shadowScan looks for variables that shadow body or json.
+// shadowScan looks for variables that shadow body, json or headers.
 type shadowScan struct{ p *patcher }
 
 func (s shadowScan) Visit(node *ast.Node) {
-	if n, ok := (*node).(*ast.VariableDeclaratorNode); ok && (n.Name == "body" || n.Name == "json") {
-		s.p.shadowed = true
+	if n, ok := (*node).(*ast.VariableDeclaratorNode); ok {
+		switch n.Name {
+		case "body", "json":
+			s.p.shadowed = true
+		case "headers":
+			s.p.headersShadowed = true
+		}
 	}
 }
 
@@ -61,11 +72,47 @@ func ident(name string) *ast.IdentifierNode { return &ast.IdentifierNode{Value: 
 
 func (p *patcher) Visit(node *ast.Node) {
 	switch n := (*node).(type) {
+	case *ast.IdentifierNode:
+		if n.Value == "headers" && !p.headersShadowed {
+			p.patchCall(node, headersFn)
+		}
 	case *ast.CallNode:
 		p.call(node, n)
 	case *ast.MemberNode:
+		if isCall(n.Node, headersFn) && !n.Method {
+			// headers.k, headers["k"], headers?.k: a header is never
+			// nil, so the optional access is the same lookup.
+			p.patchCall(node, headerFn, n.Property)
+			return
+		}
 		p.member(node, n)
+	case *ast.BinaryNode:
+		if n.Operator == "in" && isCall(n.Right, headersFn) {
+			p.patchCall(node, hasHeaderFn, n.Left)
+		}
 	}
+}
+
+// patchCall replaces node with a call of fn with the State and args. The
+// names it adds take the place of node's text, so that an error in the
+// call is reported where node was written.
+func (p *patcher) patchCall(node *ast.Node, fn string, args ...ast.Node) {
+	at := (*node).Location()
+	at.From = startOf(*node)
+	callee, state := ident(fn), ident(stateVar)
+	callee.SetLocation(at)
+	state.SetLocation(at)
+	ast.Patch(node, &ast.CallNode{Callee: callee, Arguments: append([]ast.Node{state}, args...)})
+}
+
+// isCall reports whether n is a call of the function named fn.
+func isCall(n ast.Node, fn string) bool {
+	c, ok := n.(*ast.CallNode)
+	if !ok {
+		return false
+	}
+	id, ok := c.Callee.(*ast.IdentifierNode)
+	return ok && id.Value == fn
 }
 
 func (p *patcher) call(node *ast.Node, n *ast.CallNode) {

@@ -27,9 +27,10 @@ type Vars struct {
 	// Body is the event's body as a string. It shares the body's bytes:
 	// event bodies are never modified in place (see flow.Transaction), and
 	// results are copied before they outlive the event's evaluation.
-	Body    string            `expr:"body"`
-	Headers map[string]string `expr:"headers"`
-	State   *State            `expr:"ev·"`
+	Body  string `expr:"body"`
+	State *State `expr:"ev·"`
+	// headers is not here: the patcher turns every use of it into a
+	// call that reads State.headers.
 }
 
 // State is what the expressions of one component need while they run on
@@ -43,6 +44,10 @@ type State struct {
 	body  []byte
 	spent uint
 	json  jsonCache
+	// headers are the event's; hmap is them as a map, made the first time
+	// an expression uses headers as a whole.
+	headers event.Headers
+	hmap    map[string]string
 }
 
 var statePool = sync.Pool{New: func() any { return new(State) }}
@@ -64,22 +69,28 @@ func (s *State) Reset(e *event.Event) {
 		s.json.reset()
 	}
 	s.body = e.Body
-	s.vars = Vars{Body: bytesString(e.Body), Headers: e.Headers, State: s}
-	if s.vars.Headers == nil {
-		s.vars.Headers = emptyHeaders
-	}
+	s.vars = Vars{Body: bytesString(e.Body), State: s}
+	s.headers, s.hmap = e.Headers, nil
 	s.spent = 0
 }
 
-// emptyHeaders stands in for a nil header map, which expressions read as
-// empty; it is never written.
-var emptyHeaders = map[string]string{}
+// headerMap returns the event's headers as a map, made once per event.
+func (s *State) headerMap() map[string]string {
+	if s.hmap == nil {
+		s.hmap = s.headers.Map()
+		if s.hmap == nil {
+			s.hmap = map[string]string{}
+		}
+	}
+	return s.hmap
+}
 
 // Release gives s back; its results must not be used afterwards unless
 // they were copied (header and body values from Eval are).
 func (s *State) Release() {
 	s.json.reset()
 	s.vars = Vars{}
+	s.headers, s.hmap = nil, nil
 	s.body = nil
 	s.c = nil
 	statePool.Put(s)

@@ -54,7 +54,7 @@ func BenchmarkPipeline(b *testing.B) {
 
 			src := make([]event.Event, batch)
 			for i := range src {
-				src[i] = event.Event{Headers: map[string]string{"host": "web-1"}, Body: []byte("0123456789abcdef")}
+				src[i] = event.Event{Headers: event.HeadersOf(map[string]string{"host": "web-1"}), Body: []byte("0123456789abcdef")}
 			}
 			in := make([]event.Event, batch)
 			b.ReportAllocs()

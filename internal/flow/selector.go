@@ -171,7 +171,7 @@ func (s *selector) Route(e *event.Event) (required, optional []int) {
 	if s.header == "" {
 		return s.all.required, s.all.optional
 	}
-	v := e.Headers[s.header]
+	v := e.Headers.Value(s.header)
 	if v != "" {
 		if r, ok := s.routes[v]; ok {
 			return r.required, r.optional

@@ -32,7 +32,7 @@ func BenchmarkSerialPutTake(b *testing.B) {
 			sink := flow.NewBatchSink(flow.Env{Agent: "a1", Name: "k1", Type: "count", Metrics: reg, Channel: ch}, w, batch, nil)
 			src := make([]event.Event, batch)
 			for i := range src {
-				src[i] = event.Event{Headers: map[string]string{"host": "web-1"}, Body: []byte("0123456789abcdef")}
+				src[i] = event.Event{Headers: event.HeadersOf(map[string]string{"host": "web-1"}), Body: []byte("0123456789abcdef")}
 			}
 			in := make([]event.Event, batch)
 			ctx := context.Background()

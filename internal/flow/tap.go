@@ -1,7 +1,6 @@
 package flow
 
 import (
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,7 +138,7 @@ func (r *TapReader) offer(events []event.Event, now time.Time) {
 	step := len(events) / k
 	for i := 0; i < k; i++ {
 		e := &events[i*step]
-		c := event.Event{Headers: maps.Clone(e.Headers), Body: append([]byte(nil), e.Body...),
+		c := event.Event{Headers: e.Headers.Clone(), Body: append([]byte(nil), e.Body...),
 			ReceivedAt: e.ReceivedAt, CommittedAt: e.CommittedAt}
 		select {
 		case r.events <- c:

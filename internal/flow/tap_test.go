@@ -53,7 +53,7 @@ func TestTapShowsSourceOutputAsCopies(t *testing.T) {
 	r := tap.Watch(1000, 100)
 	defer r.Close()
 	evs := bodyEvents("a", "b", "c")
-	evs[1].Headers = map[string]string{"host": "web-1"}
+	evs[1].Headers = event.HeadersOf(map[string]string{"host": "web-1"})
 	if err := proc.Process(context.Background(), evs); err != nil {
 		t.Fatal(err)
 	}
@@ -67,14 +67,14 @@ func TestTapShowsSourceOutputAsCopies(t *testing.T) {
 	// The copies are the tap's own: the pipeline reusing its buffers does
 	// not change what the tap shows.
 	evs2 := bodyEvents("x")
-	evs2[0].Headers = map[string]string{"k": "v"}
+	evs2[0].Headers = event.HeadersOf(map[string]string{"k": "v"})
 	if err := proc.Process(context.Background(), evs2); err != nil {
 		t.Fatal(err)
 	}
 	evs2[0].Body[0] = 'y'
-	evs2[0].Headers["k"] = "changed"
+	evs2[0].Headers.Set("k", "changed")
 	e := recv(t, r)
-	if string(e.Body) != "x" || e.Headers["k"] != "v" {
+	if string(e.Body) != "x" || e.Headers.Value("k") != "v" {
 		t.Fatalf("tap copy changed with the original: body %q headers %v", e.Body, e.Headers)
 	}
 }
@@ -245,7 +245,7 @@ func BenchmarkPipelineTapped(b *testing.B) {
 	runner := flow.NewSinkRunner("k1", sink, quietLog)
 	src := make([]event.Event, batch)
 	for i := range src {
-		src[i] = event.Event{Headers: map[string]string{"host": "web-1"}, Body: []byte("0123456789abcdef")}
+		src[i] = event.Event{Headers: event.HeadersOf(map[string]string{"host": "web-1"}), Body: []byte("0123456789abcdef")}
 	}
 	in := make([]event.Event, batch)
 	b.ReportAllocs()

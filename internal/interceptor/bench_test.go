@@ -19,7 +19,7 @@ func benchEvents(withHeaders bool) []event.Event {
 		}
 		events[i].Body = fmt.Appendf(nil, "2024-03-05 17:04:09.250 %s [worker-%d] request handled in %d ms", level, i%8, i)
 		if withHeaders {
-			events[i].Headers = map[string]string{"host": "10.0.0.1"}
+			events[i].Headers = event.HeadersOf(map[string]string{"host": "10.0.0.1"})
 		}
 	}
 	return events

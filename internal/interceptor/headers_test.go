@@ -35,7 +35,7 @@ func TestTimestamp(t *testing.T) {
 				t.Fatalf("got %d events, want 1", len(out))
 			}
 			for k, v := range tt.want {
-				got, ok := out[0].Headers[k]
+				got, ok := out[0].Headers.Get(k)
 				if !ok {
 					t.Errorf("header %s missing", k)
 					continue
@@ -86,19 +86,19 @@ func TestStatic(t *testing.T) {
 
 func TestHost(t *testing.T) {
 	ip := build(t, NewHost, nil).Intercept([]event.Event{ev("a")})
-	if net.ParseIP(ip[0].Headers["host"]) == nil {
-		t.Fatalf("host header %q is not an IP address (useIP defaults to true)", ip[0].Headers["host"])
+	if net.ParseIP(ip[0].Headers.Value("host")) == nil {
+		t.Fatalf("host header %q is not an IP address (useIP defaults to true)", ip[0].Headers.Value("host"))
 	}
 	name := build(t, NewHost, map[string]string{"useIP": "false", "hostHeader": "h"}).Intercept([]event.Event{ev("a")})
-	if v := name[0].Headers["h"]; v == "" || net.ParseIP(v) != nil {
+	if v := name[0].Headers.Value("h"); v == "" || net.ParseIP(v) != nil {
 		t.Fatalf("h header %q, want a host name", v)
 	}
 	kept := build(t, NewHost, map[string]string{"preserveExisting": "true"}).Intercept([]event.Event{ev("a", "host", "orig"), ev("b")})
-	if kept[0].Headers["host"] != "orig" || kept[1].Headers["host"] == "" {
+	if kept[0].Headers.Value("host") != "orig" || kept[1].Headers.Value("host") == "" {
 		t.Fatalf("preserveExisting: got %v", kept)
 	}
 	over := build(t, NewHost, nil).Intercept([]event.Event{ev("a", "host", "orig")})
-	if over[0].Headers["host"] == "orig" {
+	if over[0].Headers.Value("host") == "orig" {
 		t.Fatal("host overwritten expected without preserveExisting")
 	}
 }
@@ -122,7 +122,7 @@ func TestUUID(t *testing.T) {
 		build(t, NewUUID, nil).Intercept(events)
 		seen := map[string]bool{}
 		for i, e := range events {
-			id := e.Headers["id"]
+			id := e.Headers.Value("id")
 			if i == 7 {
 				if id != "keep" {
 					t.Errorf("preserveExisting (default true) overwrote id: %q", id)
@@ -141,7 +141,7 @@ func TestUUID(t *testing.T) {
 	t.Run("prefix header no preserve", func(t *testing.T) {
 		out := build(t, NewUUID, map[string]string{"headerName": "uid", "prefix": "node1-", "preserveExisting": "false"}).
 			Intercept([]event.Event{ev("", "uid", "old")})
-		id := out[0].Headers["uid"]
+		id := out[0].Headers.Value("uid")
 		if len(id) != len("node1-")+36 || id[:6] != "node1-" || !uuidRE.MatchString(id[6:]) {
 			t.Fatalf("uid = %q, want node1-<uuid>", id)
 		}

@@ -78,7 +78,8 @@ func hdrs(kv ...string) map[string]string {
 	return m
 }
 
-func sameHeaders(a, b map[string]string) bool {
+func sameHeaders(h event.Headers, b map[string]string) bool {
+	a := h.Map()
 	return len(a) == len(b) && maps.Equal(a, b)
 }
 

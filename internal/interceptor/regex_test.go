@@ -50,7 +50,7 @@ func TestRegexFilter(t *testing.T) {
 				t.Fatalf("kept %q, want %q", got, tt.want)
 			}
 			for _, e := range out {
-				if e.Headers["n"] != string(e.Body) {
+				if e.Headers.Value("n") != string(e.Body) {
 					t.Fatalf("event headers do not travel with the body: %v", e)
 				}
 			}
@@ -246,7 +246,7 @@ func TestSearchReplace(t *testing.T) {
 					t.Fatalf("body %q, want %q", e.Body, tt.want)
 				}
 			}
-			if out[1].Headers["h"] != "v" || out[0].Headers != nil {
+			if out[1].Headers.Value("h") != "v" || out[0].Headers != nil {
 				t.Fatal("headers changed")
 			}
 		})

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"regexp"
+	"slices"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
@@ -58,23 +59,22 @@ func javaSplit(sep *regexp.Regexp, s string) []string {
 // Intercept removes the configured headers from every event.
 func (r *RemoveHeader) Intercept(events []event.Event) []event.Event {
 	for i := range events {
-		h := events[i].Headers
-		if len(h) == 0 {
+		h := &events[i].Headers
+		if len(*h) == 0 {
 			continue
 		}
 		if r.hasName {
-			delete(h, r.withName)
+			h.Delete(r.withName)
 		}
 		if r.fromList == nil && r.matching == nil {
 			continue
 		}
-		for k := range h {
-			if _, ok := r.fromList[k]; ok {
-				delete(h, k)
-			} else if r.matching != nil && r.matching.MatchString(k) {
-				delete(h, k)
+		*h = slices.DeleteFunc(*h, func(kv event.Header) bool {
+			if _, ok := r.fromList[kv.Key]; ok {
+				return true
 			}
-		}
+			return r.matching != nil && r.matching.MatchString(kv.Key)
+		})
 	}
 	return events
 }

@@ -46,7 +46,7 @@ func setHeader(events []event.Event, k, v string, preserve bool) {
 	for i := range events {
 		e := &events[i]
 		if preserve {
-			if _, ok := e.Headers[k]; ok {
+			if _, ok := e.Headers.Get(k); ok {
 				continue
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -150,6 +151,29 @@ type batch struct {
 	rule     string // the rule running, for a panic
 	res      []setResult
 	buf      []byte // the values of the headers set on one event
+	// The headers set are cut from arenas, not allocated per event: an
+	// event whose headers have no room left gets new ones from heads, and
+	// the values set are parts of strings made from text.
+	heads event.HeaderArena
+	text  []byte
+}
+
+// textChunk is how many bytes of header values batch.text holds at a time.
+const textChunk = 16 << 10
+
+// str returns b as a string that lives in the batch's text arena. The
+// arena only ever appends, and a chunk is dropped (not reused) when full, so
+// the bytes under a string it gave never change.
+func (b *batch) str(v []byte) string {
+	if len(v) == 0 {
+		return ""
+	}
+	if cap(b.text)-len(b.text) < len(v) {
+		b.text = make([]byte, 0, max(len(v), textChunk))
+	}
+	start := len(b.text)
+	b.text = append(b.text, v...)
+	return unsafe.String(&b.text[start], len(v))
 }
 
 type setResult struct {
@@ -225,22 +249,22 @@ func (t *Transform) apply(b *batch, e *event.Event) outcome {
 		body, bodySet = v, true
 	}
 	// Everything evaluated: apply it. The header values share one string.
-	values := string(buf)
+	values := b.str(buf)
+	if h := e.Headers; cap(h)-len(h) < len(t.sets) {
+		e.Headers = append(b.heads.Make(len(h)+len(t.sets)), h...)
+	}
 	start := 0
 	for i := range t.sets {
 		r := b.res[i]
 		if r.ok {
-			if e.Headers == nil {
-				e.Headers = make(map[string]string, len(t.sets))
-			}
-			e.Headers[t.sets[i].header] = values[start:r.end]
+			e.Headers.Set(t.sets[i].header, values[start:r.end])
 		} else {
-			delete(e.Headers, t.sets[i].header)
+			e.Headers.Delete(t.sets[i].header)
 		}
 		start = r.end
 	}
 	for _, h := range t.remove {
-		delete(e.Headers, h)
+		e.Headers.Delete(h)
 	}
 	if bodySet {
 		e.Body = body

@@ -19,7 +19,7 @@ func transformEvents() []event.Event {
 		}
 		events[i].Body = fmt.Appendf(nil, `{"ts":"2024-03-05T23:59:%02d.%03d+0000","level":"%s","app":"checkout","user":"u%d","msg":"request handled","ms":%d,"path":"/api/v1/orders"}`,
 			i%60, i%1000, level, i, i%500)
-		events[i].Headers = map[string]string{"host": "web-1", "level": level}
+		events[i].Headers = event.HeadersOf(map[string]string{"host": "web-1", "level": level})
 	}
 	return events
 }

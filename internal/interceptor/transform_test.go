@@ -142,7 +142,7 @@ func TestTransformOneBadEventIn10000(t *testing.T) {
 				t.Fatalf("%d events out, want %d", len(out), want)
 			}
 			for _, e := range out {
-				n := e.Headers["n"]
+				n := e.Headers.Value("n")
 				if n == "4321" {
 					if len(e.Headers) != 1 {
 						t.Errorf("the failing event was changed: %v", e.Headers)
@@ -153,7 +153,7 @@ func TestTransformOneBadEventIn10000(t *testing.T) {
 				if _, err := fmt.Sscan(n, &i); err != nil {
 					t.Fatal(err)
 				}
-				if e.Headers["timestamp"] != itoa(1700000000000+i) || e.Headers["seen"] != "yes" {
+				if e.Headers.Value("timestamp") != itoa(1700000000000+i) || e.Headers.Value("seen") != "yes" {
 					t.Fatalf("event %s: headers %v", n, e.Headers)
 				}
 			}
@@ -253,7 +253,7 @@ func TestTransformConcurrent(t *testing.T) {
 						return
 					}
 					kind := map[bool]string{true: "even", false: "odd"}[n%2 == 0]
-					if n%7 == 0 || e.Headers["timestamp"] != itoa(int64(1700000000000+n)) || e.Headers["kind"] != kind {
+					if n%7 == 0 || e.Headers.Value("timestamp") != itoa(int64(1700000000000+n)) || e.Headers.Value("kind") != kind {
 						done <- fmt.Errorf("event %s: headers %v", e.Body, e.Headers)
 						return
 					}

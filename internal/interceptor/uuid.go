@@ -37,7 +37,7 @@ func (u *UUID) Intercept(events []event.Event) []event.Event {
 	for i := range events {
 		e := &events[i]
 		if u.preserve {
-			if _, ok := e.Headers[u.header]; ok {
+			if _, ok := e.Headers.Get(u.header); ok {
 				continue
 			}
 		}

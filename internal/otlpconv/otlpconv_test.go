@@ -175,7 +175,7 @@ func TestLogsRoundTrip(t *testing.T) {
 // headers (docs/components.md).
 func TestEventHeaders(t *testing.T) {
 	events := Mapping{}.Events(nil, richLogs(), 0)
-	got := events[0].Headers
+	got := events[0].Headers.Map()
 	want := map[string]string{
 		"resource.service.name":         "checkout",
 		"resource.process.pid":          "4242",
@@ -237,25 +237,25 @@ func TestEventHeaders(t *testing.T) {
 	if !maps.Equal(tm, wantTypes) {
 		t.Errorf("otel.types = %v, want %v", tm, wantTypes)
 	}
-	if string(events[0].Body) != "card declined: insufficient funds" || events[0].Headers["otel.body_type"] != "" {
-		t.Errorf("string body %q (type %q)", events[0].Body, events[0].Headers["otel.body_type"])
+	if string(events[0].Body) != "card declined: insufficient funds" || events[0].Headers.Value("otel.body_type") != "" {
+		t.Errorf("string body %q (type %q)", events[0].Body, events[0].Headers.Value("otel.body_type"))
 	}
 
 	// No time: timestamp is the observed time's; a map body is JSON.
 	e := events[1]
-	if e.Headers["timestamp"] != "1700000001000" || e.Headers["otel.time_unix_nano"] != "" {
-		t.Errorf("record without a time: timestamp %q, time %q", e.Headers["timestamp"], e.Headers["otel.time_unix_nano"])
+	if e.Headers.Value("timestamp") != "1700000001000" || e.Headers.Value("otel.time_unix_nano") != "" {
+		t.Errorf("record without a time: timestamp %q, time %q", e.Headers.Value("timestamp"), e.Headers.Value("otel.time_unix_nano"))
 	}
-	if string(e.Body) != `{"msg":"structured","n":3,"nested":[1.5]}` || e.Headers["otel.body_type"] != "map" {
-		t.Errorf("map body %q (type %q)", e.Body, e.Headers["otel.body_type"])
+	if string(e.Body) != `{"msg":"structured","n":3,"nested":[1.5]}` || e.Headers.Value("otel.body_type") != "map" {
+		t.Errorf("map body %q (type %q)", e.Body, e.Headers.Value("otel.body_type"))
 	}
 	// Bytes body as it is (not UTF-8, so its type goes without saying).
-	if e := events[2]; string(e.Body) != "\xde\xad\xbe\xef" || e.Headers["otel.body_type"] != "" {
-		t.Errorf("bytes body %q (type %q)", e.Body, e.Headers["otel.body_type"])
+	if e := events[2]; string(e.Body) != "\xde\xad\xbe\xef" || e.Headers.Value("otel.body_type") != "" {
+		t.Errorf("bytes body %q (type %q)", e.Body, e.Headers.Value("otel.body_type"))
 	}
 	// Whole-millisecond time without an observed time: timestamp alone.
 	last := events[len(events)-1]
-	if last.Headers["timestamp"] != "1700000004000" || len(last.Headers) != 2 {
+	if last.Headers.Value("timestamp") != "1700000004000" || len(last.Headers) != 2 {
 		t.Errorf("plain record headers %v", last.Headers)
 	}
 }
@@ -264,12 +264,12 @@ func TestEventHeaders(t *testing.T) {
 // and back through the source's: the same bodies and headers.
 func TestFlumeEventsRoundTrip(t *testing.T) {
 	events := []event.Event{
-		{Body: []byte("plain line"), Headers: map[string]string{"host": "web-1", "timestamp": "1700000000123"}},
+		{Body: []byte("plain line"), Headers: event.HeadersOf(map[string]string{"host": "web-1", "timestamp": "1700000000123"})},
 		{Body: []byte("no headers")},
-		{Body: []byte{0xff, 0xfe, 0x00}, Headers: map[string]string{"binary": "\xff\xfe", "bad\xffkey": "v"}},
-		{Body: []byte(""), Headers: map[string]string{"empty": ""}},
-		{Body: []byte(`{"looks":"like json"}`), Headers: map[string]string{"otel.custom": "x", "Severity": "3", "Facility": "1"}},
-		{Body: []byte("with a bad timestamp"), Headers: map[string]string{"count": "12"}},
+		{Body: []byte{0xff, 0xfe, 0x00}, Headers: event.HeadersOf(map[string]string{"binary": "\xff\xfe", "bad\xffkey": "v"})},
+		{Body: []byte(""), Headers: event.HeadersOf(map[string]string{"empty": ""})},
+		{Body: []byte(`{"looks":"like json"}`), Headers: event.HeadersOf(map[string]string{"otel.custom": "x", "Severity": "3", "Facility": "1"})},
+		{Body: []byte("with a bad timestamp"), Headers: event.HeadersOf(map[string]string{"count": "12"})},
 	}
 	m := Mapping{}
 	back := m.Events(nil, m.Logs(events), 0)
@@ -277,7 +277,7 @@ func TestFlumeEventsRoundTrip(t *testing.T) {
 		t.Fatalf("%d events back for %d", len(back), len(events))
 	}
 	for i, e := range events {
-		want := maps.Clone(e.Headers)
+		want := e.Headers.Map()
 		if want == nil {
 			want = map[string]string{}
 		}
@@ -286,7 +286,7 @@ func TestFlumeEventsRoundTrip(t *testing.T) {
 			want[strings.ToValidUTF8(k, "\uFFFD")] = want[k]
 			delete(want, k)
 		}
-		got := back[i].Headers
+		got := back[i].Headers.Map()
 		if string(back[i].Body) != string(e.Body) || !maps.Equal(got, want) {
 			t.Errorf("event %d: got body %q headers %v, want body %q headers %v", i, back[i].Body, got, e.Body, want)
 		}
@@ -298,10 +298,10 @@ func TestFlumeEventsRoundTrip(t *testing.T) {
 func TestHeaderEdits(t *testing.T) {
 	m := Mapping{}
 	ld := m.Logs([]event.Event{
-		{Body: []byte("a"), Headers: map[string]string{"timestamp": "1700000000999",
-			"otel.time_unix_nano": "1700000000123456789", "otel.observed_time_unix_nano": "1700000000200000000"}},
-		{Body: []byte("b"), Headers: map[string]string{"timestamp": "yesterday", "otel.trace_id": "xyz",
-			"otel.severity_number": "loud", "otel.types": "{not json", "n": "1"}},
+		{Body: []byte("a"), Headers: event.HeadersOf(map[string]string{"timestamp": "1700000000999",
+			"otel.time_unix_nano": "1700000000123456789", "otel.observed_time_unix_nano": "1700000000200000000"})},
+		{Body: []byte("b"), Headers: event.HeadersOf(map[string]string{"timestamp": "yesterday", "otel.trace_id": "xyz",
+			"otel.severity_number": "loud", "otel.types": "{not json", "n": "1"})},
 	})
 	recs := ld.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords()
 	if got := recs.At(0).Timestamp(); got != 1_700_000_000_999_000_000 {
@@ -327,7 +327,7 @@ func TestGrouping(t *testing.T) {
 		if i == 4 {
 			h["otel.scope.name"] = "s2"
 		}
-		events = append(events, event.Event{Body: []byte(fmt.Sprint(i)), Headers: h})
+		events = append(events, event.Event{Body: []byte(fmt.Sprint(i)), Headers: event.HeadersOf(h)})
 	}
 	ld := Mapping{}.Logs(events)
 	var got []string
@@ -364,7 +364,7 @@ func FuzzFlumeRoundTrip(f *testing.F) {
 	f.Add([]byte("1"), "otel.body_type", "int", "resource.x", "1")
 	f.Add([]byte(""), "otel.time_unix_nano", "5", "otel.observed_time_unix_nano", "5000000")
 	f.Fuzz(func(t *testing.T, body []byte, k1, v1, k2, v2 string) {
-		e := event.Event{Body: body, Headers: map[string]string{k1: v1, k2: v2}}
+		e := event.Event{Body: body, Headers: event.HeadersOf(map[string]string{k1: v1, k2: v2})}
 		m := Mapping{}
 		back := m.Events(nil, m.Logs([]event.Event{e}), 0)
 		if len(back) != 1 {
@@ -377,7 +377,7 @@ func FuzzFlumeRoundTrip(f *testing.F) {
 				return
 			}
 		}
-		if string(back[0].Body) != string(body) || !maps.Equal(back[0].Headers, e.Headers) {
+		if string(back[0].Body) != string(body) || !back[0].Headers.Equal(e.Headers) {
 			t.Fatalf("got %q %v, want %q %v", back[0].Body, back[0].Headers, body, e.Headers)
 		}
 	})
@@ -414,7 +414,7 @@ func TestTimeHeaders(t *testing.T) {
 		lr := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
 		lr.SetTimestamp(pcommon.Timestamp(ts))
 		lr.SetObservedTimestamp(pcommon.Timestamp(observed))
-		h := Mapping{}.Events(nil, ld, 0)[0].Headers
+		h := Mapping{}.Events(nil, ld, 0)[0].Headers.Map()
 		nanos, ok := h[HeaderTime]
 		if h[HeaderTimestamp] != wantMillis || nanos != wantNanos || ok != (wantNanos != "") {
 			t.Errorf("time %d, observed %d: timestamp %q, otel.time_unix_nano %q; want %q, %q",

@@ -118,8 +118,7 @@ func (c *toEvents) event(lr plog.LogRecord, receivedAt int64) event.Event {
 	traceID, spanID := lr.TraceID(), lr.SpanID()
 	flags, eventName, dropped := lr.Flags(), lr.EventName(), lr.DroppedAttributesCount()
 
-	// The exact number of headers, so that the map is made once at its
-	// size (up to 8 headers, a map of one small allocation).
+	// The exact number of headers, so that they are allocated once.
 	n := len(c.res) + len(c.scope) + attrs.Len()
 	if t != 0 || o != 0 {
 		n++ // timestamp
@@ -136,50 +135,53 @@ func (c *toEvents) event(lr plog.LogRecord, receivedAt int64) event.Event {
 	if len(c.resTypes)+len(c.scopeTypes) > 0 {
 		n++ // otel.types; a record's own typed attribute may add it below
 	}
-	h := make(map[string]string, n)
+	// One spare: a record's own typed attribute adds otel.types, which
+	// is not counted above unless the resource or scope has one.
+	h := make(event.Headers, 0, n+1)
 	for _, e := range c.res {
-		h[e.k] = e.v
+		h.Set(e.k, e.v)
 	}
 	for _, e := range c.scope {
-		h[e.k] = e.v
+		h.Set(e.k, e.v)
 	}
 	switch {
 	case t >= 1e6 && (t%1e6 != 0 || o != 0):
 		// The milliseconds are the nanoseconds' digits but the last six:
 		// one number written, not two.
 		ns := c.texts.uint(t)
-		h[HeaderTime], h[HeaderTimestamp] = ns, ns[:len(ns)-6]
+		h.Set(HeaderTime, ns)
+		h.Set(HeaderTimestamp, ns[:len(ns)-6])
 	case t != 0:
-		h[HeaderTimestamp] = c.texts.uint(t / 1e6)
+		h.Set(HeaderTimestamp, c.texts.uint(t/1e6))
 		if t%1e6 != 0 || o != 0 {
-			h[HeaderTime] = c.texts.uint(t)
+			h.Set(HeaderTime, c.texts.uint(t))
 		}
 	case o != 0:
-		h[HeaderTimestamp] = c.texts.uint(o / 1e6)
+		h.Set(HeaderTimestamp, c.texts.uint(o/1e6))
 	}
 	if o != 0 {
-		h[HeaderObservedTime] = c.texts.uint(o)
+		h.Set(HeaderObservedTime, c.texts.uint(o))
 	}
 	if sevText != "" {
-		h[HeaderSeverityText] = sevText
+		h.Set(HeaderSeverityText, sevText)
 	}
 	if sevNum != 0 {
-		h[HeaderSeverityNumber] = strconv.Itoa(int(sevNum))
+		h.Set(HeaderSeverityNumber, strconv.Itoa(int(sevNum)))
 	}
 	if !traceID.IsEmpty() {
-		h[HeaderTraceID] = c.texts.hex(traceID[:])
+		h.Set(HeaderTraceID, c.texts.hex(traceID[:]))
 	}
 	if !spanID.IsEmpty() {
-		h[HeaderSpanID] = c.texts.hex(spanID[:])
+		h.Set(HeaderSpanID, c.texts.hex(spanID[:]))
 	}
 	if flags != 0 {
-		h[HeaderTraceFlags] = c.texts.uint(uint64(flags))
+		h.Set(HeaderTraceFlags, c.texts.uint(uint64(flags)))
 	}
 	if eventName != "" {
-		h[HeaderEventName] = eventName
+		h.Set(HeaderEventName, eventName)
 	}
 	if dropped != 0 {
-		h[HeaderDroppedAttributes] = c.texts.uint(uint64(dropped))
+		h.Set(HeaderDroppedAttributes, c.texts.uint(uint64(dropped)))
 	}
 
 	var data []byte
@@ -195,7 +197,7 @@ func (c *toEvents) event(lr plog.LogRecord, receivedAt int64) event.Event {
 		data, btype = bodyBytes(nil, body)
 	}
 	if btype != "" {
-		h[HeaderBodyType] = btype
+		h.Set(HeaderBodyType, btype)
 	}
 
 	c.recTypes = c.recTypes[:0]
@@ -205,13 +207,13 @@ func (c *toEvents) event(lr plog.LogRecord, receivedAt int64) event.Event {
 			name = PrefixEscaped + k
 		}
 		s, typ := c.text(v)
-		h[name] = s
+		h.Set(name, s)
 		if typ != "" {
 			c.recTypes = appendType(c.recTypes, name, typ)
 		}
 	}
 	if len(c.resTypes)+len(c.scopeTypes)+len(c.recTypes) > 0 {
-		h[HeaderTypes] = c.types()
+		h.Set(HeaderTypes, c.types())
 	}
 	return event.Event{Headers: h, Body: data, ReceivedAt: receivedAt}
 }

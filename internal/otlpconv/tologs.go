@@ -74,7 +74,7 @@ func (m Mapping) Logs(events []event.Event) plog.Logs {
 func (c *toLogs) add(e *event.Event) {
 	c.res, c.scope, c.attrs = c.res[:0], c.scope[:0], c.attrs[:0]
 	var f fields
-	for k, v := range e.Headers {
+	for k, v := range e.Headers.All() {
 		switch {
 		case strings.HasPrefix(k, c.prefix):
 			c.res = append(c.res, kv{k, v})

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strings"
 
 	"github.com/hamba/avro/v2/ocf"
@@ -192,21 +191,19 @@ func (s *textSerializer) Close() error { return s.Flush() }
 // AppendHeaders appends h as Java's Map.toString prints it, {k=v, k2=v2},
 // with keys sorted (Flume's HEADER_AND_TEXT; a HashMap's order is not
 // defined, sorted is the stable choice).
-func AppendHeaders(dst []byte, h map[string]string) []byte {
+func AppendHeaders(dst []byte, h event.Headers) []byte {
 	dst = append(dst, '{')
 	if len(h) > 0 {
-		keys := make([]string, 0, len(h))
-		for k := range h {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for i, k := range keys {
+		var scratch [16]event.Header
+		sorted := event.Headers(append(scratch[:0], h...))
+		sorted.Sort()
+		for i, kv := range sorted {
 			if i > 0 {
 				dst = append(dst, ", "...)
 			}
-			dst = append(dst, k...)
+			dst = append(dst, kv.Key...)
 			dst = append(dst, '=')
-			dst = append(dst, h[k]...)
+			dst = append(dst, kv.Value...)
 		}
 	}
 	return append(dst, '}')
@@ -236,7 +233,7 @@ func (s *avroSerializer) Close() error { return s.enc.Close() }
 func appendAvroEvent(dst []byte, e *event.Event) []byte {
 	if n := len(e.Headers); n > 0 {
 		dst = binary.AppendVarint(dst, int64(n))
-		for k, v := range e.Headers {
+		for k, v := range e.Headers.All() {
 			dst = binary.AppendVarint(dst, int64(len(k)))
 			dst = append(dst, k...)
 			dst = binary.AppendVarint(dst, int64(len(v)))

@@ -12,7 +12,7 @@ import (
 
 func TestText(t *testing.T) {
 	evs := []event.Event{
-		{Headers: map[string]string{"b": "2", "a": "1"}, Body: []byte("one")},
+		{Headers: event.Headers{{Key: "b", Value: "2"}, {Key: "a", Value: "1"}}, Body: []byte("one")},
 		{Body: []byte("two")},
 	}
 	for _, tc := range []struct {
@@ -54,7 +54,7 @@ func TestAvroFlushEndsBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	for n := 1; n <= 3; n++ {
-		e := event.Event{Headers: map[string]string{"n": string(rune('0' + n))}, Body: []byte("body")}
+		e := event.Event{Headers: event.HeadersOf(map[string]string{"n": string(rune('0' + n))}), Body: []byte("body")}
 		if err := s.Write(&e); err != nil {
 			t.Fatal(err)
 		}

@@ -382,7 +382,7 @@ func TestTapRequests(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() { // a source's output, until the tap is done
-		evs := []event.Event{{Headers: map[string]string{"host": "web-1"}, Body: []byte("hello")}, {Body: []byte{0xff, 0x00}}}
+		evs := []event.Event{{Headers: event.HeadersOf(map[string]string{"host": "web-1"}), Body: []byte("hello")}, {Body: []byte{0xff, 0x00}}}
 		for {
 			select {
 			case <-stop:
@@ -470,14 +470,14 @@ func TestRedacted(t *testing.T) {
 		t.Error("redacted changed the snapshot it was given")
 	}
 	for _, body := range [][]byte{[]byte("body " + secret), append([]byte{0xff, 0}, secret...)} {
-		e := event.Event{Headers: map[string]string{"auth": secret}, Body: body}
+		e := event.Event{Headers: event.HeadersOf(map[string]string{"auth": secret}), Body: body}
 		l := tapLine("channel", "c1", e, red)
 		b, _ := json.Marshal(l)
 		raw, _ := base64.StdEncoding.DecodeString(l.BodyBase64)
 		if strings.Contains(string(b), secret) || strings.Contains(string(raw), secret) || l.Headers["auth"] != redact.Mask {
 			t.Errorf("tap line: %s", b)
 		}
-		if e.Headers["auth"] != secret {
+		if e.Headers.Value("auth") != secret {
 			t.Error("tapLine changed the event's headers")
 		}
 	}

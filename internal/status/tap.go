@@ -180,7 +180,7 @@ func tapLine(kind, name string, e event.Event, red *redact.Redactor) TapLine {
 	}
 	if e.Headers != nil {
 		l.Headers = make(map[string]string, len(e.Headers))
-		for k, v := range e.Headers {
+		for k, v := range e.Headers.All() {
 			l.Headers[red.String(k)] = red.String(v)
 		}
 	}

@@ -99,7 +99,7 @@ func Events(prefix string, n int) []event.Event {
 	now := event.Now()
 	for i := range out {
 		out[i] = event.Event{
-			Headers:    map[string]string{"i": strconv.Itoa(i)},
+			Headers:    event.Headers{{Key: "i", Value: strconv.Itoa(i)}},
 			Body:       []byte(prefix + strconv.Itoa(i)),
 			ReceivedAt: now,
 		}

@@ -100,7 +100,7 @@ func (c *Client) Close() error {
 func (c *Client) AppendBatch(ctx context.Context, events []event.Event) (Status, error) {
 	c.evs = c.evs[:0]
 	for _, e := range events {
-		c.evs = append(c.evs, flume.ThriftFlumeEvent{Headers: e.Headers, Body: nonNil(e.Body)})
+		c.evs = append(c.evs, flume.ThriftFlumeEvent{Headers: orEmptyMap(e.Headers), Body: nonNil(e.Body)})
 	}
 	c.batch = c.batch[:0]
 	for i := range c.evs {
@@ -115,7 +115,7 @@ func (c *Client) AppendBatch(ctx context.Context, events []event.Event) (Status,
 
 // Append sends one event in an append call.
 func (c *Client) Append(ctx context.Context, e event.Event) (Status, error) {
-	te := &flume.ThriftFlumeEvent{Headers: e.Headers, Body: nonNil(e.Body)}
+	te := &flume.ThriftFlumeEvent{Headers: orEmptyMap(e.Headers), Body: nonNil(e.Body)}
 	return c.call(ctx, "append", func(ctx context.Context) (Status, error) {
 		return c.client.Append(ctx, te)
 	})
@@ -152,4 +152,13 @@ func (c *Client) call(ctx context.Context, name string, f func(context.Context) 
 		return Unknown, c.broken
 	}
 	return st, nil
+}
+
+// orEmptyMap returns h as the map the generated code sends: headers is a
+// required field, so an event without headers sends an empty map.
+func orEmptyMap(h event.Headers) map[string]string {
+	if m := h.Map(); m != nil {
+		return m
+	}
+	return map[string]string{}
 }

@@ -80,7 +80,7 @@ func init() {
 func toEvents(in []*flume.ThriftFlumeEvent, now int64) []event.Event {
 	out := make([]event.Event, len(in))
 	for i, e := range in {
-		out[i] = event.Event{Headers: e.Headers, Body: e.Body, ReceivedAt: now}
+		out[i] = event.Event{Headers: event.HeadersOf(e.Headers), Body: e.Body, ReceivedAt: now}
 	}
 	return out
 }

@@ -68,24 +68,24 @@ func TestClientServerRoundTrip(t *testing.T) {
 			}
 			defer c.Close()
 			batch := []event.Event{
-				{Headers: map[string]string{"k": "v", "ü": "\x00"}, Body: []byte("one")},
+				{Headers: event.HeadersOf(map[string]string{"k": "v", "ü": "\x00"}), Body: []byte("one")},
 				{Body: nil},
-				{Headers: map[string]string{}, Body: []byte{0xff, 0x00, 0xfe}},
+				{Headers: event.HeadersOf(map[string]string{}), Body: []byte{0xff, 0x00, 0xfe}},
 			}
 			for range 2 {
 				if st, err := c.AppendBatch(context.Background(), batch); err != nil || st != OK {
 					t.Fatalf("appendBatch: %v %v", st, err)
 				}
 			}
-			if st, err := c.Append(context.Background(), event.Event{Headers: map[string]string{"a": "b"}, Body: []byte("single")}); err != nil || st != OK {
+			if st, err := c.Append(context.Background(), event.Event{Headers: event.HeadersOf(map[string]string{"a": "b"}), Body: []byte("single")}); err != nil || st != OK {
 				t.Fatalf("append: %v %v", st, err)
 			}
 			got, calls := rec.got()
 			if fmt.Sprint(calls) != "[appendBatch(3) appendBatch(3) append]" || len(got) != 7 {
 				t.Fatalf("calls %v, %d events", calls, len(got))
 			}
-			for i, want := range append(append(batch, batch...), event.Event{Headers: map[string]string{"a": "b"}, Body: []byte("single")}) {
-				if !bytes.Equal(got[i].Body, want.Body) || fmt.Sprint(got[i].Headers) != fmt.Sprint(orEmpty(want.Headers)) || got[i].ReceivedAt == 0 {
+			for i, want := range append(append(batch, batch...), event.Event{Headers: event.HeadersOf(map[string]string{"a": "b"}), Body: []byte("single")}) {
+				if !bytes.Equal(got[i].Body, want.Body) || fmt.Sprint(orEmpty(got[i].Headers)) != fmt.Sprint(orEmpty(want.Headers)) || len(got[i].Headers) != len(want.Headers) || got[i].ReceivedAt == 0 {
 					t.Errorf("event %d: %q %v, want %q %v", i, got[i].Body, got[i].Headers, want.Body, want.Headers)
 				}
 			}
@@ -93,7 +93,8 @@ func TestClientServerRoundTrip(t *testing.T) {
 	}
 }
 
-func orEmpty(m map[string]string) map[string]string {
+func orEmpty(h event.Headers) map[string]string {
+	m := h.Map()
 	if m == nil {
 		return map[string]string{}
 	}

@@ -256,7 +256,7 @@ func (c callHandler) Append(ctx context.Context, e *flume.ThriftFlumeEvent) (Sta
 		// take, and nothing the client could resend that would work.
 		return Error, nil
 	}
-	return c.h.Append(ctx, event.Event{Headers: e.Headers, Body: e.Body, ReceivedAt: event.Now()}), nil
+	return c.h.Append(ctx, event.Event{Headers: event.HeadersOf(e.Headers), Body: e.Body, ReceivedAt: event.Now()}), nil
 }
 
 func (c callHandler) AppendBatch(ctx context.Context, events []*flume.ThriftFlumeEvent) (Status, error) {

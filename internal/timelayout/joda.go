@@ -151,7 +151,7 @@ func Joda(pattern string) (*Layout, error) {
 		parse.WriteString(p)
 		format.WriteString(w)
 	}
-	l := &Layout{spec: pattern, parse: parse.String(), format: format.String(), hasYear: f.year}
+	l := planned(&Layout{spec: pattern, parse: parse.String(), format: format.String(), hasYear: f.year})
 	if err := l.check(f); err != nil {
 		return nil, err
 	}

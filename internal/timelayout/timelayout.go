@@ -29,6 +29,17 @@ type Layout struct {
 	// unit is the epoch unit of unix, unixMs, unixUs and unixNs; 0
 	// otherwise.
 	unit time.Duration
+	// fast reads the numeric layouts without time.Parse (fast.go); nil
+	// for the others.
+	fast *plan
+}
+
+// planned gives l its fast path when its layout has one.
+func planned(l *Layout) *Layout {
+	if l.unit == 0 && l.hasYear {
+		l.fast = newPlan(l.parse)
+	}
+	return l
 }
 
 // named are the layouts known by name, matched without regard to case.
@@ -36,7 +47,7 @@ var named = map[string]*Layout{}
 
 func init() {
 	add := func(name, parse, format string) {
-		named[strings.ToLower(name)] = &Layout{spec: name, parse: parse, format: format, hasYear: true}
+		named[strings.ToLower(name)] = planned(&Layout{spec: name, parse: parse, format: format, hasYear: true})
 	}
 	// RFC3339 reads fractions of a second too (Go's time.Parse accepts
 	// them with the RFC3339 layout), and writes none.
@@ -99,6 +110,11 @@ func (l *Layout) IsEpoch() bool { return l.unit != 0 }
 func (l *Layout) Parse(v string, loc *time.Location) (time.Time, error) {
 	if l.unit != 0 {
 		return parseEpoch(v, l.unit)
+	}
+	if l.fast != nil {
+		if t, ok := l.fast.parse(v, loc); ok {
+			return t, nil
+		}
 	}
 	t, err := time.ParseInLocation(l.parse, v, loc)
 	if err != nil {
@@ -198,5 +214,5 @@ func goLayout(spec string) (*Layout, error) {
 	if _, err := time.Parse(spec, out); err != nil {
 		return nil, fmt.Errorf("%q is not a usable Go time layout: %v", spec, err)
 	}
-	return &Layout{spec: spec, parse: spec, format: spec, hasYear: true}, nil
+	return planned(&Layout{spec: spec, parse: spec, format: spec, hasYear: true}), nil
 }

@@ -200,7 +200,7 @@ func TestRestartKeepsEvents(t *testing.T) {
 func TestHeadersAndTimesSurvive(t *testing.T) {
 	d := newDirs(t)
 	c := start(t, d, map[string]string{"cacheBytes": "0"})
-	ev := event.Event{Headers: map[string]string{"host": "a", "": "empty key", "k": ""}, Body: []byte{0, 1, 2}, ReceivedAt: 42}
+	ev := event.Event{Headers: event.HeadersOf(map[string]string{"host": "a", "": "empty key", "k": ""}), Body: []byte{0, 1, 2}, ReceivedAt: 42}
 	if err := testutil.PutCommit(c, []event.Event{ev}); err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestHeadersAndTimesSurvive(t *testing.T) {
 	defer stop(t, c)
 	got := testutil.TakeAll(t, c, 1, 1, time.Second)
 	if len(got) != 1 || got[0].ReceivedAt != 42 || got[0].CommittedAt == 0 || string(got[0].Body) != "\x00\x01\x02" ||
-		len(got[0].Headers) != 3 || got[0].Headers["host"] != "a" || got[0].Headers[""] != "empty key" {
+		len(got[0].Headers) != 3 || got[0].Headers.Value("host") != "a" || got[0].Headers.Value("") != "empty key" {
 		t.Fatalf("event came back as %+v", got)
 	}
 }

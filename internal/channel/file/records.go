@@ -44,7 +44,7 @@ func appendPut(b []byte, txid uint64, committedAt int64, e *event.Event) []byte 
 	if len(e.Headers) == 0 {
 		return append(b, e.Body...)
 	}
-	for k, v := range e.Headers {
+	for k, v := range e.Headers.All() {
 		b = binary.AppendUvarint(b, uint64(len(k)))
 		b = append(b, k...)
 		b = binary.AppendUvarint(b, uint64(len(v)))
@@ -57,7 +57,7 @@ func appendPut(b []byte, txid uint64, committedAt int64, e *event.Event) []byte 
 func putSize(e *event.Event) int {
 	n := putFixed + binary.MaxVarintLen64 + len(e.Body)
 	if len(e.Headers) > 0 {
-		for k, v := range e.Headers {
+		for k, v := range e.Headers.All() {
 			n += 2*binary.MaxVarintLen64 + len(k) + len(v)
 		}
 	}
@@ -80,20 +80,37 @@ func decodePut(b []byte) (txid uint64, e event.Event, err error) {
 		return 0, e, errBadRecord
 	}
 	if nh > 0 {
-		e.Headers = make(map[string]string, nh)
-	}
-	for range nh {
-		var k, v []byte
-		if k, b, ok = lenPrefixed(b); !ok {
-			return 0, e, errBadRecord
+		// The headers' bytes are one string, each key and value a part of
+		// it: one allocation for all of them.
+		rest := b
+		for range nh {
+			if _, rest, ok = lenPrefixed(rest); !ok {
+				return 0, e, errBadRecord
+			}
+			if _, rest, ok = lenPrefixed(rest); !ok {
+				return 0, e, errBadRecord
+			}
 		}
-		if v, b, ok = lenPrefixed(b); !ok {
-			return 0, e, errBadRecord
+		all := string(b[:len(b)-len(rest)])
+		e.Headers = make(event.Headers, 0, nh)
+		for range nh {
+			var k, v string
+			k, all = lenPrefixedString(all)
+			v, all = lenPrefixedString(all)
+			e.Headers = append(e.Headers, event.Header{Key: k, Value: v})
 		}
-		e.Headers[string(k)] = string(v)
+		e.Headers.Dedupe()
+		b = rest
 	}
 	e.Body = append([]byte(nil), b...)
 	return txid, e, nil
+}
+
+// lenPrefixedString is lenPrefixed for a string already checked by it.
+func lenPrefixedString(s string) (v, rest string) {
+	n, w := binary.Uvarint([]byte(s[:min(len(s), binary.MaxVarintLen64)]))
+	s = s[w:]
+	return s[:n], s[n:]
 }
 
 func appendCommit(b []byte, txid uint64, n int) []byte {

@@ -176,7 +176,7 @@ func TestChannelFlumeFormatInterop(t *testing.T) {
 	ch := build(t, kc, "fmt", "g1", nil)
 	startCh(t, ch)
 	defer ch.Stop(context.Background())
-	if err := testutil.PutCommit(ch, []event.Event{{Headers: map[string]string{"h": "v"}, Body: []byte("x")}}); err != nil {
+	if err := testutil.PutCommit(ch, []event.Event{{Headers: event.HeadersOf(map[string]string{"h": "v"}), Body: []byte("x")}}); err != nil {
 		t.Fatal(err)
 	}
 	recs := kafkatest.ReadAll(t, kc.Addrs, "fmt", 1, 5*time.Second)

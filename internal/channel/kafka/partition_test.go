@@ -13,9 +13,9 @@ import (
 )
 
 func ev(body string, headers ...string) event.Event {
-	e := event.Event{Body: []byte(body), Headers: map[string]string{}}
+	e := event.Event{Body: []byte(body), Headers: event.HeadersOf(map[string]string{})}
 	for i := 0; i+1 < len(headers); i += 2 {
-		e.Headers[headers[i]] = headers[i+1]
+		e.Headers.Set(headers[i], headers[i+1])
 	}
 	return e
 }

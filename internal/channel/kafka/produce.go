@@ -37,7 +37,7 @@ func parsePartition(v string) (int32, error) {
 // partitioning (by the key header, else sticky).
 func (c *Channel) partitionOf(e *event.Event) (int32, bool) {
 	if c.partHeader != "" {
-		if v, ok := e.Headers[c.partHeader]; ok {
+		if v, ok := e.Headers.Get(c.partHeader); ok {
 			if n, err := parsePartition(v); err == nil {
 				return n, true
 			}
@@ -76,7 +76,7 @@ func (t *tx) produce(stop context.Context) error {
 		e := &t.puts[i]
 		r := &recs[i]
 		r.Context, r.Timestamp = ctx, now
-		if k, ok := e.Headers[kafkaconf.KeyHeader]; ok {
+		if k, ok := e.Headers.Get(kafkaconf.KeyHeader); ok {
 			r.Key = []byte(k)
 		}
 		if p, ok := c.partitionOf(e); ok {

@@ -28,7 +28,7 @@ func (t *tx) Put(events []event.Event) error {
 	}
 	if h := t.c.partHeader; h != "" {
 		for i := range events {
-			if v, ok := events[i].Headers[h]; ok {
+			if v, ok := events[i].Headers.Get(h); ok {
 				if _, err := parsePartition(v); err != nil {
 					// As Flume's KafkaChannel, which refuses the put ("Non
 					// integer partition id specified"): the sender hears of it.

@@ -70,7 +70,7 @@ func put(t *testing.T, pl *sourcetest.Pipeline, prefix string, n int) {
 	for i := 0; i < n; i += 1000 {
 		var evs []event.Event
 		for j := i; j < min(n, i+1000); j++ {
-			evs = append(evs, event.Event{Headers: map[string]string{"seq": strconv.Itoa(j)}, Body: []byte(fmt.Sprintf("%s%d", prefix, j))})
+			evs = append(evs, event.Event{Headers: event.HeadersOf(map[string]string{"seq": strconv.Itoa(j)}), Body: []byte(fmt.Sprintf("%s%d", prefix, j))})
 		}
 		if err := pl.Processor.Process(context.Background(), evs); err != nil {
 			t.Fatal(err)

@@ -1,7 +1,6 @@
 package avrosink
 
 import (
-	"maps"
 	"strconv"
 
 	"github.com/sluicehq/sluice/internal/event"
@@ -13,7 +12,7 @@ import (
 // from batch to batch, so steady state does not allocate.
 type stamped struct {
 	events []event.Event
-	maps   []map[string]string
+	heads  []event.Headers
 }
 
 // with returns events with header h set to each event's ReceivedAt (Unix
@@ -26,14 +25,12 @@ func (s *stamped) with(events []event.Event, h string) []event.Event {
 			s.events = append(s.events, e)
 			continue
 		}
-		for len(s.maps) <= i {
-			s.maps = append(s.maps, make(map[string]string, len(e.Headers)+1))
+		for len(s.heads) <= i {
+			s.heads = append(s.heads, nil)
 		}
-		m := s.maps[i]
-		clear(m)
-		maps.Copy(m, e.Headers)
-		m[h] = strconv.FormatInt(e.ReceivedAt, 10)
-		e.Headers = m
+		m := append(s.heads[i][:0], e.Headers...)
+		m.Set(h, strconv.FormatInt(e.ReceivedAt, 10))
+		s.heads[i], e.Headers = m, m
 		s.events = append(s.events, e)
 	}
 	return s.events

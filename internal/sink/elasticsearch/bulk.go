@@ -44,7 +44,7 @@ func (w *Writer) encode(events []event.Event) {
 			enc = append(enc, '"')
 		}
 		if w.opt.IDHeader != "" {
-			if id, ok := e.Headers[w.opt.IDHeader]; ok && id != "" {
+			if id, ok := e.Headers.Get(w.opt.IDHeader); ok && id != "" {
 				enc = append(enc, `,"_id":`...)
 				enc = appendJSONString(enc, id)
 			}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/testutil"
@@ -38,7 +39,7 @@ func TestIndexNames(t *testing.T) {
 			headers = map[string]string{"timestamp": ts}
 		}
 		ms := int64(1700000000123)
-		if got := string(w.opt.Index.appendName(nil, headers, ms)); got != want {
+		if got := string(w.opt.Index.appendName(nil, event.HeadersOf(headers), ms)); got != want {
 			t.Errorf("%v: index %q, want %q", props, got, want)
 		}
 	}

@@ -84,7 +84,7 @@ func (w *Writer) appendDeadLetter(dst []byte, e *event.Event, r itemResult) []by
 	}
 	dst = append(dst, `,"headers":{`...)
 	w.keys = w.keys[:0]
-	for k := range e.Headers {
+	for k := range e.Headers.All() {
 		w.keys = append(w.keys, k)
 	}
 	slices.Sort(w.keys)
@@ -94,7 +94,7 @@ func (w *Writer) appendDeadLetter(dst []byte, e *event.Event, r itemResult) []by
 		}
 		dst = appendJSONString(dst, k)
 		dst = append(dst, ':')
-		dst = appendJSONString(dst, e.Headers[k])
+		dst = appendJSONString(dst, e.Headers.Value(k))
 	}
 	dst = append(dst, '}')
 	if utf8.Valid(e.Body) {

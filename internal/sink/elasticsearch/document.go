@@ -35,7 +35,7 @@ const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 // timestamp header is set but not numeric, its text.
 func eventTime(e *event.Event, now int64) (ms int64, text string) {
 	for _, k := range [...]string{"timestamp", "@timestamp"} {
-		if v, ok := e.Headers[k]; ok && v != "" {
+		if v, ok := e.Headers.Get(k); ok && v != "" {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 				return n, ""
 			}
@@ -90,7 +90,7 @@ func appendDocument(dst []byte, e *event.Event, ms int64, text string, keys []st
 	dst = append(dst, `,"message":`...)
 	dst = appendJSONBytes(dst, e.Body)
 	keys = keys[:0]
-	for k := range e.Headers {
+	for k := range e.Headers.All() {
 		if k != "message" && k != "@timestamp" {
 			keys = append(keys, k)
 		}
@@ -100,7 +100,7 @@ func appendDocument(dst []byte, e *event.Event, ms int64, text string, keys []st
 		dst = append(dst, ',')
 		dst = appendJSONString(dst, k)
 		dst = append(dst, ':')
-		dst = appendJSONString(dst, e.Headers[k])
+		dst = appendJSONString(dst, e.Headers.Value(k))
 	}
 	return append(dst, '}'), keys
 }

@@ -75,7 +75,7 @@ func seqEvents(first, n int, bad func(int) bool) []event.Event {
 		if bad != nil && bad(seq) {
 			body = fmt.Sprintf(`{"seq":%d,"bad":true}`, seq)
 		}
-		evs[i] = event.Event{Headers: map[string]string{"id": "doc-" + strconv.Itoa(seq)}, Body: []byte(body)}
+		evs[i] = event.Event{Headers: event.HeadersOf(map[string]string{"id": "doc-" + strconv.Itoa(seq)}), Body: []byte(body)}
 	}
 	return evs
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/event"
 )
 
 // indexTemplate is a compiled index name: literal text, %{header} values
@@ -106,7 +108,7 @@ func (t *indexTemplate) hasTimeEscape() bool {
 
 // appendName appends the index name for an event with headers h and time
 // ms (milliseconds). A missing header expands to "" as in Flume.
-func (t *indexTemplate) appendName(dst []byte, h map[string]string, ms int64) []byte {
+func (t *indexTemplate) appendName(dst []byte, h event.Headers, ms int64) []byte {
 	if t.static != "" {
 		return append(dst, t.static...)
 	}
@@ -119,7 +121,7 @@ func (t *indexTemplate) appendName(dst []byte, h map[string]string, ms int64) []
 		case 'l':
 			dst = append(dst, p.text...)
 		case 'h':
-			dst = append(dst, h[p.text]...)
+			dst = append(dst, h.Value(p.text)...)
 		case 't':
 			dst = tm.AppendFormat(dst, p.text)
 		case 's':

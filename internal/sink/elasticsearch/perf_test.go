@@ -31,7 +31,7 @@ func perfEvents(n int) ([]event.Event, int) {
 			b.WriteByte(' ')
 		}
 		b.WriteString(`"}`)
-		evs[i] = event.Event{Headers: map[string]string{"timestamp": strconv.FormatInt(time.Now().UnixMilli(), 10)}, Body: []byte(b.String())}
+		evs[i] = event.Event{Headers: event.HeadersOf(map[string]string{"timestamp": strconv.FormatInt(time.Now().UnixMilli(), 10)}), Body: []byte(b.String())}
 		total += len(evs[i].Body)
 	}
 	return evs, total

@@ -73,7 +73,7 @@ func appendLogStash(dst []byte, e *event.Event, ms int64, text string, keys []st
 	dst = append(dst, `{"@message":`...)
 	dst = appendField(dst, e.Body)
 	dst = append(dst, `,"@timestamp":`...)
-	if ts := e.Headers["@timestamp"]; !blank(ts) {
+	if ts := e.Headers.Value("@timestamp"); !blank(ts) {
 		if n, err := strconv.ParseInt(strings.TrimSpace(ts), 10, 64); err == nil {
 			ms, text = n, ""
 		} else {
@@ -82,7 +82,7 @@ func appendLogStash(dst []byte, e *event.Event, ms int64, text string, keys []st
 	}
 	dst = appendTimestamp(dst, ms, text)
 	for _, f := range logstashFields {
-		if v := e.Headers[f.header]; !blank(v) && blank(e.Headers[f.field]) {
+		if v := e.Headers.Value(f.header); !blank(v) && blank(e.Headers.Value(f.field)) {
 			dst = append(dst, ',')
 			dst = appendJSONString(dst, f.field)
 			dst = append(dst, ':')
@@ -97,7 +97,7 @@ func appendLogStash(dst []byte, e *event.Event, ms int64, text string, keys []st
 		}
 		dst = appendJSONString(dst, k)
 		dst = append(dst, ':')
-		dst = appendField(dst, bytesOf(e.Headers[k]))
+		dst = appendField(dst, bytesOf(e.Headers.Value(k)))
 	}
 	return append(dst, "}}"...), keys
 }
@@ -114,17 +114,17 @@ func appendDynamic(dst []byte, e *event.Event, keys []string) ([]byte, []string)
 		dst = append(dst, ',')
 		dst = appendJSONString(dst, k)
 		dst = append(dst, ':')
-		dst = appendField(dst, bytesOf(e.Headers[k]))
+		dst = appendField(dst, bytesOf(e.Headers.Value(k)))
 	}
 	return append(dst, '}'), keys
 }
 
 // sortedKeys returns the keys of h but skip, sorted, in keys' storage.
-func sortedKeys(keys []string, h map[string]string, skip string) []string {
+func sortedKeys(keys []string, h event.Headers, skip string) []string {
 	keys = keys[:0]
-	for k := range h {
-		if k != skip || skip == "" {
-			keys = append(keys, k)
+	for _, kv := range h {
+		if kv.Key != skip || skip == "" {
+			keys = append(keys, kv.Key)
 		}
 	}
 	slices.Sort(keys)

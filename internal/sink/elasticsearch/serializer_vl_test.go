@@ -19,13 +19,13 @@ import (
 func flumeEvents(run string, hourAgo int64) []event.Event {
 	ts := strconv.FormatInt(hourAgo, 10)
 	return []event.Event{
-		{Headers: map[string]string{"run": run, "seq": "0", "timestamp": ts, "host": "web-1", "source": "/var/log/access.log", "type": "access", "src_path": "/var/log"},
+		{Headers: event.HeadersOf(map[string]string{"run": run, "seq": "0", "timestamp": ts, "host": "web-1", "source": "/var/log/access.log", "type": "access", "src_path": "/var/log"}),
 			Body: []byte("GET /index.html 200")},
-		{Headers: map[string]string{"run": run, "seq": "1", "timestamp": ts, "host": "web-1"},
+		{Headers: event.HeadersOf(map[string]string{"run": run, "seq": "1", "timestamp": ts, "host": "web-1"}),
 			Body: []byte(`{"level":"warn","msg":"disk 91% full"}`)},
-		{Headers: map[string]string{"run": run, "seq": "2", "host": "web-2", "@source_host": "proxy-9", "type": "app"},
+		{Headers: event.HeadersOf(map[string]string{"run": run, "seq": "2", "host": "web-2", "@source_host": "proxy-9", "type": "app"}),
 			Body: []byte("no timestamp header")},
-		{Headers: map[string]string{"run": run, "seq": "3", "timestamp": ts, "ctx": `{"user":"jordan"}`},
+		{Headers: event.HeadersOf(map[string]string{"run": run, "seq": "3", "timestamp": ts, "ctx": `{"user":"jordan"}`}),
 			Body: []byte("a\xffb")},
 	}
 }

@@ -144,7 +144,7 @@ func vlEvents(run string, n int, hourAgo int64) []event.Event {
 		if i%5 == 0 {
 			h["timestamp"] = strconv.FormatInt(hourAgo, 10)
 		}
-		evs[i] = event.Event{Headers: h, Body: []byte(body)}
+		evs[i] = event.Event{Headers: event.HeadersOf(h), Body: []byte(body)}
 	}
 	return evs
 }

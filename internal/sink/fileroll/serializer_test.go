@@ -23,7 +23,7 @@ type avroEvent struct {
 func TestHeaderAndText(t *testing.T) {
 	w, _ := newTestWriter(t, Options{Serializer: HeaderAndText, AppendNewline: true})
 	w.Write(context.Background(), []event.Event{
-		{Headers: map[string]string{"b": "2", "a": "1"}, Body: []byte("one")},
+		{Headers: event.Headers{{Key: "b", Value: "2"}, {Key: "a", Value: "1"}}, Body: []byte("one")},
 		{Body: []byte("two")},
 	})
 	w.Stop(context.Background())
@@ -51,7 +51,7 @@ func TestAvroEventAcrossRolls(t *testing.T) {
 					n := b*50 + i
 					evs[i] = event.Event{Body: []byte("body-" + strconv.Itoa(n))}
 					if n%3 != 0 {
-						evs[i].Headers = map[string]string{"n": strconv.Itoa(n)}
+						evs[i].Headers = event.Headers{{Key: "n", Value: strconv.Itoa(n)}}
 					}
 				}
 				if err := w.Write(context.Background(), evs); err != nil {
@@ -103,7 +103,7 @@ func TestAvroEventAcrossRolls(t *testing.T) {
 			}
 			for i := range want {
 				if string(got[i].Body) != string(want[i].Body) || len(got[i].Headers) != len(want[i].Headers) ||
-					got[i].Headers["n"] != want[i].Headers["n"] {
+					got[i].Headers["n"] != want[i].Headers.Value("n") {
 					t.Fatalf("event %d = %+v, want %+v", i, got[i], want[i])
 				}
 			}

@@ -336,7 +336,7 @@ func BenchmarkWrite(b *testing.B) {
 			defer w.Stop(context.Background())
 			evs := make([]event.Event, 100)
 			for i := range evs {
-				evs[i].Headers = map[string]string{"host": "web1"}
+				evs[i].Headers = event.Headers{{Key: "host", Value: "web1"}}
 				evs[i].Body = bytes.Repeat([]byte{'a' + byte(i%26)}, 256)
 			}
 			b.SetBytes(100 * 257)

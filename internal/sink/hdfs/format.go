@@ -217,7 +217,7 @@ func scanAvro(data []byte) int {
 // eventKey is the SequenceFile key of e, as Flume's serializers make it:
 // the timestamp header, else the current time.
 func eventKey(e *event.Event, now int64) int64 {
-	if ts, ok := e.Headers["timestamp"]; ok {
+	if ts, ok := e.Headers.Get("timestamp"); ok {
 		if ms, err := strconv.ParseInt(ts, 10, 64); err == nil {
 			return ms
 		}

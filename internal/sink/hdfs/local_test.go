@@ -62,7 +62,7 @@ func startWriter(t testing.TB, props map[string]string) *Writer {
 func events(from, n int, ts int64) []event.Event {
 	out := make([]event.Event, n)
 	for i := range out {
-		out[i] = event.Event{Headers: map[string]string{"timestamp": strconv.FormatInt(ts+int64(from+i), 10), "host": "web1"},
+		out[i] = event.Event{Headers: event.HeadersOf(map[string]string{"timestamp": strconv.FormatInt(ts+int64(from+i), 10), "host": "web1"}),
 			Body: []byte("event-" + strconv.Itoa(from+i))}
 	}
 	return out
@@ -89,7 +89,7 @@ func TestSequenceFileBytes(t *testing.T) {
 	dir := t.TempDir()
 	w := startWriter(t, map[string]string{"hdfs.path": dir, "hdfs.rollInterval": "0"})
 	ts := int64(1339502074000)
-	if err := w.Write(context.Background(), []event.Event{{Headers: map[string]string{"timestamp": strconv.FormatInt(ts, 10)}, Body: []byte("hello")}}); err != nil {
+	if err := w.Write(context.Background(), []event.Event{{Headers: event.HeadersOf(map[string]string{"timestamp": strconv.FormatInt(ts, 10)}), Body: []byte("hello")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Stop(context.Background()); err != nil {
@@ -173,7 +173,7 @@ func TestSequenceFileFormats(t *testing.T) {
 					if string(r.value) != string(want[i].Body) {
 						t.Fatalf("record %d = %q, want %q", i, r.value, want[i].Body)
 					}
-					if ts, ok := want[i].Headers["timestamp"]; ok {
+					if ts, ok := want[i].Headers.Get("timestamp"); ok {
 						if strconv.FormatInt(r.key, 10) != ts {
 							t.Fatalf("record %d key %d, want %s", i, r.key, ts)
 						}
@@ -592,7 +592,7 @@ func TestHeadersCannotLeaveThePath(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "a", "b")
 	w := startWriter(t, map[string]string{"hdfs.path": dir + "/%{host}", "hdfs.filePrefix": "%{p}", "hdfs.fileType": "DataStream"})
-	evs := []event.Event{{Headers: map[string]string{"host": "../../..", "p": "../x"}, Body: []byte("evil")}}
+	evs := []event.Event{{Headers: event.HeadersOf(map[string]string{"host": "../../..", "p": "../x"}), Body: []byte("evil")}}
 	if err := w.Write(context.Background(), evs); err != nil {
 		t.Fatal(err)
 	}
@@ -616,7 +616,7 @@ func TestIdleTimeoutAndMaxOpenFiles(t *testing.T) {
 		"hdfs.rollCount": "0", "hdfs.rollSize": "0", "hdfs.maxOpenFiles": "2", "hdfs.idleTimeout": "1"})
 	defer w.Stop(context.Background())
 	for _, h := range []string{"a", "b", "c"} {
-		if err := w.Write(context.Background(), []event.Event{{Headers: map[string]string{"host": h}, Body: []byte(h)}}); err != nil {
+		if err := w.Write(context.Background(), []event.Event{{Headers: event.HeadersOf(map[string]string{"host": h}), Body: []byte(h)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -696,12 +696,12 @@ func TestTimersAfterEveryKindOfClose(t *testing.T) {
 		}
 		w := startWriter(t, map[string]string{"hdfs.path": dir + "/%{d}", "hdfs.fileType": "DataStream", "hdfs.rollInterval": "0.2"})
 		defer w.Stop(context.Background())
-		bad := []event.Event{{Headers: map[string]string{"d": "file"}, Body: []byte("x")}}
+		bad := []event.Event{{Headers: event.HeadersOf(map[string]string{"d": "file"}), Body: []byte("x")}}
 		if err := w.Write(context.Background(), bad); err == nil {
 			t.Fatal("a file under a regular file was created")
 		}
 		time.Sleep(600 * time.Millisecond)
-		good := []event.Event{{Headers: map[string]string{"d": "ok"}, Body: []byte("y")}}
+		good := []event.Event{{Headers: event.HeadersOf(map[string]string{"d": "ok"}), Body: []byte("y")}}
 		if err := w.Write(context.Background(), good); err != nil {
 			t.Fatal(err)
 		}

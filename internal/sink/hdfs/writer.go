@@ -317,7 +317,7 @@ func (w *Writer) bucketFor(e *event.Event, nowMs int64) (*bucket, error) {
 			}
 			w.c.timeFallback.Add(1)
 			w.warn.Log(w.log, slog.LevelWarn, "notime", "hdfs: event without a valid timestamp header (add the timestamp interceptor or set hdfs.useLocalTimeStamp); it is filed by the time the agent received it",
-				"timestamp", e.Headers["timestamp"])
+				"timestamp", e.Headers.Value("timestamp"))
 		}
 	}
 	w.dirBuf = w.opt.Path.Expand(w.dirBuf[:0], e.Headers, ms, &w.opt.Time)

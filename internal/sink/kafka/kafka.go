@@ -250,7 +250,7 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 		} else {
 			r.Value = e.Body
 		}
-		if k, ok := e.Headers[KeyHeader]; ok {
+		if k, ok := e.Headers.Get(KeyHeader); ok {
 			r.Key = []byte(k)
 		}
 		if p, ok := w.partitionOf(e); ok {
@@ -260,12 +260,12 @@ func (w *Writer) Write(ctx context.Context, events []event.Event) error {
 			r.Partition, r.Context = int32(p), manual
 		}
 		if w.opt.TimestampHeader != "" {
-			if ts, err := strconv.ParseInt(e.Headers[w.opt.TimestampHeader], 10, 64); err == nil {
+			if ts, err := strconv.ParseInt(e.Headers.Value(w.opt.TimestampHeader), 10, 64); err == nil {
 				r.Timestamp = time.UnixMilli(ts)
 			}
 		}
 		for fh, kh := range w.opt.HeaderMap {
-			if v, ok := e.Headers[fh]; ok {
+			if v, ok := e.Headers.Get(fh); ok {
 				r.Headers = append(r.Headers, kgo.RecordHeader{Key: kh, Value: []byte(v)})
 			}
 		}
@@ -379,7 +379,7 @@ func (w *Writer) forget(topics []string, err error) {
 // with its escapes replaced.
 func (w *Writer) topicOf(e *event.Event) string {
 	if w.opt.AllowTopicOverride {
-		if t, ok := e.Headers[w.opt.TopicHeader]; ok && t != "" {
+		if t, ok := e.Headers.Get(w.opt.TopicHeader); ok && t != "" {
 			return t
 		}
 	}
@@ -392,7 +392,7 @@ func (w *Writer) topicOf(e *event.Event) string {
 // logged.
 func (w *Writer) partitionOf(e *event.Event) (int, bool) {
 	if w.opt.PartitionHeader != "" {
-		if v, ok := e.Headers[w.opt.PartitionHeader]; ok {
+		if v, ok := e.Headers.Get(w.opt.PartitionHeader); ok {
 			p, err := strconv.Atoi(strings.TrimSpace(v))
 			if err == nil && p >= 0 {
 				return p, true
@@ -460,14 +460,14 @@ func parseTopic(s string) (topicTemplate, error) {
 
 // expand replaces each %{header} with the header's value ("" when absent,
 // as Flume does).
-func (t topicTemplate) expand(h map[string]string) string {
+func (t topicTemplate) expand(h event.Headers) string {
 	if t.fixed != "" {
 		return t.fixed
 	}
 	var b strings.Builder
 	for _, p := range t.parts {
 		if p.header {
-			b.WriteString(h[p.text])
+			b.WriteString(h.Value(p.text))
 		} else {
 			b.WriteString(p.text)
 		}

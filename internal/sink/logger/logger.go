@@ -77,7 +77,7 @@ func AppendDump(dst []byte, e *event.Event, maxBytes int) []byte {
 	dst = append(dst, "{ headers:{"...)
 	if len(e.Headers) > 0 {
 		keys := make([]string, 0, len(e.Headers))
-		for k := range e.Headers {
+		for k := range e.Headers.All() {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
@@ -87,7 +87,7 @@ func AppendDump(dst []byte, e *event.Event, maxBytes int) []byte {
 			}
 			dst = append(dst, k...)
 			dst = append(dst, '=')
-			dst = append(dst, e.Headers[k]...)
+			dst = append(dst, e.Headers.Value(k)...)
 		}
 	}
 	dst = append(dst, "} body:"...)

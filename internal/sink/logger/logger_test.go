@@ -27,11 +27,11 @@ func TestAppendDump(t *testing.T) {
 	f("second line has its offset", event.Event{Body: []byte("0123456789abcdefXYZ")}, 32,
 		"{ headers:{} body: 30 31 32 33 34 35 36 37 38 39 61 62 63 64 65 66 0123456789abcdef\n"+
 			"00000010 58 59 5A                                        XYZ }")
-	f("empty body", event.Event{Headers: map[string]string{"a": "1"}}, 16,
+	f("empty body", event.Event{Headers: event.HeadersOf(map[string]string{"a": "1"})}, 16,
 		"{ headers:{a=1} body: }")
 	f("maxBytes 0", event.Event{Body: []byte("x")}, 0, "{ headers:{} body: }")
 	f("headers sorted, non-printable as dots", event.Event{
-		Headers: map[string]string{"timestamp": "1700000000000", "host": "web1"},
+		Headers: event.Headers{{Key: "timestamp", Value: "1700000000000"}, {Key: "host", Value: "web1"}},
 		Body:    []byte{0x00, 0x7f, 0x80, 0xff, ' ', '~'},
 	}, 16, "{ headers:{host=web1, timestamp=1700000000000} body: 00 7F 80 FF 20 7E "+strings.Repeat("   ", 10)+".... ~ }")
 }
@@ -55,7 +55,7 @@ func TestWriterLogsEachEventAtInfo(t *testing.T) {
 	w := NewWriter(slog.New(rec), 4)
 	err := w.Write(context.Background(), []event.Event{
 		{Body: []byte("first")},
-		{Headers: map[string]string{"k": "v"}, Body: []byte("second")},
+		{Headers: event.HeadersOf(map[string]string{"k": "v"}), Body: []byte("second")},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestTextHandlerOutputIsReadable(t *testing.T) {
 
 func BenchmarkWrite(b *testing.B) {
 	w := NewWriter(slog.New(slog.DiscardHandler), 16)
-	evs := []event.Event{{Headers: map[string]string{"host": "web1"}, Body: bytes.Repeat([]byte("x"), 256)}}
+	evs := []event.Event{{Headers: event.HeadersOf(map[string]string{"host": "web1"}), Body: bytes.Repeat([]byte("x"), 256)}}
 	b.ReportAllocs()
 	for b.Loop() {
 		w.Write(context.Background(), evs)

@@ -159,10 +159,10 @@ func flumeEvents(n int, prefix string) []event.Event {
 	out := make([]event.Event, n)
 	for i := range out {
 		svc := []string{"cart", "pay"}[i%2]
-		out[i] = event.Event{Body: []byte(fmt.Sprintf("%s%d", prefix, i)), Headers: map[string]string{
+		out[i] = event.Event{Body: []byte(fmt.Sprintf("%s%d", prefix, i)), Headers: event.HeadersOf(map[string]string{
 			"timestamp": fmt.Sprint(1_700_000_000_000 + i), "host": "web-7", "resource.service.name": svc,
 			"otel.severity_text": "INFO", "otel.severity_number": "9",
-		}}
+		})}
 	}
 	return out
 }

@@ -45,7 +45,7 @@ a1.sinks.k1.batch-size = 100
 
 	var batch []event.Event
 	for i := range 300 {
-		batch = append(batch, event.Event{Headers: map[string]string{"seq": fmt.Sprint(i), "host": "web-1"}, Body: []byte(fmt.Sprintf("line %d", i))})
+		batch = append(batch, event.Event{Headers: event.HeadersOf(map[string]string{"seq": fmt.Sprint(i), "host": "web-1"}), Body: []byte(fmt.Sprintf("line %d", i))})
 	}
 	statuses := peer.Send(t, fmt.Sprintf("127.0.0.1:%d", port), "compact", "", []thrifttest.Call{
 		{Method: "appendBatch", Events: batch[:200]},
@@ -64,7 +64,7 @@ a1.sinks.k1.batch-size = 100
 	}
 	for i, e := range batch {
 		g := got[i]
-		if !bytes.Equal(g.Body, e.Body) || g.Headers["seq"] != e.Headers["seq"] || g.Headers["host"] != "web-1" || len(g.Headers) != 2 {
+		if !bytes.Equal(g.Body, e.Body) || g.Headers.Value("seq") != e.Headers.Value("seq") || g.Headers.Value("host") != "web-1" || len(g.Headers) != 2 {
 			t.Fatalf("event %d: %q %v, want %q %v", i, g.Body, g.Headers, e.Body, e.Headers)
 		}
 	}

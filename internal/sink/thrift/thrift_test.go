@@ -41,7 +41,7 @@ func newSink(t *testing.T, ch flow.Channel, addr string, props map[string]string
 func events(prefix string, n int) []event.Event {
 	out := make([]event.Event, n)
 	for i := range out {
-		e := event.Event{Headers: map[string]string{"seq": strconv.Itoa(i), "ünï": "✓"}, Body: []byte(fmt.Sprintf("%s%d", prefix, i))}
+		e := event.Event{Headers: event.HeadersOf(map[string]string{"seq": strconv.Itoa(i), "ünï": "✓"}), Body: []byte(fmt.Sprintf("%s%d", prefix, i))}
 		switch i % 5 {
 		case 1:
 			e.Body = []byte{0xff, 0, byte(i)}
@@ -92,8 +92,8 @@ func checkReceived(t *testing.T, got []thrifttest.Received, want []event.Event) 
 	for i := range want {
 		g, w := got[i], want[i]
 		ok := bytes.Equal(g.Body, w.Body) && len(g.Headers) == len(w.Headers) && g.Method == "appendBatch"
-		for k, v := range w.Headers {
-			ok = ok && g.Headers[k] == v
+		for k, v := range w.Headers.All() {
+			ok = ok && g.Headers.Value(k) == v
 		}
 		if !ok {
 			t.Fatalf("event %d: got %s %q %v, want %q %v", i, g.Method, g.Body, g.Headers, w.Body, w.Headers)

@@ -56,7 +56,7 @@ func dial(tb testing.TB, addr string, cfg avrorpc.ClientConfig) *avrorpc.Client 
 func batch(prefix string, n int) []event.Event {
 	out := make([]event.Event, n)
 	for i := range out {
-		out[i] = event.Event{Headers: map[string]string{"n": fmt.Sprint(i)}, Body: []byte(fmt.Sprintf("%s%d", prefix, i))}
+		out[i] = event.Event{Headers: event.HeadersOf(map[string]string{"n": fmt.Sprint(i)}), Body: []byte(fmt.Sprintf("%s%d", prefix, i))}
 	}
 	return out
 }

@@ -19,7 +19,7 @@ func (s *Source) receivedAt(events []event.Event) {
 		return
 	}
 	for i := range events {
-		v, ok := events[i].Headers[h]
+		v, ok := events[i].Headers.Get(h)
 		if !ok {
 			continue
 		}

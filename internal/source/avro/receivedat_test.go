@@ -47,7 +47,7 @@ func TestReceivedAtHeader(t *testing.T) {
 			}
 			defer c.Close()
 			before := time.Now().UnixNano()
-			st, err := c.AppendBatch(context.Background(), []event.Event{{Headers: map[string]string{h: tc.value}, Body: []byte("x")}})
+			st, err := c.AppendBatch(context.Background(), []event.Event{{Headers: event.HeadersOf(map[string]string{h: tc.value}), Body: []byte("x")}})
 			if err != nil || st != avrorpc.OK {
 				t.Fatalf("appendBatch: %v %v", st, err)
 			}

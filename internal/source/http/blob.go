@@ -66,7 +66,7 @@ func (b *blobHandler) event(r *http.Request, body []byte) ([]event.Event, error)
 			return nil, &BadRequestError{Msg: fmt.Sprintf("Please specify %s parameter in the request.", m)}
 		}
 	}
-	return []event.Event{{Headers: headers, Body: body}}, nil
+	return []event.Event{{Headers: event.HeadersOf(headers), Body: body}}, nil
 }
 
 // tooLongBlobError is a body over handler.maxBlobLength.

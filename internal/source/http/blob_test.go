@@ -27,7 +27,7 @@ func TestMorphlineBlobHandler(t *testing.T) {
 		t.Errorf("body %q, want %q", got[0].Body, body)
 	}
 	h := got[0].Headers
-	if len(h) != 3 || h["file"] != "a.pdf" || h["host"] != "web1" || h["Content-Type"] != "application/pdf" {
+	if len(h) != 3 || h.Value("file") != "a.pdf" || h.Value("host") != "web1" || h.Value("Content-Type") != "application/pdf" {
 		t.Errorf("headers %v, want file, the first host and Content-Type", h)
 	}
 
@@ -55,7 +55,7 @@ func TestCoreBlobHandler(t *testing.T) {
 		t.Fatalf("status %d %q", code, msg)
 	}
 	got := pl.Drain(t, 1, 5*time.Second)
-	if h := got[0].Headers; string(got[0].Body) != "payload" || len(h) != 2 || h["tenant"] != "t1" || h["stream"] != "s" {
+	if h := got[0].Headers; string(got[0].Body) != "payload" || len(h) != 2 || h.Value("tenant") != "t1" || h.Value("stream") != "s" {
 		t.Fatalf("event %q headers %v", got[0].Body, h)
 	}
 }

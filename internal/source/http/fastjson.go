@@ -146,7 +146,7 @@ func (p *fastParser) event() (e event.Event, ok bool) {
 
 // headers reads the headers object (or null): nil when it has no member,
 // as the general decoder gives.
-func (p *fastParser) headers() (map[string]string, bool) {
+func (p *fastParser) headers() (event.Headers, bool) {
 	if p.lit("null") {
 		return nil, true
 	}
@@ -157,7 +157,8 @@ func (p *fastParser) headers() (map[string]string, bool) {
 	if p.byte('}') {
 		return nil, true
 	}
-	m := map[string]string{}
+	var h event.Headers
+	var null []bool // which of h are null, once there is one
 	for {
 		p.ws()
 		k, ok := p.str()
@@ -170,17 +171,24 @@ func (p *fastParser) headers() (map[string]string, bool) {
 		}
 		p.ws()
 		if p.lit("null") {
-			delete(m, k) // a later null wins over an earlier value, as in a map decode
+			if null == nil {
+				null = make([]bool, len(h), len(h)+1)
+			}
+			h = append(h, event.Header{Key: k})
+			null = append(null, true)
 		} else {
 			v, ok := p.text()
 			if !ok {
 				return nil, false
 			}
-			m[k] = v
+			h = append(h, event.Header{Key: k, Value: v})
+			if null != nil {
+				null = append(null, false)
+			}
 		}
 		p.ws()
 		if p.byte('}') {
-			return m, true
+			return decodedHeaders(h, null), true
 		}
 		if !p.byte(',') {
 			return nil, false
@@ -379,7 +387,7 @@ func scanShape(data []byte) shape {
 // path's factor (encoding/json's intermediate values, for input the fast
 // decoder leaves to it).
 const (
-	eventCost       = 48 + 16
+	eventCost       = 64 + 16
 	headerMapCost   = 512
 	headerEntryCost = 160
 	generalFactor   = 4
@@ -391,4 +399,27 @@ const (
 // bytes, plus a quarter for the allocator's rounding of each).
 func (sh shape) cost(n int) int64 {
 	return int64(sh.events)*eventCost + int64(sh.headerMaps)*headerMapCost + int64(sh.headerEntries)*headerEntryCost + int64(n)*5/4
+}
+
+// decodedHeaders makes the keys of h, decoded in order from a JSON object,
+// unique as a map decode would: the last value of a key wins, and a null
+// (null[i], when null is not nil) removes the key. An object whose members
+// are all removed gives empty headers, not nil, as the general decoder does.
+func decodedHeaders(h event.Headers, null []bool) event.Headers {
+	if null == nil {
+		h.Dedupe()
+		return h
+	}
+	m := make(map[string]string, len(h))
+	for i, kv := range h {
+		if null[i] {
+			delete(m, kv.Key)
+		} else {
+			m[kv.Key] = kv.Value
+		}
+	}
+	if len(m) == 0 {
+		return event.Headers{}
+	}
+	return event.HeadersOf(m)
 }

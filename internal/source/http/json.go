@@ -135,16 +135,19 @@ func decodeGeneral(data []byte, cs string) ([]event.Event, error) {
 		}
 		e := &out[i]
 		if len(je.Headers) > 0 {
-			e.Headers = make(map[string]string, len(je.Headers))
+			e.Headers = make(event.Headers, 0, len(je.Headers))
 			for k, raw := range je.Headers {
 				v, ok, err := text(raw)
 				if err != nil {
 					return nil, &BadRequestError{Msg: fmt.Sprintf("invalid event %d: header %q %v", i, k, err)}
 				}
 				if ok {
-					e.Headers[k] = v
+					e.Headers = append(e.Headers, event.Header{Key: k, Value: v}) // a map's keys: unique
 				}
 			}
+			// A map's order is random; sorted, a request gives the same
+			// headers in the same order every time.
+			e.Headers.Sort()
 		}
 		body, _, err := text(je.Body)
 		if err != nil {

@@ -57,13 +57,13 @@ func TestFlumeDefaults(t *testing.T) {
 		{Topic: "t", Partition: 2, Offset: 7, Timestamp: produced, Value: []byte("a")},
 		{Topic: "t", Partition: 2, Offset: 8, Value: []byte("b")}, // no timestamp: the receive time
 	}, nil)
-	if want := strconv.FormatInt(produced.UnixMilli(), 10); evs[0].Headers["timestamp"] != want {
-		t.Errorf("timestamp header %q, want the record's timestamp %s", evs[0].Headers["timestamp"], want)
+	if want := strconv.FormatInt(produced.UnixMilli(), 10); evs[0].Headers.Value("timestamp") != want {
+		t.Errorf("timestamp header %q, want the record's timestamp %s", evs[0].Headers.Value("timestamp"), want)
 	}
-	if ms, err := strconv.ParseInt(evs[1].Headers["timestamp"], 10, 64); err != nil || time.Since(time.UnixMilli(ms)) > time.Minute {
-		t.Errorf("timestamp header of a record without one %q, want the receive time", evs[1].Headers["timestamp"])
+	if ms, err := strconv.ParseInt(evs[1].Headers.Value("timestamp"), 10, 64); err != nil || time.Since(time.UnixMilli(ms)) > time.Minute {
+		t.Errorf("timestamp header of a record without one %q, want the receive time", evs[1].Headers.Value("timestamp"))
 	}
-	if h := evs[0].Headers; h["topic"] != "t" || h["partition"] != "2" || h["offset"] != "7" {
+	if h := evs[0].Headers; h.Value("topic") != "t" || h.Value("partition") != "2" || h.Value("offset") != "7" {
 		t.Errorf("headers %v, want topic t, partition 2, offset 7", h)
 	}
 }
@@ -92,10 +92,10 @@ func TestHeaderMapping(t *testing.T) {
 	evs := src.(*Source).toEvents([]*kgo.Record{{Topic: "t", Value: []byte("a"), Timestamp: time.UnixMilli(5),
 		Headers: []kgo.RecordHeader{{Key: "trace-id", Value: []byte("x1")}, {Key: "trace-id", Value: []byte("x2")}, {Key: "produced-at", Value: []byte("42")}}}}, nil)
 	h := evs[0].Headers
-	if h["trace"] != "x2" || h["timestamp"] != "42" || h["kafka.ts"] != "5" {
+	if h.Value("trace") != "x2" || h.Value("timestamp") != "42" || h.Value("kafka.ts") != "5" {
 		t.Errorf("headers %v, want trace x2 (the last trace-id), timestamp 42 (from produced-at) and kafka.ts 5 (timestampHeader)", h)
 	}
-	if _, ok := h["absent"]; ok {
-		t.Errorf("header absent set (%q) though the record has no nope header", h["absent"])
+	if _, ok := h.Get("absent"); ok {
+		t.Errorf("header absent set (%q) though the record has no nope header", h.Value("absent"))
 	}
 }

@@ -412,32 +412,32 @@ func (s *Source) toEvents(recs []*kgo.Record, dst []event.Event) []event.Event {
 		} else {
 			e.Body = r.Value
 		}
-		h := make(map[string]string, len(e.Headers)+5)
-		for k, v := range e.Headers {
-			h[k] = v
+		h := e.Headers
+		if cap(h) < len(h)+5 {
+			h = append(make(event.Headers, 0, len(h)+5), h...)
 		}
 		ts := nowMs
 		if !r.Timestamp.IsZero() {
 			ts = strconv.FormatInt(r.Timestamp.UnixMilli(), 10)
 		}
-		setIfAbsent(h, "timestamp", ts)
+		setIfAbsent(&h, "timestamp", ts)
 		if s.timestampHeader != "" {
-			h[s.timestampHeader] = ts
+			h.Set(s.timestampHeader, ts)
 		}
 		for _, m := range s.headerMap {
 			for _, rh := range r.Headers {
 				if rh.Key == m.kafka {
-					h[m.flume] = string(rh.Value) // as Flume: set, not if absent; the last one wins
+					h.Set(m.flume, string(rh.Value)) // as Flume: set, not if absent; the last one wins
 				}
 			}
 		}
 		if s.setTopicHeader {
-			setIfAbsent(h, s.topicHeader, r.Topic)
+			setIfAbsent(&h, s.topicHeader, r.Topic)
 		}
-		setIfAbsent(h, "partition", strconv.Itoa(int(r.Partition)))
-		setIfAbsent(h, "offset", strconv.FormatInt(r.Offset, 10))
+		setIfAbsent(&h, "partition", strconv.Itoa(int(r.Partition)))
+		setIfAbsent(&h, "offset", strconv.FormatInt(r.Offset, 10))
 		if r.Key != nil {
-			h["key"] = string(r.Key)
+			h.Set("key", string(r.Key))
 		}
 		e.Headers = h
 		e.ReceivedAt = now
@@ -449,8 +449,8 @@ func (s *Source) toEvents(recs []*kgo.Record, dst []event.Event) []event.Event {
 // headerMapping copies a Kafka record header into an event header.
 type headerMapping struct{ flume, kafka string }
 
-func setIfAbsent(h map[string]string, k, v string) {
-	if _, ok := h[k]; !ok {
-		h[k] = v
+func setIfAbsent(h *event.Headers, k, v string) {
+	if !h.Has(k) {
+		*h = append(*h, event.Header{Key: k, Value: v})
 	}
 }

@@ -120,7 +120,7 @@ func TestSourceDeliversEveryRecord(t *testing.T) {
 
 func TestSourceFlumeEventFormatAndRegex(t *testing.T) {
 	kc := kafkatest.New(t, 1, 1, "app-a", "app-b", "other")
-	ev := event.Event{Headers: map[string]string{"h": "v", "topic": "mine"}, Body: []byte("avro")}
+	ev := event.Event{Headers: event.HeadersOf(map[string]string{"h": "v", "topic": "mine"}), Body: []byte("avro")}
 	kafkatest.Produce(t, kc.Addrs,
 		&kgo.Record{Topic: "app-a", Value: kafkaconf.AppendFlumeEvent(nil, &ev)},
 		&kgo.Record{Topic: "app-b", Value: []byte("not avro at all \xff\xff")},

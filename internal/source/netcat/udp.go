@@ -152,7 +152,7 @@ func (s *UDPSource) run(ctx context.Context, sock *listener.UDP, p flow.Processo
 		}
 		if s.remoteHeader != "" {
 			sender = appendJavaAddr(sender[:0], from)
-			ev.Headers = map[string]string{s.remoteHeader: string(sender)}
+			ev.Headers = event.Headers{{Key: s.remoteHeader, Value: string(sender)}}
 		}
 		s.counters.EventReceived.Add(1)
 		s.put(ctx, p, ev, batch)
@@ -167,8 +167,8 @@ func (s *UDPSource) put(ctx context.Context, p flow.Processor, ev event.Event, b
 	err := s.retry.Put(ctx, p, func() []event.Event {
 		batch[0] = ev
 		if ev.Headers != nil {
-			// Interceptors may change the map in place; each attempt has its own.
-			batch[0].Headers = map[string]string{s.remoteHeader: ev.Headers[s.remoteHeader]}
+			// Interceptors may change the headers in place; each attempt has its own.
+			batch[0].Headers = ev.Headers.Clone()
 		}
 		return batch
 	}, nil)

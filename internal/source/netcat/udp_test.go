@@ -51,8 +51,8 @@ func TestUDPDatagramsBecomeEvents(t *testing.T) {
 					if len(e.Headers) != 0 {
 						t.Errorf("headers %v without remoteAddressHeader", e.Headers)
 					}
-				} else if e.Headers["src"] != wantHeader {
-					t.Errorf("header src = %q, want %q", e.Headers["src"], wantHeader)
+				} else if e.Headers.Value("src") != wantHeader {
+					t.Errorf("header src = %q, want %q", e.Headers.Value("src"), wantHeader)
 				}
 			}
 		})

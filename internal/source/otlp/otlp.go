@@ -450,7 +450,7 @@ func (s *Source) dropLarge(events []event.Event, peer string) ([]event.Event, ac
 	var rejected, largest int64
 	for _, e := range events {
 		size := int64(len(e.Body))
-		for k, v := range e.Headers {
+		for k, v := range e.Headers.All() {
 			size += int64(len(k) + len(v))
 		}
 		if size > s.maxEvent {

@@ -159,7 +159,7 @@ func TestSDKExporters(t *testing.T) {
 				t.Fatalf("bodies %q, want %q", sourcetest.Bodies(got), want)
 			}
 			checkSDKHeaders(t, got[2], 2)
-			if _, ok := got[1].Headers["otel.trace_id"]; ok {
+			if _, ok := got[1].Headers.Get("otel.trace_id"); ok {
 				t.Errorf("record 1 has no span context, got headers %v", got[1].Headers)
 			}
 			if metric(s, "EventAcceptedCount") != "50" || metric(s, "AppendBatchAcceptedCount") != "1" {
@@ -190,13 +190,13 @@ func checkSDKHeaders(t *testing.T, e event.Event, i int) {
 		"req":                          `{"method":"GET","size":512}`,
 	}
 	for k, v := range want {
-		if e.Headers[k] != v {
-			t.Errorf("header %s = %q, want %q (all: %v)", k, e.Headers[k], v, e.Headers)
+		if e.Headers.Value(k) != v {
+			t.Errorf("header %s = %q, want %q (all: %v)", k, e.Headers.Value(k), v, e.Headers)
 		}
 	}
 	var types map[string]string
-	if err := json.Unmarshal([]byte(e.Headers["otel.types"]), &types); err != nil {
-		t.Fatalf("otel.types %q: %v", e.Headers["otel.types"], err)
+	if err := json.Unmarshal([]byte(e.Headers.Value("otel.types")), &types); err != nil {
+		t.Fatalf("otel.types %q: %v", e.Headers.Value("otel.types"), err)
 	}
 	for k, v := range map[string]string{"resource.process.pid": "int", "seq": "int", "ok": "bool", "req": "map"} {
 		if types[k] != v {
@@ -305,7 +305,7 @@ func TestHTTPJSON(t *testing.T) {
 		if !slices.Equal(sourcetest.Bodies(got), sourcetest.Seq("json-", 3)) {
 			t.Fatalf("bodies %q", sourcetest.Bodies(got))
 		}
-		if got[1].Headers["i"] != "1" || got[1].Headers["resource.service.name"] != "pdata" || got[1].Headers["timestamp"] != "1700000000000" {
+		if got[1].Headers.Value("i") != "1" || got[1].Headers.Value("resource.service.name") != "pdata" || got[1].Headers.Value("timestamp") != "1700000000000" {
 			t.Errorf("headers %v", got[1].Headers)
 		}
 	}

@@ -76,7 +76,25 @@ func (pl *Pipeline) Take(tb testing.TB, max int, wait time.Duration) []event.Eve
 	if err := tx.Commit(context.Background()); err != nil {
 		tb.Fatalf("commit take: %v", err)
 	}
+	for i := range got {
+		if k, ok := repeatedKey(got[i].Headers); ok {
+			tb.Errorf("event %q has header %q more than once: %v", got[i].Body, k, got[i].Headers)
+		}
+	}
 	return got
+}
+
+// repeatedKey returns a key h holds more than once: a source's events have
+// each header once (event.Headers), as a map had them.
+func repeatedKey(h event.Headers) (string, bool) {
+	for i := range h {
+		for j := range i {
+			if h[j].Key == h[i].Key {
+				return h[i].Key, true
+			}
+		}
+	}
+	return "", false
 }
 
 // Drain takes events until it has n of them or timeout passes, and returns

@@ -62,6 +62,7 @@ type reader struct {
 	prog               *progress
 	limit              int // the most lines in one batch (flow.Batching)
 	events             []event.Event
+	arena              event.HeaderArena // the events' headers
 }
 
 func newReader(s *Source, p flow.Processor) (*reader, error) {
@@ -416,12 +417,12 @@ func (r *reader) put(ctx context.Context, path string, bodies [][]byte) bool {
 		for _, b := range bodies {
 			e := event.Event{Body: b, ReceivedAt: now}
 			if r.s.fileHeader || r.s.basenameHeader {
-				e.Headers = make(map[string]string, 2)
+				e.Headers = r.arena.Make(2)
 				if r.s.fileHeader {
-					e.Headers[r.s.fileHeaderKey] = path
+					e.Headers.Set(r.s.fileHeaderKey, path)
 				}
 				if r.s.basenameHeader {
-					e.Headers[r.s.basenameHeaderKey] = filepath.Base(path)
+					e.Headers.Set(r.s.basenameHeaderKey, filepath.Base(path))
 				}
 			}
 			r.events = append(r.events, e)

@@ -141,7 +141,7 @@ func TestLinesHeadersAndRename(t *testing.T) {
 		t.Fatalf("got %q, want %q", sourcetest.Bodies(got), want)
 	}
 	for _, e := range got {
-		if e.Headers["file"] != path || e.Headers["base"] != "a.log" {
+		if e.Headers.Value("file") != path || e.Headers.Value("base") != "a.log" {
 			t.Errorf("headers = %v", e.Headers)
 		}
 	}

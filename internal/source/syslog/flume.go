@@ -198,22 +198,22 @@ func ScanDatagram(b []byte, stopAtNewline bool) (m Message, ok bool) {
 // the text is empty, or keepFields is all. The body is appended to slab,
 // which is returned; the event's body aliases it.
 func (p *FlumeParser) Event(m Message, slab []byte) (event.Event, []byte) {
-	h := make(map[string]string, 6)
+	h := make(event.Headers, 0, 6)
 	fac, sev := 0, 0
 	var body []byte
 	bodySet := false
 	if !m.Bad {
 		fac, sev = m.Prio/8, m.Prio%8
 		start := len(slab)
-		slab, bodySet = p.format(m.Raw, m.Multiline, h, slab)
+		slab, bodySet = p.format(m.Raw, m.Multiline, &h, slab)
 		body = slab[start:]
 	}
-	h[HeaderFacility] = itoa(fac)
-	h[HeaderSeverity] = itoa(sev)
+	h.Set(HeaderFacility, itoa(fac))
+	h.Set(HeaderSeverity, itoa(sev))
 	if m.Bad {
-		h[HeaderStatus] = StatusInvalid
+		h.Set(HeaderStatus, StatusInvalid)
 	} else if m.Incomplete {
-		h[HeaderStatus] = StatusIncomplete
+		h.Set(HeaderStatus, StatusIncomplete)
 	}
 	if !bodySet {
 		start := len(slab)
@@ -226,7 +226,7 @@ func (p *FlumeParser) Event(m Message, slab []byte) (event.Event, []byte) {
 // format applies the first of Flume's formats that matches raw, setting
 // headers, and appends the body text to slab when it is not empty and
 // keepFields is not all (bodySet reports whether it did).
-func (p *FlumeParser) format(raw []byte, multiline bool, h map[string]string, slab []byte) ([]byte, bool) {
+func (p *FlumeParser) format(raw []byte, multiline bool, h *event.Headers, slab []byte) ([]byte, bool) {
 	var g [12]int
 	is5424 := true
 	re := flumeRegexps()
@@ -253,10 +253,10 @@ func (p *FlumeParser) format(raw []byte, multiline bool, h map[string]string, sl
 	stamp, hasStamp := group(3)
 	host, hasHost := group(4)
 	if prio != "" {
-		h["priority"] = prio
+		h.Set("priority", prio)
 	}
 	if version != "" {
-		h["version"] = version
+		h.Set("version", version)
 	}
 	if hasStamp {
 		var ms int64
@@ -267,11 +267,11 @@ func (p *FlumeParser) format(raw []byte, multiline bool, h map[string]string, sl
 			ms, ok = flume3164Time(stamp, p.loc(), p.now())
 		}
 		if ok {
-			h["timestamp"] = strconv.FormatInt(ms, 10)
+			h.Set("timestamp", strconv.FormatInt(ms, 10))
 		}
 	}
 	if hasHost && host != "" {
-		h["host"] = host
+		h.Set("host", host)
 	}
 	text := raw[g[10]:g[11]]
 	if p.Keep&KeepAll != 0 {

@@ -82,15 +82,15 @@ func checkFlumeEvent(t *testing.T, p *FlumeParser, m Message) {
 	if e.Body == nil && len(m.Raw) > 0 {
 		t.Fatal("nil body")
 	}
-	st := e.Headers[HeaderStatus]
+	st := e.Headers.Value(HeaderStatus)
 	switch {
 	case m.Bad && st != StatusInvalid, !m.Bad && m.Incomplete && st != StatusIncomplete, !m.Bad && !m.Incomplete && st != "":
 		t.Fatalf("status %q for bad=%v incomplete=%v", st, m.Bad, m.Incomplete)
 	}
-	if e.Headers[HeaderFacility] == "" || e.Headers[HeaderSeverity] == "" {
+	if e.Headers.Value(HeaderFacility) == "" || e.Headers.Value(HeaderSeverity) == "" {
 		t.Fatalf("headers %v", e.Headers)
 	}
-	if ts, ok := e.Headers["timestamp"]; ok {
+	if ts, ok := e.Headers.Get("timestamp"); ok {
 		if _, err := strconv.ParseInt(ts, 10, 64); err != nil {
 			t.Fatalf("timestamp %q", ts)
 		}
@@ -112,13 +112,13 @@ func FuzzMultiportParser(f *testing.F) {
 		p := &MultiportParser{Keep: Keep(keep) & (KeepAll<<1 - 1), Now: fuzzNow}
 		e, _, readFail := p.Event(line, Charset(cs%3), false, nil)
 		if readFail {
-			if e.Headers[HeaderStatus] != StatusInvalid || !bytes.Equal(e.Body, line) {
+			if e.Headers.Value(HeaderStatus) != StatusInvalid || !bytes.Equal(e.Body, line) {
 				t.Fatalf("refused line: headers %v body %q", e.Headers, e.Body)
 			}
 			return
 		}
 		for _, k := range []string{HeaderPriority, HeaderFacility, HeaderSeverity, "timestamp", "host"} {
-			if _, ok := e.Headers[k]; !ok {
+			if _, ok := e.Headers.Get(k); !ok {
 				t.Fatalf("parsed line lacks %s: %v", k, e.Headers)
 			}
 		}

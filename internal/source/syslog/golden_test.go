@@ -74,14 +74,14 @@ func readGolden(t *testing.T) []goldenCase {
 
 func formatEvent(e event.Event) string {
 	keys := make([]string, 0, len(e.Headers))
-	for k := range e.Headers {
+	for k := range e.Headers.All() {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	var b strings.Builder
 	b.WriteString("event")
 	for _, k := range keys {
-		v := e.Headers[k]
+		v := e.Headers.Value(k)
 		if k == "timestamp" && v == strconv.FormatInt(goldenNow.UnixMilli(), 10) {
 			v = "NOW"
 		}

@@ -96,8 +96,8 @@ func checkLoggerEvent(t *testing.T, e event.Event, line string, is5424, multipor
 		}
 	}
 	for k, v := range want {
-		if h[k] != v {
-			t.Errorf("header %s = %q, want %q (headers %v)", k, h[k], v, h)
+		if h.Value(k) != v {
+			t.Errorf("header %s = %q, want %q (headers %v)", k, h.Value(k), v, h)
 		}
 	}
 	if len(h) != len(want)+1 {
@@ -106,9 +106,9 @@ func checkLoggerEvent(t *testing.T, e event.Event, line string, is5424, multipor
 	if string(e.Body) != body {
 		t.Errorf("body %q, want %q", e.Body, body)
 	}
-	ms, err := strconv.ParseInt(h["timestamp"], 10, 64)
+	ms, err := strconv.ParseInt(h.Value("timestamp"), 10, 64)
 	if err != nil {
-		t.Fatalf("timestamp %q: %v", h["timestamp"], err)
+		t.Fatalf("timestamp %q: %v", h.Value("timestamp"), err)
 	}
 	// RFC 3164 carries whole seconds; allow for that and a slow machine.
 	if d := time.UnixMilli(ms).Sub(sent); d < -1500*time.Millisecond || d > 5*time.Second {

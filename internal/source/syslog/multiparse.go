@@ -100,17 +100,17 @@ func (p *MultiportParser) Event(line []byte, cs Charset, incomplete bool, slab [
 	if !cs.valid(line) {
 		slab = append(slab, line...)
 		b := slab[start:len(slab):len(slab)]
-		return event.Event{Headers: map[string]string{HeaderStatus: StatusInvalid}, Body: b}, slab, true
+		return event.Event{Headers: event.Headers{{Key: HeaderStatus, Value: StatusInvalid}}, Body: b}, slab, true
 	}
-	h := make(map[string]string, 8)
-	slab, err := p.parse(line, cs, h, slab)
+	h := make(event.Headers, 0, 8)
+	slab, err := p.parse(line, cs, &h, slab)
 	if err != nil {
 		slab = append(slab[:start], line...)
 		b := slab[start:len(slab):len(slab)]
-		return event.Event{Headers: map[string]string{HeaderStatus: StatusInvalid}, Body: b}, slab, true
+		return event.Event{Headers: event.Headers{{Key: HeaderStatus, Value: StatusInvalid}}, Body: b}, slab, true
 	}
 	if incomplete {
-		h[HeaderStatus] = StatusIncomplete
+		h.Set(HeaderStatus, StatusIncomplete)
 	}
 	b := slab[start:len(slab):len(slab)]
 	return event.Event{Headers: h, Body: b}, slab, false
@@ -175,7 +175,7 @@ func (p *MultiportParser) now() time.Time {
 
 // parse follows SyslogParser.parseMessage. Positions are bytes; the few
 // checks Flume makes in chars convert.
-func (p *MultiportParser) parse(msg []byte, cs Charset, h map[string]string, slab []byte) ([]byte, error) {
+func (p *MultiportParser) parse(msg []byte, cs Charset, h *event.Headers, slab []byte) ([]byte, error) {
 	if len(msg) == 0 || msg[0] != '<' {
 		return slab, errMultiport
 	}
@@ -188,9 +188,9 @@ func (p *MultiportParser) parse(msg []byte, cs Charset, h map[string]string, sla
 	if !ok {
 		return slab, errMultiport
 	}
-	h[HeaderPriority] = prio
-	h[HeaderFacility] = itoa(pri / 8)
-	h[HeaderSeverity] = itoa(pri % 8)
+	h.Set(HeaderPriority, prio)
+	h.Set(HeaderFacility, itoa(pri/8))
+	h.Set(HeaderSeverity, itoa(pri%8))
 	if len(msg) <= end+1 {
 		return slab, errMultiport
 	}
@@ -198,7 +198,7 @@ func (p *MultiportParser) parse(msg []byte, cs Charset, h map[string]string, sla
 	version := ""
 	if len(msg) > cur+2 && msg[cur] == '1' && msg[cur+1] == ' ' {
 		version = "1"
-		h[HeaderVersion] = version
+		h.Set(HeaderVersion, version)
 		cur += 2
 	}
 	var ts int64
@@ -233,13 +233,13 @@ func (p *MultiportParser) parse(msg []byte, cs Charset, h map[string]string, sla
 		}
 		cur += sp + 1
 	}
-	h["timestamp"] = strconv.FormatInt(ts, 10)
+	h.Set("timestamp", strconv.FormatInt(ts, 10))
 	sp := bytes.IndexByte(msg[cur:], ' ')
 	if sp < 0 {
 		return slab, errMultiport
 	}
 	host := string(msg[cur : cur+sp])
-	h["host"] = host
+	h.Set("host", host)
 	next := cur + sp
 	if len(msg) > next+1 && p.Keep&KeepAll == 0 {
 		fp := FlumeParser{Keep: p.Keep}

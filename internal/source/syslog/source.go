@@ -182,7 +182,7 @@ func (s *MultiportSource) buildEvent(fr frame, port int, slab []byte) (event.Eve
 	}
 	ev, slab, readFail := s.parser.Event(fr.line, cs, fr.incomplete, slab)
 	if s.portHeader != "" {
-		ev.Headers[s.portHeader] = itoa(port)
+		ev.Headers.Set(s.portHeader, itoa(port))
 	}
 	return ev, slab, true, readFail || fr.truncated
 }

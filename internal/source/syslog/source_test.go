@@ -132,10 +132,10 @@ func TestTCPFramings(t *testing.T) {
 	if bodies := sourcetest.Bodies(got); strings.Join(bodies, "|") != strings.Join(want, "|") {
 		t.Fatalf("bodies %q, want %q", bodies, want)
 	}
-	if got[2].Headers["host"] != "host1" || got[2].Headers["timestamp"] != "1781522553000" {
+	if got[2].Headers.Value("host") != "host1" || got[2].Headers.Value("timestamp") != "1781522553000" {
 		t.Errorf("octet-counted headers %v", got[2].Headers)
 	}
-	if got[0].Headers["host"] != "host0" || got[0].Headers[HeaderSeverity] != "5" || got[1].Headers[HeaderSeverity] != "6" {
+	if got[0].Headers.Value("host") != "host0" || got[0].Headers.Value(HeaderSeverity) != "5" || got[1].Headers.Value(HeaderSeverity) != "6" {
 		t.Errorf("newline headers %v %v", got[0].Headers, got[1].Headers)
 	}
 	if !testutil.Eventually(func() bool { return counter(reg, "EventAcceptedCount") == 5 }, time.Second) {
@@ -176,8 +176,8 @@ func TestTCPBadInput(t *testing.T) {
 		t.Fatalf("got %d events %q, want %d", len(got), sourcetest.Bodies(got), len(wants))
 	}
 	for i, w := range wants {
-		if got[i].Headers[HeaderStatus] != w.status || string(got[i].Body) != w.body {
-			t.Errorf("event %d: status %q body %q, want %q %q", i, got[i].Headers[HeaderStatus], got[i].Body, w.status, w.body)
+		if got[i].Headers.Value(HeaderStatus) != w.status || string(got[i].Body) != w.body {
+			t.Errorf("event %d: status %q body %q, want %q %q", i, got[i].Headers.Value(HeaderStatus), got[i].Body, w.status, w.body)
 		}
 	}
 	// Invalid events and the truncated frame count as read failures.
@@ -295,26 +295,26 @@ func TestMultiport(t *testing.T) {
 	}
 	byPort := map[string][]event.Event{}
 	for _, e := range got {
-		byPort[e.Headers["port"]] = append(byPort[e.Headers["port"]], e)
+		byPort[e.Headers.Value("port")] = append(byPort[e.Headers.Value("port")], e)
 	}
 	_, p0, _ := net.SplitHostPort(addrs[0])
 	_, p1, _ := net.SplitHostPort(addrs[1])
 	e := byPort[p0][0]
-	if string(e.Body) != "su - ID47 - msg one" || e.Headers["timestamp"] != "1065910455003" || e.Headers[HeaderPriority] != "34" ||
-		e.Headers[HeaderVersion] != "1" || e.Headers["host"] != "mymachine.example.com" || e.Headers["ip"] != "127.0.0.1" || e.Headers["hn"] != "localhost" {
+	if string(e.Body) != "su - ID47 - msg one" || e.Headers.Value("timestamp") != "1065910455003" || e.Headers.Value(HeaderPriority) != "34" ||
+		e.Headers.Value(HeaderVersion) != "1" || e.Headers.Value("host") != "mymachine.example.com" || e.Headers.Value("ip") != "127.0.0.1" || e.Headers.Value("hn") != "localhost" {
 		t.Errorf("port %s event: %v %q", p0, e.Headers, e.Body)
 	}
 	es := byPort[p1]
 	if len(es) != 4 {
 		t.Fatalf("port %s: %d events", p1, len(es))
 	}
-	if es[0].Headers[HeaderStatus] != StatusInvalid || string(es[0].Body) != "<13>Jun 15 11:22:33 host \xff invalid utf8" {
+	if es[0].Headers.Value(HeaderStatus) != StatusInvalid || string(es[0].Body) != "<13>Jun 15 11:22:33 host \xff invalid utf8" {
 		t.Errorf("invalid UTF-8: %v %q", es[0].Headers, es[0].Body)
 	}
-	if es[1].Headers[HeaderStatus] != StatusInvalid {
+	if es[1].Headers.Value(HeaderStatus) != StatusInvalid {
 		t.Errorf("no header: %v %q", es[1].Headers, es[1].Body)
 	}
-	if es[2].Headers[HeaderStatus] != StatusIncomplete || len(es[2].Body) != 80-len("<13>1 - host ") {
+	if es[2].Headers.Value(HeaderStatus) != StatusIncomplete || len(es[2].Body) != 80-len("<13>1 - host ") {
 		t.Errorf("cut line: %v %q", es[2].Headers, es[2].Body)
 	}
 	if n := counter(reg, "EventReadFail"); n < 2 {
@@ -334,8 +334,8 @@ func TestUDP(t *testing.T) {
 		c.Write([]byte(d))
 	}
 	got := pl.Drain(t, 2, 5*time.Second)
-	if len(got) != 2 || string(got[0].Body) != "host one" || got[0].Headers["ip"] != "127.0.0.1" ||
-		got[1].Headers[HeaderStatus] != StatusInvalid || string(got[1].Body) != "<1x bad" {
+	if len(got) != 2 || string(got[0].Body) != "host one" || got[0].Headers.Value("ip") != "127.0.0.1" ||
+		got[1].Headers.Value(HeaderStatus) != StatusInvalid || string(got[1].Body) != "<1x bad" {
 		t.Fatalf("got %q %v", sourcetest.Bodies(got), got)
 	}
 	// The empty datagram and "<" make no event and count as read failures,

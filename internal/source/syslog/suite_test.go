@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
-	"github.com/sluicehq/sluice/internal/source/syslog"
+	syslogsource "github.com/sluicehq/sluice/internal/source/syslog"
 )
 
 // TestSourceSuite runs the source contract against the syslog sources.

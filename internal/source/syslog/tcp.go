@@ -433,10 +433,10 @@ func (h *conn) collect(eof bool) (end, skip, n, readFails int) {
 		if keep {
 			ev.ReceivedAt = event.Now()
 			if h.s.ipHeader != "" {
-				ev.Headers[h.s.ipHeader] = h.ip
+				ev.Headers.Set(h.s.ipHeader, h.ip)
 			}
 			if h.s.hostHeader != "" {
-				ev.Headers[h.s.hostHeader] = h.host
+				ev.Headers.Set(h.s.hostHeader, h.host)
 			}
 			h.events = append(h.events, ev)
 		}

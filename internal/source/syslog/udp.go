@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math"
 	"net"
 	"net/netip"
@@ -209,10 +208,10 @@ func (s *UDPSource) datagram(d []byte, from netip.AddrPort, hosts *hostCache, qu
 	}
 	ev.ReceivedAt = event.Now()
 	if s.ipHeader != "" {
-		ev.Headers[s.ipHeader] = javaHostAddress(from.Addr())
+		ev.Headers.Set(s.ipHeader, javaHostAddress(from.Addr()))
 	}
 	if s.hostHeader != "" {
-		ev.Headers[s.hostHeader] = hosts.get(from.Addr())
+		ev.Headers.Set(s.hostHeader, hosts.get(from.Addr()))
 	}
 	s.counters.EventReceived.Add(1)
 	queue <- ev
@@ -254,13 +253,13 @@ func (s *UDPSource) putLoop(ctx context.Context, queue <-chan event.Event, p flo
 }
 
 // put commits orig, retrying while the channel is full. Each attempt puts
-// copies with copied header maps, since interceptors may change the events
+// copies with copied headers, since interceptors may change the events
 // of a failed attempt. It reports false when the source is stopping.
 func (s *UDPSource) put(ctx context.Context, p flow.Processor, orig, batch []event.Event) bool {
 	err := s.retry.Put(ctx, p, func() []event.Event {
 		batch = batch[:0]
 		for _, e := range orig {
-			e.Headers = maps.Clone(e.Headers)
+			e.Headers = e.Headers.Clone()
 			batch = append(batch, e)
 		}
 		return batch

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/containerlog"
+	"github.com/sluicehq/sluice/internal/event"
 )
 
 // TestBuildRecordsHeaders checks the headers buildRecords gives a batch of
@@ -38,7 +39,7 @@ func TestBuildRecordsHeaders(t *testing.T) {
 		recLine{body: nil, stream: containerlog.Stdout, piece: 3, last: true, off: 1000},
 		recLine{body: []byte("taken over"), stream: containerlog.Stdout, time: tm, nanos: ns, off: 10},
 	)
-	g := &group{headers: map[string]string{"env": "prod", "stream": "group's"}}
+	g := &group{headers: event.HeadersOf(map[string]string{"env": "prod", "stream": "group's"})}
 	tf := &tailFile{path: "/var/log/pods/ns_pod_uid/c/0.log", group: g}
 	hs := recHeaderSet{pod: [][2]string{{k8sNamespace, "ns"}, {k8sPod, "pod"}}, kube: [][2]string{{k8sNode, "node-1"}, {"env", "kube's"}}}
 	for _, fileKey := range []string{"file", "time"} {
@@ -50,7 +51,7 @@ func TestBuildRecordsHeaders(t *testing.T) {
 		}
 		for i, l := range lines {
 			want := map[string]string{}
-			maps.Copy(want, g.headers)
+			maps.Insert(want, g.headers.All())
 			for _, kv := range append(append([][2]string(nil), hs.pod...), hs.kube...) {
 				want[kv[0]] = kv[1]
 			}
@@ -73,7 +74,7 @@ func TestBuildRecordsHeaders(t *testing.T) {
 				want[pieceHeader] = strconv.Itoa(l.piece)
 				want[lastPieceHeader] = strconv.FormatBool(l.last)
 			}
-			if !maps.Equal(got[i].Headers, want) {
+			if !event.HeadersOf(want).Equal(got[i].Headers) {
 				t.Errorf("fileHeaderKey %s, line %d: headers\n%v\nwant\n%v", fileKey, i, got[i].Headers, want)
 			}
 			if string(got[i].Body) != string(l.body) {

@@ -352,23 +352,32 @@ func (t *tailer) recHeaders(tf *tailFile, n int) recHeaderSet {
 //
 // It runs for every line, so what does not depend on the line is done once
 // a batch: the headers every line gets (the group's, the pod's, the
-// file's) are listed once, and the time headers of the whole batch are one
-// string, each line's a part of it. Each event still gets a map of its own
+// file's) are listed once, the time headers of the whole batch are one
+// string, each line's a part of it, and the headers of all the events are
+// cut from the tailer's arena. Each event still gets headers of its own
 // (an interceptor may change one event's headers).
 func (t *tailer) buildRecords(tf *tailFile, hs recHeaderSet, lines []recLine, pl int, xStart, yStart, now int64) []event.Event {
-	g := tf.group
-	// common: in the order that decides which wins when two have the same name.
-	var common [][2]string
-	if g != nil && len(g.headers) > 0 {
-		common = make([][2]string, 0, len(g.headers)+len(hs.pod)+len(hs.kube)+1)
-		for k, v := range g.headers {
-			common = append(common, [2]string{k, v})
-		}
+	// common: in the order that decides which wins when two have the same
+	// name (the later).
+	var common event.Headers
+	if g := tf.group; g != nil {
+		common = append(common, g.headers...)
 	}
-	common = append(common, hs.pod...)
-	common = append(common, hs.kube...)
+	for _, kv := range hs.pod {
+		common = append(common, event.Header{Key: kv[0], Value: kv[1]})
+	}
+	for _, kv := range hs.kube {
+		common = append(common, event.Header{Key: kv[0], Value: kv[1]})
+	}
 	if t.s.fileHeader {
-		common = append(common, [2]string{t.s.fileHeaderKey, tf.path})
+		common = append(common, event.Header{Key: t.s.fileHeaderKey, Value: tf.path})
+	}
+	common.Dedupe()
+	// A line's own headers are appended after the common ones, or set
+	// over them when a common one has the same name.
+	clash := false
+	for _, k := range [...]string{"byteoffset", formatErrorHeader, streamHeader, timeHeader, timestampHeader, pieceHeader, lastPieceHeader} {
+		clash = clash || common.Has(k)
 	}
 	n := 4 + len(common)
 	if t.s.byteOffsetHeader {
@@ -410,33 +419,40 @@ func (t *tailer) buildRecords(tf *tailFile, hs recHeaderSet, lines []recLine, pl
 	at := 0
 	for i := range lines {
 		l := &lines[i]
-		h := make(map[string]string, n)
-		for _, kv := range common {
-			h[kv[0]] = kv[1]
-		}
+		h := append(t.arena.Make(n), common...)
 		if t.s.byteOffsetHeader {
 			off := yStart + int64(l.off-pl)
 			if l.off < pl {
 				off = xStart + int64(l.off)
 			}
-			h["byteoffset"] = strconv.FormatInt(off, 10)
+			h = addHeader(h, clash, "byteoffset", strconv.FormatInt(off, 10))
 		}
 		if l.bad != "" {
-			h[formatErrorHeader] = l.bad
+			h = addHeader(h, clash, formatErrorHeader, l.bad)
 		} else {
-			h[streamHeader] = l.stream.String()
+			h = addHeader(h, clash, streamHeader, l.stream.String())
 			if l.time != nil {
-				h[timeHeader], h[timestampHeader] = stamps[at:ends[0]], stamps[ends[0]:ends[1]]
+				h = addHeader(h, clash, timeHeader, stamps[at:ends[0]])
+				h = addHeader(h, clash, timestampHeader, stamps[ends[0]:ends[1]])
 				at, ends = ends[1], ends[2:]
 			}
 		}
 		if l.piece > 0 {
-			h[pieceHeader] = strconv.Itoa(l.piece)
-			h[lastPieceHeader] = strconv.FormatBool(l.last)
+			h = addHeader(h, clash, pieceHeader, strconv.Itoa(l.piece))
+			h = addHeader(h, clash, lastPieceHeader, strconv.FormatBool(l.last))
 		}
 		t.events = append(t.events, event.Event{Body: l.body[:len(l.body):len(l.body)], Headers: h, ReceivedAt: now})
 	}
 	return t.events
+}
+
+// addHeader appends header k to h, or sets it when h may already hold k.
+func addHeader(h event.Headers, clash bool, k, v string) event.Headers {
+	if clash {
+		h.Set(k, v)
+		return h
+	}
+	return append(h, event.Header{Key: k, Value: v})
 }
 
 // countRecords counts and logs (throttled) the lines of a committed batch

@@ -51,7 +51,7 @@ func newContainerFixture(t *testing.T, format string, extra map[string]string) *
 
 func header(t *testing.T, e event.Event, k, want string) {
 	t.Helper()
-	if got, ok := e.Headers[k]; !ok || got != want {
+	if got, ok := e.Headers.Get(k); !ok || got != want {
 		t.Fatalf("header %s = %q (present %v), want %q; headers %v", k, got, ok, want, e.Headers)
 	}
 }
@@ -71,7 +71,7 @@ func TestCRIFile(t *testing.T) {
 	header(t, got[1], "stream", "stderr")
 	// A joined line has its first record's time.
 	header(t, got[2], "time", t0.Add(time.Millisecond).Format(time.RFC3339Nano))
-	if _, ok := got[2].Headers[pieceHeader]; ok {
+	if _, ok := got[2].Headers.Get(pieceHeader); ok {
 		t.Fatal("a joined line is marked as a piece")
 	}
 	if n := testutil.Metric(fx.src.counters.Set, "JoinedLineCount"); n != "1" {
@@ -120,10 +120,10 @@ func TestBadRecord(t *testing.T) {
 	fx.append("0.log", criLine(t0, "stdout", false, "ok")+"not a record\n"+criLine(t0, "stdout", false, "ok again"))
 	fx.start()
 	got := fx.expect("ok", "not a record", "ok again")
-	if !strings.Contains(got[1].Headers[formatErrorHeader], "not a cri record") {
+	if !strings.Contains(got[1].Headers.Value(formatErrorHeader), "not a cri record") {
 		t.Fatalf("headers %v", got[1].Headers)
 	}
-	if _, ok := got[1].Headers["stream"]; ok {
+	if _, ok := got[1].Headers.Get("stream"); ok {
 		t.Fatal("a bad record has a stream")
 	}
 	if n := testutil.Metric(fx.src.counters.Set, "BadRecordCount"); n != "1" {
@@ -447,7 +447,7 @@ func TestKubeletLabels(t *testing.T) {
 	header(t, got[0], "k8s.annotation.prometheus.io/scrape", "true")
 	header(t, got[0], "k8s.node", "node-1")
 	header(t, got[0], "k8s.pod", "web-0")
-	if _, ok := got[0].Headers["k8s.label.controller-revision-hash"]; ok {
+	if _, ok := got[0].Headers.Get("k8s.label.controller-revision-hash"); ok {
 		t.Fatal("a label not asked for")
 	}
 
@@ -456,7 +456,7 @@ func TestKubeletLabels(t *testing.T) {
 	appendTo(t, filepath.Join(other, "0.log"), criLine(t0, "stdout", false, "unknown pod"))
 	got = fx.expect("unknown pod")
 	header(t, got[0], "k8s.pod", "gone-0")
-	if _, ok := got[0].Headers["k8s.label.app"]; ok {
+	if _, ok := got[0].Headers.Get("k8s.label.app"); ok {
 		t.Fatal("labels for a pod the kubelet does not list")
 	}
 	if n := testutil.Metric(fx.src.counters.Set, "KubeletMissCount"); n != "1" {

@@ -44,27 +44,26 @@ func (t *tailer) putBatch(ctx context.Context, tf *tailFile, n int, build func(n
 // headers are made only when some are configured or the event is a piece
 // of a split line.
 func (t *tailer) build(tf *tailFile, slab []byte, chunks []chunk, now int64) []event.Event {
-	g := tf.group
-	headers := t.s.byteOffsetHeader || t.s.fileHeader || (g != nil && len(g.headers) > 0)
+	var common event.Headers
+	if g := tf.group; g != nil {
+		common = g.headers
+	}
+	if t.s.fileHeader {
+		common = append(common[:len(common):len(common)], event.Header{Key: t.s.fileHeaderKey, Value: tf.path})
+		common.Dedupe()
+	}
+	headers := t.s.byteOffsetHeader || len(common) > 0
 	t.events = t.events[:0]
 	for _, c := range chunks {
 		e := event.Event{Body: slab[c.lo:c.hi:c.hi], ReceivedAt: now}
 		if headers || c.piece > 0 {
-			e.Headers = make(map[string]string, 4)
-			if g != nil {
-				for k, v := range g.headers {
-					e.Headers[k] = v
-				}
-			}
-			if t.s.fileHeader {
-				e.Headers[t.s.fileHeaderKey] = tf.path
-			}
+			e.Headers = append(t.arena.Make(len(common)+3), common...)
 			if t.s.byteOffsetHeader {
-				e.Headers["byteoffset"] = strconv.FormatInt(tf.base+tf.pos+int64(c.lo), 10)
+				e.Headers.Set("byteoffset", strconv.FormatInt(tf.base+tf.pos+int64(c.lo), 10))
 			}
 			if c.piece > 0 {
-				e.Headers[pieceHeader] = strconv.Itoa(c.piece)
-				e.Headers[lastPieceHeader] = strconv.FormatBool(c.last)
+				e.Headers.Set(pieceHeader, strconv.Itoa(c.piece))
+				e.Headers.Set(lastPieceHeader, strconv.FormatBool(c.last))
 			}
 		}
 		t.events = append(t.events, e)

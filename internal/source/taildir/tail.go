@@ -49,6 +49,7 @@ type tailer struct {
 	avgLine   int
 	limit     int // the most lines in one batch (flow.Batching)
 	events    []event.Event
+	arena     event.HeaderArena // the events' headers
 
 	static    map[string]bool // directories of groups without wildcards
 	globDirs  map[string]bool // directories the groups' wildcards match now

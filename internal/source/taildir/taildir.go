@@ -58,6 +58,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/kubelet"
 	"github.com/sluicehq/sluice/internal/metrics"
@@ -78,7 +79,7 @@ type group struct {
 	root    string // the longest leading part of dir without wildcards
 	pattern string
 	re      *regexp.Regexp
-	headers map[string]string
+	headers event.Headers
 	format  string // line, cri, docker or auto
 }
 
@@ -173,10 +174,7 @@ func New(env flow.Env, p *config.Props) (flow.Source, error) {
 			}
 			continue
 		}
-		if g.headers == nil {
-			g.headers = map[string]string{}
-		}
-		g.headers[hk] = v
+		g.headers.Set(hk, v)
 	}
 
 	format := p.Enum("format", "line", formats...)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -154,7 +153,7 @@ func TestTailsLinesAndHeaders(t *testing.T) {
 	got := fx.expect("first", "second")
 	for i, off := range []string{"0", "7"} {
 		h := got[i].Headers
-		if h["path"] != fx.path("app.log") || h["byteoffset"] != off || h["topic"] != "app" || h["env"] != "prod" {
+		if h.Value("path") != fx.path("app.log") || h.Value("byteoffset") != off || h.Value("topic") != "app" || h.Value("env") != "prod" {
 			t.Errorf("event %d headers = %v", i, h)
 		}
 	}
@@ -600,7 +599,7 @@ func TestLongLineDefaultLimit(t *testing.T) {
 			t.Errorf("piece %d is %d bytes, want %d", i+1, len(e.Body), want)
 		}
 		wantHeaders := map[string]string{"linePiece": fmt.Sprint(i + 1), "linePieceLast": fmt.Sprint(i == 2)}
-		if !maps.Equal(e.Headers, wantHeaders) {
+		if !event.HeadersOf(wantHeaders).Equal(e.Headers) {
 			t.Errorf("piece %d headers %v, want %v", i+1, e.Headers, wantHeaders)
 		}
 		joined = append(joined, e.Body...)
@@ -649,8 +648,8 @@ func TestLongLinePieces(t *testing.T) {
 		t.Fatalf("got %d events, want %d", len(got), len(want))
 	}
 	for i, e := range got {
-		g := piece{len(e.Body), 0, e.Headers["linePiece"], e.Headers["linePieceLast"]}
-		g.off, _ = strconv.Atoi(e.Headers["byteoffset"])
+		g := piece{len(e.Body), 0, e.Headers.Value("linePiece"), e.Headers.Value("linePieceLast")}
+		g.off, _ = strconv.Atoi(e.Headers.Value("byteoffset"))
 		if g != want[i] {
 			t.Errorf("event %d: %+v, want %+v", i, g, want[i])
 		}
@@ -678,7 +677,7 @@ func TestLongLineAcrossRestart(t *testing.T) {
 	fx.start()
 	got := fx.pl.Drain(t, 3, 5*time.Second)
 	for i, e := range got {
-		if len(e.Body) != 100 || e.Headers["linePiece"] != fmt.Sprint(i+1) || e.Headers["linePieceLast"] != "false" {
+		if len(e.Body) != 100 || e.Headers.Value("linePiece") != fmt.Sprint(i+1) || e.Headers.Value("linePieceLast") != "false" {
 			t.Fatalf("piece %d: %d bytes, headers %v", i+1, len(e.Body), e.Headers)
 		}
 	}
@@ -686,7 +685,7 @@ func TestLongLineAcrossRestart(t *testing.T) {
 	fx.append("app.log", "\nnext\n")
 	fx.start()
 	got = fx.expect(strings.Repeat("a", 50), "next")
-	if h := got[0].Headers; h["linePiece"] != "4" || h["linePieceLast"] != "true" {
+	if h := got[0].Headers; h.Value("linePiece") != "4" || h.Value("linePieceLast") != "true" {
 		t.Fatalf("the last piece after the restart has headers %v, want piece 4, last", h)
 	}
 }

@@ -82,7 +82,7 @@ func TestConfig(t *testing.T) {
 func pyEvents(prefix string, n int) []event.Event {
 	out := make([]event.Event, n)
 	for i := range out {
-		e := event.Event{Headers: map[string]string{"seq": fmt.Sprint(i), "app": prefix, "ünïcode": "välue ✓"}, Body: []byte(fmt.Sprintf("%s body %d", prefix, i))}
+		e := event.Event{Headers: event.HeadersOf(map[string]string{"seq": fmt.Sprint(i), "app": prefix, "ünïcode": "välue ✓"}), Body: []byte(fmt.Sprintf("%s body %d", prefix, i))}
 		switch i % 4 {
 		case 1:
 			e.Body = []byte{0xff, 0x00, 0xfe, byte(i)}
@@ -100,8 +100,8 @@ func sameEvent(got, want event.Event) bool {
 	if !bytes.Equal(got.Body, want.Body) || len(got.Headers) != len(want.Headers) {
 		return false
 	}
-	for k, v := range want.Headers {
-		if got.Headers[k] != v {
+	for k, v := range want.Headers.All() {
+		if got.Headers.Value(k) != v {
 			return false
 		}
 	}
@@ -135,7 +135,7 @@ func TestPythonClient(t *testing.T) {
 			}
 			s := newSource(t, props, nil)
 			addr := start(t, s, pl.Processor)
-			single := event.Event{Headers: map[string]string{"one": "1"}, Body: []byte("single")}
+			single := event.Event{Headers: event.HeadersOf(map[string]string{"one": "1"}), Body: []byte("single")}
 			b1, b2 := pyEvents("first", 40), pyEvents("second", 7)
 			statuses := peer.Send(t, addr, tc.protocol, ca, []thrifttest.Call{
 				{Method: "append", Events: []event.Event{single}},

@@ -123,7 +123,8 @@ func (p *Peer) Send(t testing.TB, addr, protocol, caFile string, calls []Call) [
 	return strings.Fields(string(out))
 }
 
-func orEmpty(m map[string]string) map[string]string {
+func orEmpty(h event.Headers) map[string]string {
+	m := h.Map()
 	if m == nil {
 		return map[string]string{}
 	}
@@ -212,7 +213,7 @@ func (p *Peer) ServeOnPort(t testing.TB, port string, opt ServerOptions) *Server
 				t.Errorf("python thrift server printed body %q: %v", w.Body, err)
 			}
 			s.mu.Lock()
-			s.events = append(s.events, Received{Method: w.Call, Event: event.Event{Headers: w.Headers, Body: body}})
+			s.events = append(s.events, Received{Method: w.Call, Event: event.Event{Headers: event.HeadersOf(w.Headers), Body: body}})
 			s.mu.Unlock()
 		}
 		_, _ = io.Copy(io.Discard, stdout)
