@@ -15,6 +15,7 @@ import (
 	"github.com/expr-lang/expr/builtin"
 	"github.com/expr-lang/expr/vm/runtime"
 
+	"github.com/sluicehq/sluice/internal/event"
 	"github.com/sluicehq/sluice/internal/timelayout"
 )
 
@@ -87,22 +88,14 @@ var functions = map[string]*builtin.Function{
 	headerFn: {
 		Name: headerFn,
 		Func: func(a ...any) (any, error) {
-			k, ok := a[1].(string)
-			if !ok {
-				return nil, fmt.Errorf("headers: a header's name is a string, not %s", describe(a[1]))
-			}
-			return a[0].(*State).headers.Value(k), nil
+			return byHeaderName(a, func(h event.Headers, k string) any { return h.Value(k) })
 		},
 		Types: types(new(func(*State, string) string)),
 	},
 	hasHeaderFn: {
 		Name: hasHeaderFn,
 		Func: func(a ...any) (any, error) {
-			k, ok := a[1].(string)
-			if !ok {
-				return nil, fmt.Errorf("in headers: a header's name is a string, not %s", describe(a[1]))
-			}
-			return a[0].(*State).headers.Has(k), nil
+			return byHeaderName(a, func(h event.Headers, k string) any { return h.Has(k) })
 		},
 		Types: types(new(func(*State, string) bool)),
 	},
@@ -340,6 +333,16 @@ var functions = map[string]*builtin.Function{
 			return args[1], nil
 		},
 	},
+}
+
+// byHeaderName runs f on the event's headers and the header name of the
+// arguments (State, name) of headerFn and hasHeaderFn.
+func byHeaderName(a []any, f func(h event.Headers, k string) any) (any, error) {
+	k, ok := a[1].(string)
+	if !ok {
+		return nil, fmt.Errorf("headers: a header's name is a string, not %s", describe(a[1]))
+	}
+	return f(a[0].(*State).headers, k), nil
 }
 
 // Names of the internal functions the patches call.
