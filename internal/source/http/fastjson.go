@@ -381,21 +381,22 @@ func scanShape(data []byte) shape {
 }
 
 // Costs of decoding, measured on Go 1.26 (TestDecodeCost checks them):
-// an Event value; a small header map (one group of eight slots, the map
-// header, allocation rounding); a header entry beyond that (its share of
-// a larger table, and the rounding of its two strings); and the slowest
-// path's factor (encoding/json's intermediate values, for input the fast
-// decoder leaves to it).
+// an Event value; an event's headers (a slice of pairs: its first, smallest
+// allocation); a header entry (32 bytes, four times over: the slice grows
+// by doubling while the object is read, and may end at twice the entries;
+// and, past 16 headers, its share of the index Dedupe makes);
+// and the slowest path's factor (encoding/json's intermediate values, for
+// input the fast decoder leaves to it).
 const (
 	eventCost       = 64 + 16
-	headerMapCost   = 512
-	headerEntryCost = 160
+	headerMapCost   = 48
+	headerEntryCost = 4*32 + 64
 	generalFactor   = 4
 )
 
 // cost is an upper bound of the bytes decoding a body of n bytes of this
-// shape allocates on the fast path: the events, their maps (which grow by
-// doubling), and one copy of the strings and bodies (at most the body's
+// shape allocates on the fast path: the events, their headers (which grow
+// by doubling), and one copy of the strings and bodies (at most the body's
 // bytes, plus a quarter for the allocator's rounding of each).
 func (sh shape) cost(n int) int64 {
 	return int64(sh.events)*eventCost + int64(sh.headerMaps)*headerMapCost + int64(sh.headerEntries)*headerEntryCost + int64(n)*5/4
