@@ -384,7 +384,7 @@ func scanShape(data []byte) shape {
 // an Event value; an event's headers (a slice of pairs: its first, smallest
 // allocation); a header entry (32 bytes, four times over: the slice grows
 // by doubling while the object is read, and may end at twice the entries;
-// and, past 16 headers, its share of the index Dedupe makes);
+// and, past 32 headers, its share of the index Dedupe makes);
 // and the slowest path's factor (encoding/json's intermediate values, for
 // input the fast decoder leaves to it).
 const (
