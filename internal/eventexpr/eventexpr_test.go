@@ -110,6 +110,8 @@ func TestHelpers(t *testing.T) {
 		{`headers == nil`, "false"},
 		{`let headers = {"x": "shadowed"}; headers.x`, "shadowed"},
 		{`map(["kafka.topic", "absent"], headers[#])[0]`, "t1"},
+		{`{headers: "a map key, not the headers"}.headers`, "a map key, not the headers"},
+		{`json("{\"headers\":\"a field\"}").headers`, "a field"},
 		{`join(split("a,b,c", ","), "-")`, "a-b-c"},
 		{`replace("aaa", "a", "bb")`, "bbbbbb"},
 		{`string(42) + string(true)`, "42true"},

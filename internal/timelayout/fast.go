@@ -157,9 +157,17 @@ func newPlan(layout string) *plan {
 func (p *plan) parse(v string, loc *time.Location) (time.Time, bool) {
 	var year, month, day, hour, minute, sec, nsec, offset int
 	utc := false
-	for _, st := range p.steps {
+	for i := range p.steps {
+		st := &p.steps[i] // not a copy: this loop is the fast path's cost
 		switch st.kind {
 		case stepLiteral:
+			if len(st.lit) == 1 { // most separators: a byte, not a string compare
+				if len(v) == 0 || v[0] != st.lit[0] {
+					return time.Time{}, false
+				}
+				v = v[1:]
+				continue
+			}
 			if len(v) < len(st.lit) || v[:len(st.lit)] != st.lit {
 				return time.Time{}, false
 			}
