@@ -113,7 +113,11 @@ func source(n ast.Node) fsrc {
 				if !d.valid {
 					return dval{}, nil
 				}
-				return dval{k: dJSON, j: d.root, doc: d}, nil
+				root, err := d.tree()
+				if err != nil {
+					return dval{}, err
+				}
+				return dval{k: dJSON, j: root, doc: d}, nil
 			}
 		case jsonBodyPathFn:
 			keys := make([]any, 0, len(n.Arguments)-1)

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
+	"strconv"
 	"unsafe"
 
 	"github.com/expr-lang/expr/vm/runtime"
@@ -25,16 +25,18 @@ type jsonCache struct {
 const maxDocs = 4
 
 type jsonDoc struct {
-	ptr    *byte
-	n      int
+	src   string // the text, keyed by its address and length
+	valid bool
+	err   error // over budget
+	// scan has the root object's members; p and root are the tree,
+	// parsed the first time something asks more than a member's value.
+	scan   jsonScan
 	p      *fastjson.Parser
-	root   *fastjson.Value // nil: not JSON
-	valid  bool
-	err    error // over budget
-	whole  any   // the materialized root, once asked for
+	root   *fastjson.Value
+	whole  any // the materialized root, once asked for
 	wholed bool
-	// lo and hi bound the addresses of the strings handed out, which all
-	// lie in the parser's copy of the input.
+	// lo and hi bound the addresses of the strings handed out from the
+	// parser's copy of the input.
 	lo, hi uintptr
 }
 
@@ -62,15 +64,18 @@ const bigParse = 64 << 10
 
 func (c *jsonCache) reset() {
 	for i := range c.docs[:c.n] {
-		d := &c.docs[i]
-		if d.p != nil {
-			if d.n <= bigParse {
-				parserPool.Put(d.p)
-			}
-		}
-		*d = jsonDoc{}
+		c.docs[i].clear()
 	}
 	c.n, c.next = 0, 0
+}
+
+// clear empties d for another text, keeping the scan's buffers and
+// giving back the parser.
+func (d *jsonDoc) clear() {
+	if d.p != nil && len(d.src) <= bigParse {
+		parserPool.Put(d.p)
+	}
+	*d = jsonDoc{scan: jsonScan{stack: d.scan.stack[:0], members: d.scan.members[:0]}}
 }
 
 // owns reports whether address p lies in a string handed out from a
@@ -84,12 +89,12 @@ func (c *jsonCache) owns(p uintptr) bool {
 	return false
 }
 
-// parse returns the document of s, parsing it on first use.
+// parse returns the document of str, checking it on first use.
 func (s *State) parse(str string) *jsonDoc {
 	c := &s.json
 	ptr := unsafe.StringData(str)
 	for i := range c.docs[:c.n] {
-		if d := &c.docs[i]; d.ptr == ptr && d.n == len(str) {
+		if d := &c.docs[i]; unsafe.StringData(d.src) == ptr && len(d.src) == len(str) {
 			return d
 		}
 	}
@@ -100,36 +105,76 @@ func (s *State) parse(str string) *jsonDoc {
 	} else {
 		d = &c.docs[c.next]
 		c.next = (c.next + 1) % maxDocs
-		if d.p != nil && d.n <= bigParse {
-			parserPool.Put(d.p)
-		}
-		*d = jsonDoc{}
+		d.clear()
 	}
-	d.ptr, d.n = ptr, len(str)
+	d.src = str
 	if len(str) > s.c.limits.JSONBytes {
 		d.err = fmt.Errorf("json: the string is %d bytes, over the limit of %d (jsonMaxBytes)", len(str), s.c.limits.JSONBytes)
 		return d
 	}
-	if tooManyValues(str, int(s.c.limits.Budget)) {
+	switch d.scan.scan(str, int(s.c.limits.Budget)) {
+	case scanTooDeep:
+		d.err = fmt.Errorf("json: nested deeper than %d levels, over the limit", MaxJSONDepth)
+	case scanTooLarge:
 		d.err = fmt.Errorf("json: the string holds more than %d values, over the budget", s.c.limits.Budget)
-		return d
+	case scanValid:
+		d.valid = true
 	}
-	d.p = parserPool.Get()
-	root, err := d.p.Parse(str)
-	if err != nil {
-		if strings.Contains(err.Error(), "too big depth") {
-			d.err = fmt.Errorf("json: nested deeper than %d levels, over the limit", MaxJSONDepth)
-		}
-		return d
-	}
-	// fastjson is lenient (it takes 1.2.3 for a number, NaN, raw
-	// control characters); json() answers nil for what is not JSON.
-	// Depth is bounded by the parse above, so the validator's recursion is.
-	if fastjson.Validate(str) != nil {
-		return d
-	}
-	d.root, d.valid = root, true
 	return d
+}
+
+// tree returns the root of d, a valid document, parsing it on first use.
+func (d *jsonDoc) tree() (*fastjson.Value, error) {
+	if d.root != nil {
+		return d.root, nil
+	}
+	if d.p == nil {
+		d.p = parserPool.Get()
+	}
+	root, err := d.p.Parse(d.src)
+	if err != nil {
+		// The scan let through what fastjson refuses: a bug, said as one.
+		return nil, fmt.Errorf("json: the text passed the check but fastjson refused it: %w", err)
+	}
+	d.root = root
+	return root, nil
+}
+
+// member returns the value of the root object's member named key when the
+// scan can answer it alone: a string without escapes, a number, a
+// boolean, or null or absent (nil). ok is false when the tree must.
+func (d *jsonDoc) member(key string) (v dval, ok bool) {
+	if !d.scan.rootObject {
+		return dval{}, false
+	}
+	// The first member of the name answers, as fastjson's Get does.
+	for i := range d.scan.members {
+		m := &d.scan.members[i]
+		if m.keyEscaped {
+			return dval{}, false
+		}
+		if m.key(d.src) != key {
+			continue
+		}
+		switch m.kind {
+		case '"':
+			return dval{k: dStr, s: d.src[m.valFrom+1 : m.valTo-1]}, true
+		case 'n':
+			return dval{}, true
+		case 't':
+			return dval{k: dAny, a: true}, true
+		case 'f':
+			return dval{k: dAny, a: false}, true
+		case '{', '[', '\\':
+			return dval{}, false
+		}
+		n, err := numberValue(m.val(d.src))
+		if err != nil {
+			return dval{}, false
+		}
+		return dval{k: dAny, a: n}, true
+	}
+	return dval{}, true
 }
 
 // jsonValue converts v to an expression value: objects to map[string]any,
@@ -197,6 +242,14 @@ func jsonNumber(v *fastjson.Value) (any, error) {
 	return f, nil
 }
 
+// numberValue is jsonNumber of a number's text.
+func numberValue(text string) (any, error) {
+	if i, err := strconv.ParseInt(text, 10, 64); err == nil && i >= math.MinInt && i <= math.MaxInt {
+		return int(i), nil
+	}
+	return strconv.ParseFloat(text, 64)
+}
+
 // whole returns the materialized document of str, or nil if it is not
 // JSON.
 func (s *State) whole(str string) (any, error) {
@@ -208,7 +261,11 @@ func (s *State) whole(str string) (any, error) {
 		return nil, nil
 	}
 	if !d.wholed {
-		v, err := s.jsonValue(d, d.root)
+		root, err := d.tree()
+		if err != nil {
+			return nil, err
+		}
+		v, err := s.jsonValue(d, root)
 		if err != nil {
 			return nil, err
 		}
@@ -241,7 +298,15 @@ func (s *State) pathRaw(str string, keys []any) (dval, error) {
 	if !d.valid {
 		return dval{}, fmt.Errorf("%w %v from <nil> (json() gave nil: not JSON)", errPath, keys[0])
 	}
-	v := d.root
+	if k, ok := keys[0].(string); ok && len(keys) == 1 {
+		if v, ok := d.member(k); ok {
+			return v, nil
+		}
+	}
+	v, err := d.tree()
+	if err != nil {
+		return dval{}, err
+	}
 	for i, k := range keys {
 		switch v.Type() {
 		case fastjson.TypeObject:
@@ -300,38 +365,4 @@ func fetchRest(x any, keys []any) (v any, err error) {
 		x = runtime.Fetch(x, k)
 	}
 	return x, nil
-}
-
-// tooManyValues reports whether the JSON text s holds more than limit
-// values (a parse takes memory in proportion to its values: a megabyte of
-// "[0,0,0,..." would take over a hundred). Separators and openers bound
-// the values from above; only when that bound is over the limit are those
-// inside strings told apart.
-func tooManyValues(s string, limit int) bool {
-	if strings.Count(s, ",")+strings.Count(s, "[")+strings.Count(s, "{")+1 <= limit {
-		return false
-	}
-	n, in, esc := 1, false, false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case esc:
-			esc = false
-		case in:
-			switch c {
-			case '\\':
-				esc = true
-			case '"':
-				in = false
-			}
-		case c == '"':
-			in = true
-		case c == ',' || c == '[' || c == '{':
-			n++
-			if n > limit {
-				return true
-			}
-		}
-	}
-	return false
 }

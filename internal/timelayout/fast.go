@@ -46,6 +46,72 @@ type plan struct {
 	hasZone bool
 	// fracAfterSec: the step after the seconds is a fraction.
 	fracAfterSec bool
+	// fixed reads the layout's usual form at known offsets; nil when a
+	// step has no one width (see newFixed).
+	fixed *fixedPlan
+}
+
+// fixedPlan is a plan read at known offsets: its steps up to a fraction
+// or zone, each read with all its digits (a 1, 15 or 4 with two), then
+// those last two. A time in that usual form (every log time nearly) is
+// read without walking the steps; anything else (a one-digit hour, a
+// separator out of place) goes on to the steps, then to time.Parse. A
+// field of one or two digits read as two here is what the steps read: they
+// take a second digit whenever there is one.
+type fixedPlan struct {
+	width                               int // of the fields before the fraction or zone
+	lits                                []fixedLit
+	year, month, day, hour, minute, sec int // offsets
+	frac                                *step
+	zone                                *step
+	// fracAfterSec as in plan: without it, a fraction after the seconds
+	// is time.Parse's to read.
+	fracAfterSec bool
+}
+
+type fixedLit struct {
+	off int
+	b   byte
+}
+
+// newFixed returns the fixed form of p, or nil when its fraction or zone
+// is followed by anything but a zone.
+func newFixed(p *plan) *fixedPlan {
+	f := &fixedPlan{fracAfterSec: p.fracAfterSec}
+	off := 0
+	for i := range p.steps {
+		st := &p.steps[i]
+		if f.frac != nil || f.zone != nil {
+			if st.kind != stepZone || f.zone != nil {
+				return nil
+			}
+		}
+		switch st.kind {
+		case stepLiteral:
+			for j := 0; j < len(st.lit); j++ {
+				f.lits = append(f.lits, fixedLit{off + j, st.lit[j]})
+			}
+			off += len(st.lit)
+		case stepYear:
+			f.year, off = off, off+4
+		case stepMonth:
+			f.month, off = off, off+2
+		case stepDay:
+			f.day, off = off, off+2
+		case stepHour:
+			f.hour, off = off, off+2
+		case stepMinute:
+			f.minute, off = off, off+2
+		case stepSecond:
+			f.sec, off = off, off+2
+		case stepFrac:
+			f.frac = st
+		case stepZone:
+			f.zone = st
+		}
+	}
+	f.width = off
+	return f
 }
 
 // layoutTokens are the Go layout elements a plan knows, longest first so
@@ -149,12 +215,18 @@ func newPlan(layout string) *plan {
 			return nil
 		}
 	}
+	p.fixed = newFixed(p)
 	return p
 }
 
 // parse reads v by the plan; ok is false when v is not in exactly the
 // form the plan reads (the caller then asks time.Parse).
 func (p *plan) parse(v string, loc *time.Location) (time.Time, bool) {
+	if p.fixed != nil {
+		if t, ok := p.fixed.parse(v, loc, p.hasZone); ok {
+			return t, true
+		}
+	}
 	var year, month, day, hour, minute, sec, nsec, offset int
 	utc := false
 	for i := range p.steps {
@@ -204,72 +276,174 @@ func (p *plan) parse(v string, loc *time.Location) (time.Time, bool) {
 				sec = n
 				// time.Parse reads a fraction the layout does not have;
 				// leave that to it.
-				if len(v) >= 2 && (v[0] == '.' || v[0] == ',') && v[1] >= '0' && v[1] <= '9' && !p.fracAfterSec {
+				if !p.fracAfterSec && startsFraction(v) {
 					return time.Time{}, false
 				}
 			}
 		case stepFrac:
-			// Either separator, as time.Parse reads a fraction.
-			if len(v) < 2 || (v[0] != '.' && v[0] != ',') || v[1] < '0' || v[1] > '9' {
-				if st.digits == 0 {
-					continue // .999: the fraction is optional
-				}
+			var ok bool
+			if nsec, v, ok = readFrac(st, v); !ok {
 				return time.Time{}, false
 			}
-			n := 1
-			for n < len(v) && v[n] >= '0' && v[n] <= '9' {
-				n++
-			}
-			digits := n - 1
-			if digits > 9 || (st.digits > 0 && digits != st.digits) {
-				return time.Time{}, false
-			}
-			ns := 0
-			for _, c := range v[1:n] {
-				ns = ns*10 + int(c-'0')
-			}
-			nsec, v = ns*pow10[9-digits], v[n:]
 		case stepZone:
-			if st.z && len(v) >= 1 && v[0] == 'Z' {
-				utc, v = true, v[1:]
-				continue
-			}
-			want := 5
-			if st.colon {
-				want = 6
-			}
-			if len(v) < want || (v[0] != '+' && v[0] != '-') || (st.colon && v[3] != ':') {
+			var ok bool
+			if offset, utc, v, ok = readZone(st, v); !ok {
 				return time.Time{}, false
 			}
-			hh, _, ok1 := num2(v[1:3], true)
-			mm, _, ok2 := num2(v[want-2:want], true)
-			if !ok1 || !ok2 || hh > 23 || mm > 59 {
-				return time.Time{}, false
-			}
-			offset = (hh*60 + mm) * 60
-			if v[0] == '-' {
-				offset = -offset
-			}
-			v = v[want:]
 		}
 	}
-	if v != "" || month < 1 || month > 12 || day < 1 || day > daysIn(month, year) || hour > 23 || minute > 59 || sec > 59 {
+	if v != "" {
 		return time.Time{}, false
 	}
-	switch {
-	case utc:
-		return time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC), true
-	case !p.hasZone:
+	return build(year, month, day, hour, minute, sec, nsec, offset, utc, p.hasZone, loc)
+}
+
+// parse reads v at the plan's offsets.
+func (f *fixedPlan) parse(v string, loc *time.Location, hasZone bool) (time.Time, bool) {
+	if len(v) < f.width {
+		return time.Time{}, false
+	}
+	for _, l := range f.lits {
+		if v[l.off] != l.b {
+			return time.Time{}, false
+		}
+	}
+	y1, y2, ok1 := digits2(v, f.year)
+	month, day, ok2 := digits2x2(v, f.month, f.day)
+	hour, minute, ok3 := digits2x2(v, f.hour, f.minute)
+	sec, ok4 := digitsAt(v, f.sec)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return time.Time{}, false
+	}
+	if !f.fracAfterSec && startsFraction(v[f.sec+2:]) {
+		return time.Time{}, false
+	}
+	v = v[f.width:]
+	nsec := 0
+	if f.frac != nil {
+		var ok bool
+		if nsec, v, ok = readFrac(f.frac, v); !ok {
+			return time.Time{}, false
+		}
+	}
+	offset, utc := 0, false
+	if f.zone != nil {
+		var ok bool
+		if offset, utc, v, ok = readZone(f.zone, v); !ok {
+			return time.Time{}, false
+		}
+	}
+	if v != "" {
+		return time.Time{}, false
+	}
+	return build(y1*100+y2, month, day, hour, minute, sec, nsec, offset, utc, hasZone, loc)
+}
+
+// startsFraction reports whether v starts with a fraction as time.Parse
+// reads one after the seconds: a separator and a digit.
+func startsFraction(v string) bool {
+	return len(v) >= 2 && (v[0] == '.' || v[0] == ',') && v[1] >= '0' && v[1] <= '9'
+}
+
+// readFrac reads the fraction step st at the start of v, in nanoseconds.
+func readFrac(st *step, v string) (nsec int, rest string, ok bool) {
+	// Either separator, as time.Parse reads a fraction.
+	if !startsFraction(v) {
+		return 0, v, st.digits == 0 // .999: the fraction is optional
+	}
+	n := 1
+	for n < len(v) && v[n] >= '0' && v[n] <= '9' {
+		n++
+	}
+	digits := n - 1
+	if digits > 9 || (st.digits > 0 && digits != st.digits) {
+		return 0, v, false
+	}
+	for _, c := range v[1:n] {
+		nsec = nsec*10 + int(c-'0')
+	}
+	return nsec * pow10[9-digits], v[n:], true
+}
+
+// digits2 reads the two two-digit numbers at v[i:i+4]; digits2x2 those at
+// v[i:i+2] and v[j:j+2]; digitsAt the one at v[i:i+2].
+func digits2(v string, i int) (int, int, bool) {
+	return digits2x2(v, i, i+2)
+}
+
+func digitsAt(v string, i int) (int, bool) {
+	a, b := v[i]-'0', v[i+1]-'0'
+	return int(a)*10 + int(b), a <= 9 && b <= 9
+}
+
+func digits2x2(v string, i, j int) (int, int, bool) {
+	a, b, c, d := v[i]-'0', v[i+1]-'0', v[j]-'0', v[j+1]-'0'
+	return int(a)*10 + int(b), int(c)*10 + int(d), a <= 9 && b <= 9 && c <= 9 && d <= 9
+}
+
+// readZone reads the zone step st at the start of v: Z (when st allows
+// it) or a numeric offset.
+func readZone(st *step, v string) (offset int, utc bool, rest string, ok bool) {
+	if st.z && len(v) >= 1 && v[0] == 'Z' {
+		return 0, true, v[1:], true
+	}
+	want := 5
+	if st.colon {
+		want = 6
+	}
+	if len(v) < want || (v[0] != '+' && v[0] != '-') || (st.colon && v[3] != ':') {
+		return 0, false, v, false
+	}
+	hh, _, ok1 := num2(v[1:3], true)
+	mm, _, ok2 := num2(v[want-2:want], true)
+	if !ok1 || !ok2 || hh > 23 || mm > 59 {
+		return 0, false, v, false
+	}
+	offset = (hh*60 + mm) * 60
+	if v[0] == '-' {
+		offset = -offset
+	}
+	return offset, false, v[want:], true
+}
+
+// build checks the fields read and makes the time as time.Parse would.
+func build(year, month, day, hour, minute, sec, nsec, offset int, utc, hasZone bool, loc *time.Location) (time.Time, bool) {
+	if month < 1 || month > 12 || day < 1 || day > daysIn(month, year) || hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	if !hasZone {
 		return time.Date(year, time.Month(month), day, hour, minute, sec, nsec, loc), true
+	}
+	// The fields are in range, so the instant is plain arithmetic (time.Date
+	// normalizes, which is most of its cost).
+	t := time.Unix(unixDays(year, month, day)*86400+int64(hour*3600+minute*60+sec-offset), int64(nsec))
+	if utc {
+		return t.UTC(), true
 	}
 	// As time.Parse does: the instant is the wall time less the offset;
 	// it is in loc when loc has that offset then, else in a zone that
 	// only records the offset.
-	t := time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC).Add(-time.Duration(offset) * time.Second)
 	if _, o := t.In(loc).Zone(); o == offset {
 		return t.In(loc), true
 	}
 	return t.In(fixedZone(offset)), true
+}
+
+// unixDays is the number of days from 1970-01-01 to the date (proleptic
+// Gregorian, month 1 to 12): the days of whole 400-year eras, then of the
+// years, months (counted from March, so that February is last) and days
+// into the era. 400 years are added first so that no year is negative.
+func unixDays(year, month, day int) int64 {
+	y := int64(year) + 400
+	if month <= 2 {
+		y--
+	}
+	era := y / 400
+	yoe := y - era*400
+	mp := int64((month + 9) % 12)
+	doy := (153*mp+2)/5 + int64(day) - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return era*146097 + doe - 719468 - 146097
 }
 
 // num2 reads two digits (fixed), or one or two as time.Parse reads a

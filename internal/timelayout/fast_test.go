@@ -25,6 +25,9 @@ var fastInputs = []string{
 	"2024-03-05  23:59:07", "2024-03-05 23:59:07 ", "x2024-03-05 23:59:07", "2024-03-05 23:59:07.123456", "20240305 235907",
 	"0000-01-01 00:00:00", "9999-12-31 23:59:59", "2024-03-05T23:59:07.123-00:00", "", "2024", "2024-03-05T23:59:07.123+02",
 	"2024-03-05 23:59:07.1", "2024-03-05T23:59:07,5Z", "２０２４-03-05 23:59:07",
+	"0000-01-01T00:00:00.000+0000", "0000-02-29T12:00:00.000Z", "0001-02-28T23:59:59.999-2359", "1969-12-31T23:59:59.999+0000",
+	"1900-02-29 00:00:00", "2100-02-29 00:00:00", "2000-02-29 00:00:00", "9999-12-31T23:59:59.999-2359", "2024-03-05T3:59:07.123Z",
+	"2024-03-05T23:59:07.12a+0000", "2024-03-05T23:59:07:123+0000", "2024-03-05T23:59:07.123+00:00",
 }
 
 func TestFastPlans(t *testing.T) {
@@ -49,6 +52,26 @@ func TestFastPlans(t *testing.T) {
 	l, _ := New("yyyy-MM-dd'T'HH:mm:ss.SSSZ")
 	if _, ok := l.fast.parse("2024-03-05T23:59:07.123+0000", time.UTC); !ok {
 		t.Fatal("the midnight transform's time does not take the fast path")
+	}
+	if l.fast.fixed == nil {
+		t.Fatal("the midnight transform's layout has no fixed offsets")
+	}
+	if _, ok := l.fast.fixed.parse("2024-03-05T23:59:07.123+0000", time.UTC, true); !ok {
+		t.Fatal("the midnight transform's time is not read at fixed offsets")
+	}
+}
+
+// TestUnixDays holds the date arithmetic to time.Date's.
+func TestUnixDays(t *testing.T) {
+	for _, y := range []int{0, 1, 3, 4, 99, 100, 399, 400, 401, 1600, 1900, 1969, 1970, 1971, 2000, 2024, 2100, 9999} {
+		for m := 1; m <= 12; m++ {
+			for _, d := range []int{1, 28, daysIn(m, y)} {
+				want := time.Date(y, time.Month(m), d, 0, 0, 0, 0, time.UTC).Unix() / 86400 // midnights: whole days
+				if got := unixDays(y, m, d); got != want {
+					t.Errorf("unixDays(%d, %d, %d) = %d, want %d", y, m, d, got, want)
+				}
+			}
+		}
 	}
 }
 
