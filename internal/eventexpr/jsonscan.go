@@ -3,6 +3,7 @@ package eventexpr
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
 	"strings"
 	"unsafe"
 )
@@ -50,38 +51,43 @@ const (
 
 // scan checks s, a whole JSON text, counting its values against limit.
 func (sc *jsonScan) scan(s string, limit int) scanResult {
-	sc.stack = sc.stack[:0]
-	sc.members = sc.members[:0]
-	sc.rootObject = false
-	values := 0
-	var m jsonMember // the root object's member being read
 	i := skipSpace(s, 0)
 	// Offsets are int32: a text longer than that (jsonMaxBytes is at most
 	// 1 GiB) leaves its members to the tree.
 	sc.rootObject = i < len(s) && s[i] == '{' && len(s) <= math.MaxInt32
+	var r scanResult
+	r, sc.stack, sc.members = scanText(s, i, limit, sc.rootObject, sc.stack[:0], sc.members[:0])
+	return r
+}
+
+// scanText is scan with its buffers in locals (registers, not stores to
+// the scanner at each member); it returns them for reuse.
+func scanText(s string, i, limit int, rootObject bool, stack []byte, members []jsonMember) (scanResult, []byte, []jsonMember) {
+	values := 0
+	var m jsonMember // the root object's member being read
 	for {
 		// A value starts at i (spaces skipped). fastjson counts the
 		// levels of values, scalars too, and refuses the 301st: so do
 		// we, so that what passes here it parses.
 		if i >= len(s) {
-			return scanInvalid
+			return scanInvalid, stack, members
 		}
-		if len(sc.stack) >= MaxJSONDepth {
-			return scanTooDeep
+		if len(stack) >= MaxJSONDepth {
+			return scanTooDeep, stack, members
 		}
 		if values++; values > limit {
-			return scanTooLarge
+			return scanTooLarge, stack, members
 		}
-		if len(sc.stack) == 1 && sc.rootObject {
+		if len(stack) == 1 && rootObject {
 			m.valFrom, m.kind = int32(i), s[i]
 		}
 		switch c := s[i]; c {
 		case '"':
 			end, escaped, ok := scanString(s, i+1)
 			if !ok {
-				return scanInvalid
+				return scanInvalid, stack, members
 			}
-			if escaped && len(sc.stack) == 1 {
+			if escaped && len(stack) == 1 {
 				m.kind = '\\'
 			}
 			i = end
@@ -95,76 +101,76 @@ func (sc *jsonScan) scan(s string, limit int) scanResult {
 				i++
 				break // an empty container is a whole value
 			}
-			sc.stack = append(sc.stack, c)
+			stack = append(stack, c)
 			if c == '{' {
 				var ok bool
-				if i, ok = sc.key(s, i, &m); !ok {
-					return scanInvalid
+				if i, ok = readKey(s, i, len(stack) == 1, &m); !ok {
+					return scanInvalid, stack, members
 				}
 			}
 			continue
 		case 't':
 			if !strings.HasPrefix(s[i:], "true") {
-				return scanInvalid
+				return scanInvalid, stack, members
 			}
 			i += len("true")
 		case 'f':
 			if !strings.HasPrefix(s[i:], "false") {
-				return scanInvalid
+				return scanInvalid, stack, members
 			}
 			i += len("false")
 		case 'n':
 			if !strings.HasPrefix(s[i:], "null") {
-				return scanInvalid
+				return scanInvalid, stack, members
 			}
 			i += len("null")
 		default:
 			end, ok := scanNumber(s, i)
 			if !ok {
-				return scanInvalid
+				return scanInvalid, stack, members
 			}
 			i = end
 		}
 		// A value ended at i: close the containers it ends, until a
 		// comma asks for the next value.
 		for {
-			if len(sc.stack) == 1 && sc.rootObject {
+			if len(stack) == 1 && rootObject {
 				m.valTo = int32(i)
-				sc.members = append(sc.members, m)
+				members = append(members, m)
 			}
 			i = skipSpace(s, i)
-			if len(sc.stack) == 0 {
+			if len(stack) == 0 {
 				if i != len(s) {
-					return scanInvalid
+					return scanInvalid, stack, members
 				}
-				return scanValid
+				return scanValid, stack, members
 			}
 			if i >= len(s) {
-				return scanInvalid
+				return scanInvalid, stack, members
 			}
-			top := sc.stack[len(sc.stack)-1]
+			top := stack[len(stack)-1]
 			if s[i] == ',' {
 				i = skipSpace(s, i+1)
 				if top == '{' {
 					var ok bool
-					if i, ok = sc.key(s, i, &m); !ok {
-						return scanInvalid
+					if i, ok = readKey(s, i, len(stack) == 1, &m); !ok {
+						return scanInvalid, stack, members
 					}
 				}
 				break
 			}
 			if (top == '{' && s[i] != '}') || (top == '[' && s[i] != ']') {
-				return scanInvalid
+				return scanInvalid, stack, members
 			}
-			sc.stack = sc.stack[:len(sc.stack)-1]
+			stack = stack[:len(stack)-1]
 			i++
 		}
 	}
 }
 
-// key reads an object's key and its colon at i, leaving i at the value;
-// a key of the root object is kept in m.
-func (sc *jsonScan) key(s string, i int, m *jsonMember) (int, bool) {
+// readKey reads an object's key and its colon at i, leaving i at the
+// value; a key of the root object (root) is kept in m.
+func readKey(s string, i int, root bool, m *jsonMember) (int, bool) {
 	if i >= len(s) || s[i] != '"' {
 		return i, false
 	}
@@ -172,7 +178,7 @@ func (sc *jsonScan) key(s string, i int, m *jsonMember) (int, bool) {
 	if !ok {
 		return i, false
 	}
-	if len(sc.stack) == 1 {
+	if root {
 		m.keyFrom, m.keyTo, m.keyEscaped = int32(i+1), int32(end-1), esc
 	}
 	i = skipSpace(s, end)
@@ -204,13 +210,18 @@ var plainInString = func() (t [256]bool) {
 // returns the index after its closing quote and whether it has escapes.
 func scanString(s string, i int) (end int, escaped, ok bool) {
 	for {
-		// Eight bytes at a time while none of them needs a look.
-		for i+8 <= len(s) && !needsLook(load64(s, i)) {
+		// Eight bytes at a time: to the first that needs a look.
+		for i+8 <= len(s) {
+			if m := needsLook(load64(s, i)); m != 0 {
+				i += bits.TrailingZeros64(m) / 8
+				goto look
+			}
 			i += 8
 		}
 		for i < len(s) && plainInString[s[i]] {
 			i++
 		}
+	look:
 		if i >= len(s) {
 			return i, escaped, false
 		}
@@ -244,13 +255,15 @@ func load64(s string, i int) uint64 {
 	return binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s), len(s))[i:])
 }
 
-// needsLook reports whether any byte of x is a quote, a backslash or a
-// control character. Each test is the classic "has a byte less than n"
-// of a word: nonzero exactly when some byte is.
-func needsLook(x uint64) bool {
+// needsLook marks the bytes of x that are a quote, a backslash or a
+// control character by their high bit. Each test is the classic "has a
+// byte less than n" of a word; it may also mark bytes above the first it
+// marks (a borrow), never one below, so the lowest mark is the first such
+// byte.
+func needsLook(x uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	less := func(x uint64, n uint64) uint64 { return (x - ones*n) & ^x & highs }
-	return less(x, 0x20)|less(x^(ones*'"'), 1)|less(x^(ones*'\\'), 1) != 0
+	return less(x, 0x20) | less(x^(ones*'"'), 1) | less(x^(ones*'\\'), 1)
 }
 
 func isHex(c byte) bool {
