@@ -64,6 +64,12 @@ func TestHelpers(t *testing.T) {
 		{`toJSON(json(body).user)`, `{"name":"ann","roles":["a","b"]}`},
 		{`toJSON({"a": 1, "b": [true, nil], "c": "<&>"})`, `{"a":1,"b":[true,null],"c":"<&>"}`},
 		{`fromJSON("{\"a\": 2}").a`, "2"},
+		{`json("{\"a\":1,\"a\":2}").a`, "1"},
+		{`json("{\"a\":1,\"a\":2}")["a"]`, "1"},
+		{`toJSON(json("{\"a\":1,\"a\":2}"))`, `{"a":2}`},
+		{`json("{\"a\":1}x") == nil`, "true"},
+		{`json("{\"a\":01}") == nil`, "true"},
+		{`json(" {\"a\" : 1.5e1 } ").a`, "15"},
 		// times
 		{`parseTime(json(body).ts, "yyyy-MM-dd'T'HH:mm:ss.SSSZ")`, "1625435999123"},
 		{`parseTime(json(body).ts, "2006-01-02T15:04:05.000-0700")`, "1625435999123"},

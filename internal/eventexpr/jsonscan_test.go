@@ -165,3 +165,56 @@ func BenchmarkScan(b *testing.B) {
 		}
 	})
 }
+
+// FuzzMember holds a member read from the scan to what the tree gives for
+// the same key.
+func FuzzMember(f *testing.F) {
+	f.Add(`{"ts":"2024-03-05","n":-1.5e3,"i":12,"b":true,"z":null,"o":{"x":1},"e":"a\nb"}`, "ts")
+	f.Add(`{"a":1,"a":2}`, "a")
+	f.Add(`{"a\u0062":1,"ab":2}`, "ab")
+	f.Add(`{"big":123456789012345678901234567890}`, "big")
+	f.Add(`{}`, "x")
+	f.Fuzz(func(t *testing.T, s, key string) {
+		d := jsonDoc{src: s}
+		if d.scan.scan(s, 1<<20) != scanValid {
+			return
+		}
+		got, ok := d.member(key)
+		if !ok {
+			return
+		}
+		root, err := d.tree()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := root.Object()
+		if err != nil {
+			t.Fatalf("%q: the scan answered for a root that is not an object", s)
+		}
+		var want any
+		switch v := o.Get(key); {
+		case v == nil || v.Type() == fastjson.TypeNull:
+		case v.Type() == fastjson.TypeString:
+			b, _ := v.StringBytes()
+			want = string(b)
+		case v.Type() == fastjson.TypeNumber:
+			want, _ = jsonNumber(v)
+		case v.Type() == fastjson.TypeTrue:
+			want = true
+		case v.Type() == fastjson.TypeFalse:
+			want = false
+		default:
+			t.Fatalf("%q: the scan answered %q for a %s", s, key, v.Type())
+		}
+		var g any
+		switch got.k {
+		case dStr:
+			g = got.s
+		case dAny:
+			g = got.a
+		}
+		if g != want {
+			t.Fatalf("%q[%q]: scan %#v, tree %#v", s, key, g, want)
+		}
+	})
+}
