@@ -59,11 +59,11 @@ type plan struct {
 // field of one or two digits read as two here is what the steps read: they
 // take a second digit whenever there is one.
 type fixedPlan struct {
-	width                               int // of the fields before the fraction or zone
-	lits                                []fixedLit
-	year, month, day, hour, minute, sec int // offsets
-	frac                                *step
-	zone                                *step
+	width int // of the fields before the fraction or zone
+	lits  []fixedLit
+	at    [stepSecond + 1]int // offsets of the fields, by kind
+	frac  *step
+	zone  *step
 	// fracAfterSec as in plan: without it, a fraction after the seconds
 	// is time.Parse's to read.
 	fracAfterSec bool
@@ -92,18 +92,12 @@ func newFixed(p *plan) *fixedPlan {
 				f.lits = append(f.lits, fixedLit{off + j, st.lit[j]})
 			}
 			off += len(st.lit)
-		case stepYear:
-			f.year, off = off, off+4
-		case stepMonth:
-			f.month, off = off, off+2
-		case stepDay:
-			f.day, off = off, off+2
-		case stepHour:
-			f.hour, off = off, off+2
-		case stepMinute:
-			f.minute, off = off, off+2
-		case stepSecond:
-			f.sec, off = off, off+2
+		case stepYear, stepMonth, stepDay, stepHour, stepMinute, stepSecond:
+			f.at[st.kind] = off
+			off += 2
+			if st.kind == stepYear {
+				off += 2
+			}
 		case stepFrac:
 			f.frac = st
 		case stepZone:
@@ -308,14 +302,14 @@ func (f *fixedPlan) parse(v string, loc *time.Location, hasZone bool) (time.Time
 			return time.Time{}, false
 		}
 	}
-	y1, y2, ok1 := digits2(v, f.year)
-	month, day, ok2 := digits2x2(v, f.month, f.day)
-	hour, minute, ok3 := digits2x2(v, f.hour, f.minute)
-	sec, ok4 := digitsAt(v, f.sec)
+	y1, y2, ok1 := digits2(v, f.at[stepYear])
+	month, day, ok2 := digits2x2(v, f.at[stepMonth], f.at[stepDay])
+	hour, minute, ok3 := digits2x2(v, f.at[stepHour], f.at[stepMinute])
+	sec, ok4 := digitsAt(v, f.at[stepSecond])
 	if !ok1 || !ok2 || !ok3 || !ok4 {
 		return time.Time{}, false
 	}
-	if !f.fracAfterSec && startsFraction(v[f.sec+2:]) {
+	if !f.fracAfterSec && startsFraction(v[f.at[stepSecond]+2:]) {
 		return time.Time{}, false
 	}
 	v = v[f.width:]
