@@ -75,8 +75,16 @@ func (d *jsonDoc) clear() {
 	if d.p != nil && len(d.src) <= bigParse {
 		parserPool.Put(d.p)
 	}
-	*d = jsonDoc{scan: jsonScan{stack: d.scan.stack[:0], members: d.scan.members[:0]}}
+	members := d.scan.members[:0]
+	if cap(members) > maxKeptMembers {
+		members = nil // a text of a hundred thousand members: not kept in the pool for the next
+	}
+	*d = jsonDoc{scan: jsonScan{stack: d.scan.stack[:0], members: members}}
 }
+
+// maxKeptMembers bounds the members' buffer a document keeps for the next
+// text (20 bytes each).
+const maxKeptMembers = 1024
 
 // owns reports whether address p lies in a string handed out from a
 // parser's buffer.
