@@ -3,6 +3,7 @@ package containerlog
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,6 +155,58 @@ func TestParseTimeEveryDay(t *testing.T) {
 	}
 }
 
+// TestParseTimeUTC checks the fixed-layout reader of UTC times against
+// parseTime, the general one: on the times the runtimes write (0 to 9
+// fractional digits), on every field at its limits, and on times one byte
+// off the layout, which it must leave to parseTime.
+func TestParseTimeUTC(t *testing.T) {
+	same := func(s string, wantFast bool) {
+		t.Helper()
+		fast, ok := parseTimeUTC([]byte(s))
+		slow, err := parseTime([]byte(s))
+		if ok != wantFast {
+			t.Errorf("parseTimeUTC(%q) ok = %v, want %v", s, ok, wantFast)
+		}
+		if ok && (err != nil || fast != slow) {
+			t.Errorf("parseTimeUTC(%q) = %d; parseTime says %d, %v", s, fast, slow, err)
+		}
+	}
+	for _, s := range []string{
+		"2016-10-06T00:17:09.669794202Z", "2016-10-06T00:17:09Z", "2016-10-06T00:17:09.1Z", "2016-10-06T00:17:09.12Z",
+		"2016-10-06T00:17:09.123Z", "2016-10-06T00:17:09.1234Z", "2016-10-06T00:17:09.12345Z", "2016-10-06T00:17:09.123456Z",
+		"2016-10-06T00:17:09.1234567Z", "2016-10-06T00:17:09.12345678Z", "2016-10-06T00:17:09.000000000Z",
+		"2016-10-06T00:17:09.999999999Z", "2016-10-06T00:17:09.900000000Z", "2016-10-06T00:17:09.000000009Z",
+		"1678-01-01T00:00:00Z", "2261-12-31T23:59:59.999999999Z", "1970-01-01T00:00:00Z", "1969-12-31T23:59:59.5Z",
+		"2024-02-29T12:00:00Z", "2000-02-29T12:00:00Z", "2024-12-31T00:00:00Z", "2024-04-30T00:00:00Z",
+	} {
+		same(s, true)
+		if want, err := time.Parse(time.RFC3339Nano, s); err != nil {
+			t.Fatal(err)
+		} else if got, _ := parseTimeUTC([]byte(s)); got != want.UnixNano() {
+			t.Errorf("parseTimeUTC(%q) = %d, time.Parse says %d", s, got, want.UnixNano())
+		}
+	}
+	for _, s := range []string{
+		"", "2016-10-06T00:17:09", "2016-10-06T00:17:09.Z", "2016-10-06T00:17:09.1234567890Z", "2016-10-06T00:17:09+00:00",
+		"2016-10-06T00:17:09.5+02:00", "2023-02-29T00:00:00Z", "1900-02-29T00:00:00Z", "2024-04-31T00:00:00Z",
+		"2024-00-01T00:00:00Z", "2024-13-01T00:00:00Z", "2024-01-00T00:00:00Z", "2024-01-32T00:00:00Z",
+		"2016-10-06T24:00:00Z", "2016-10-06T00:60:00Z", "2016-10-06T00:00:60Z", "1677-12-31T23:59:59Z", "2262-01-01T00:00:00Z",
+		"2016-10-06t00:17:09Z", "2016-10-06 00:17:09Z", "2016/10/06T00:17:09Z", "2016-10-06T00.17:09Z", "2016-10-06T00:17.09Z",
+		"2016-10-06T00:17:09,5Z", "2016-10-06T00:17:09.12a4Z", "2016-10-06T00:17:09.12345678aZ", "2016-10-06T00:17:09.1234a678Z",
+		"2016-10-06T00:17:09.:23456789Z", "2016-10-06T00:17:09./23456789Z", "2016-1o-06T00:17:09Z", "2O16-10-06T00:17:09Z",
+		"2016-10-06T00:17:09ZZ", "2016-10-06T00:17:0\xffZ", "\xff016-10-06T00:17:09Z",
+	} {
+		same(s, false)
+	}
+	// Every day of the years read, and every fractional length.
+	end := time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
+	for d, i := time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC), 0; d.Before(end); d, i = d.AddDate(0, 0, 1), i+1 {
+		at := d.Add(time.Duration(i*7919%86400) * time.Second).Add(time.Duration(i) * 104729 % time.Second / time.Duration(pow10[i%10]) * time.Duration(pow10[i%10]))
+		same(at.Format(time.RFC3339Nano), true)
+		same(at.Format("2006-01-02T15:04:05.000000000Z"), true)
+	}
+}
+
 func TestParseTimeDoesNotAllocate(t *testing.T) {
 	b := []byte("2016-10-06T00:17:09.669794202+02:00")
 	if n := testing.AllocsPerRun(100, func() { _, _ = ParseTime(b) }); n != 0 {
@@ -262,6 +315,40 @@ func FuzzParseTime(f *testing.F) {
 			t.Fatalf("ParseTime(%q) = %d; time.Parse says %d, %v", b, ns, want.UnixNano(), err)
 		}
 	})
+}
+
+// FuzzParseTimeUTC checks the fixed-layout reader against parseTime: what
+// it accepts, parseTime reads as the same instant, and every time parseTime
+// reads in UTC ('Z') it accepts too (else the runtimes' times would miss
+// the fast path unnoticed).
+func FuzzParseTimeUTC(f *testing.F) {
+	f.Add([]byte("2016-10-06T00:17:09.669794202Z"))
+	f.Add([]byte("2016-10-06T00:17:09Z"))
+	f.Add([]byte("2024-02-29T23:59:59.9Z"))
+	f.Add([]byte("2016-10-06T00:17:09.12345678aZ"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fast, ok := parseTimeUTC(b)
+		slow, err := parseTime(b)
+		if ok && (err != nil || fast != slow) {
+			t.Fatalf("parseTimeUTC(%q) = %d; parseTime says %d, %v", b, fast, slow, err)
+		}
+		if !ok && err == nil && b[len(b)-1] == 'Z' {
+			t.Fatalf("parseTimeUTC(%q) leaves a UTC time parseTime reads (%d) to it", b, slow)
+		}
+	})
+}
+
+func BenchmarkParseTime(b *testing.B) {
+	for _, s := range []string{"2016-10-06T00:17:09.669794202Z", "2016-10-06T00:17:09.66979Z", "2016-10-06T00:17:09.669794202+02:00"} {
+		tm := []byte(s)
+		b.Run(strconv.Itoa(len(s)), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := ParseTime(tm); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 func BenchmarkParseCRI(b *testing.B) {

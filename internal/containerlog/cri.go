@@ -25,14 +25,23 @@ const maxHeader = 128
 // end; a '\r' left is the container's). Text is a slice of line.
 func ParseCRI(line []byte) (Record, error) {
 	var r Record
-	head := line[:min(len(line), maxHeader)]
-	i := bytes.IndexByte(head, ' ')
-	if i < 0 {
-		return r, errors.New("no time: a CRI record starts with an RFC 3339 time and a space")
+	// Most times are UTC with nine fractional digits: 30 bytes, which
+	// parseTimeUTC accepts only without a space, so the space after them
+	// is the first.
+	i := len("2006-01-02T15:04:05.999999999Z")
+	ns, ok := int64(0), false
+	if len(line) > i && line[i] == ' ' {
+		ns, ok = parseTimeUTC(line[:i])
 	}
-	ns, err := ParseTime(line[:i])
-	if err != nil {
-		return r, err
+	if !ok {
+		i = bytes.IndexByte(line[:min(len(line), maxHeader)], ' ')
+		if i < 0 {
+			return r, errors.New("no time: a CRI record starts with an RFC 3339 time and a space")
+		}
+		var err error
+		if ns, err = ParseTime(line[:i]); err != nil {
+			return r, err
+		}
 	}
 	r.Time, r.Nanos = line[:i], ns
 	rest := line[i+1:]
