@@ -98,11 +98,29 @@ func Detect(line []byte) Format {
 
 // Parse parses line (without its newline) as a record of format f.
 func Parse(f Format, line []byte) (Record, error) {
-	switch f {
-	case CRI:
-		return ParseCRI(line)
-	case Docker:
-		return ParseDocker(line)
+	return (&Parser{Format: f}).Parse(line)
+}
+
+// A Parser parses the records of one file, one after the other, as Parse
+// does. It remembers the minute of the last time it read: a file's
+// records come many to a minute, and the time of the next is then read
+// from its seconds on.
+type Parser struct {
+	Format Format
+	last   minute
+}
+
+// Parse parses line (without its newline) as a record of p's format.
+func (p *Parser) Parse(line []byte) (Record, error) {
+	if p.Format == CRI {
+		return parseCRI(line, &p.last)
+	}
+	return p.parse(line)
+}
+
+func (p *Parser) parse(line []byte) (Record, error) {
+	if p.Format == Docker {
+		return parseDocker(line, &p.last)
 	}
 	return Record{}, errors.New("not a container log format")
 }

@@ -160,15 +160,20 @@ func TestParseTimeEveryDay(t *testing.T) {
 // fractional digits), on every field at its limits, and on times one byte
 // off the layout, which it must leave to parseTime.
 func TestParseTimeUTC(t *testing.T) {
+	// Each time is read without a minute kept, and with the minute of the
+	// time read before (so in the same minute as the last, or not).
+	var m minute
 	same := func(s string, wantFast bool) {
 		t.Helper()
-		fast, ok := parseTimeUTC([]byte(s))
 		slow, err := parseTime([]byte(s))
-		if ok != wantFast {
-			t.Errorf("parseTimeUTC(%q) ok = %v, want %v", s, ok, wantFast)
-		}
-		if ok && (err != nil || fast != slow) {
-			t.Errorf("parseTimeUTC(%q) = %d; parseTime says %d, %v", s, fast, slow, err)
+		for _, m := range []*minute{nil, &m} {
+			fast, ok := parseTimeUTC([]byte(s), m)
+			if ok != wantFast {
+				t.Errorf("parseTimeUTC(%q, %v) ok = %v, want %v", s, m != nil, ok, wantFast)
+			}
+			if ok && (err != nil || fast != slow) {
+				t.Errorf("parseTimeUTC(%q, %v) = %d; parseTime says %d, %v", s, m != nil, fast, slow, err)
+			}
 		}
 	}
 	for _, s := range []string{
@@ -182,7 +187,7 @@ func TestParseTimeUTC(t *testing.T) {
 		same(s, true)
 		if want, err := time.Parse(time.RFC3339Nano, s); err != nil {
 			t.Fatal(err)
-		} else if got, _ := parseTimeUTC([]byte(s)); got != want.UnixNano() {
+		} else if got, _ := parseTimeUTC([]byte(s), nil); got != want.UnixNano() {
 			t.Errorf("parseTimeUTC(%q) = %d, time.Parse says %d", s, got, want.UnixNano())
 		}
 	}
@@ -197,6 +202,17 @@ func TestParseTimeUTC(t *testing.T) {
 		"2016-10-06T00:17:09ZZ", "2016-10-06T00:17:0\xffZ", "\xff016-10-06T00:17:09Z",
 	} {
 		same(s, false)
+	}
+	// A minute kept, then times of it that are not right from the seconds
+	// on.
+	for _, s := range []string{"2016-10-06T00:17:60Z", "2016-10-06T00:17:6Z", "2016-10-06T00:17.09Z", "2016-10-06T00:17:0aZ",
+		"2016-10-06T00:17:/9Z", "2016-10-06T00:17:09.Z", "2016-10-06T00:17:09+00:00"} {
+		same("2016-10-06T00:17:00Z", true)
+		same(s, false)
+	}
+	for _, s := range []string{"2016-10-06T00:17:59.999999999Z", "2016-10-06T00:17:00Z", "2016-10-06T00:17:01.5Z"} {
+		same("2016-10-06T00:17:00Z", true)
+		same(s, true)
 	}
 	// Every day of the years read, and every fractional length.
 	end := time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -321,19 +337,29 @@ func FuzzParseTime(f *testing.F) {
 // it accepts, parseTime reads as the same instant, and every time parseTime
 // reads in UTC ('Z') it accepts too (else the runtimes' times would miss
 // the fast path unnoticed).
+//
+// Two times are read one after the other, each without a minute kept and
+// with the minute of the one before: the same.
 func FuzzParseTimeUTC(f *testing.F) {
-	f.Add([]byte("2016-10-06T00:17:09.669794202Z"))
-	f.Add([]byte("2016-10-06T00:17:09Z"))
-	f.Add([]byte("2024-02-29T23:59:59.9Z"))
-	f.Add([]byte("2016-10-06T00:17:09.12345678aZ"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		fast, ok := parseTimeUTC(b)
-		slow, err := parseTime(b)
-		if ok && (err != nil || fast != slow) {
-			t.Fatalf("parseTimeUTC(%q) = %d; parseTime says %d, %v", b, fast, slow, err)
-		}
-		if !ok && err == nil && b[len(b)-1] == 'Z' {
-			t.Fatalf("parseTimeUTC(%q) leaves a UTC time parseTime reads (%d) to it", b, slow)
+	f.Add([]byte("2016-10-06T00:17:09.669794202Z"), []byte("2016-10-06T00:17:10.669794202Z"))
+	f.Add([]byte("2016-10-06T00:17:09Z"), []byte("2016-10-06T00:17:6aZ"))
+	f.Add([]byte("2024-02-29T23:59:59.9Z"), []byte("2024-02-29T23:59:59.9+01:00"))
+	f.Add([]byte("2016-10-06T00:17:09.12345678aZ"), []byte("2016-10-06T00:17:09.123456789Z"))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		var m minute
+		for _, b := range [][]byte{a, b} {
+			slow, err := parseTime(b)
+			fast, ok := parseTimeUTC(b, nil)
+			kept, okKept := parseTimeUTC(b, &m)
+			if ok != okKept || fast != kept {
+				t.Fatalf("parseTimeUTC(%q) = %d, %v; with the minute of the time before, %d, %v", b, fast, ok, kept, okKept)
+			}
+			if ok && (err != nil || fast != slow) {
+				t.Fatalf("parseTimeUTC(%q) = %d; parseTime says %d, %v", b, fast, slow, err)
+			}
+			if !ok && err == nil && b[len(b)-1] == 'Z' {
+				t.Fatalf("parseTimeUTC(%q) leaves a UTC time parseTime reads (%d) to it", b, slow)
+			}
 		}
 	})
 }

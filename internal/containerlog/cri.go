@@ -24,6 +24,11 @@ const maxHeader = 128
 // they were (containerd has already taken "\n" or "\r\n" off the line's
 // end; a '\r' left is the container's). Text is a slice of line.
 func ParseCRI(line []byte) (Record, error) {
+	return parseCRI(line, nil)
+}
+
+// parseCRI is ParseCRI with the last minute read in m (nil: none).
+func parseCRI(line []byte, m *minute) (Record, error) {
 	var r Record
 	// Most times are UTC with nine fractional digits: 30 bytes, which
 	// parseTimeUTC accepts only without a space, so the space after them
@@ -31,7 +36,7 @@ func ParseCRI(line []byte) (Record, error) {
 	i := len("2006-01-02T15:04:05.999999999Z")
 	ns, ok := int64(0), false
 	if len(line) > i && line[i] == ' ' {
-		ns, ok = parseTimeUTC(line[:i])
+		ns, ok = parseTimeUTC(line[:i], m)
 	}
 	if !ok {
 		i = bytes.IndexByte(line[:min(len(line), maxHeader)], ' ')
@@ -39,7 +44,7 @@ func ParseCRI(line []byte) (Record, error) {
 			return r, errors.New("no time: a CRI record starts with an RFC 3339 time and a space")
 		}
 		var err error
-		if ns, err = ParseTime(line[:i]); err != nil {
+		if ns, err = parseTimeIn(line[:i], m); err != nil {
 			return r, err
 		}
 	}

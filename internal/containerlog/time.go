@@ -10,19 +10,36 @@ import (
 // an offset of hours and minutes) and returns it in Unix nanoseconds. It
 // takes a byte slice and does not allocate, as it runs for every record.
 func ParseTime(b []byte) (int64, error) {
-	if ns, ok := parseTimeUTC(b); ok {
+	return parseTimeIn(b, nil)
+}
+
+// parseTimeIn is ParseTime remembering the last UTC minute in m (nil: no
+// memory).
+func parseTimeIn(b []byte, m *minute) (int64, error) {
+	if ns, ok := parseTimeUTC(b, m); ok {
 		return ns, nil
 	}
 	return parseTime(b)
 }
 
+// minute is the minute of the last UTC time read: a file's records come
+// many to a minute, and a time in the same minute is read from its
+// seconds on.
+type minute struct {
+	text [2]uint64 // its "YYYY-MM-DDTHH:MM" as parseTimeUTC loads it
+	secs int64     // its Unix seconds
+	ok   bool
+}
+
 // parseTimeUTC reads the times dockerd and containerd on a UTC node
 // write, 2006-01-02T15:04:05.999999999Z with 0 to 9 fractional digits, its
-// fields at fixed offsets, reading eight bytes at a time. It reports false
-// for anything else (an offset, a field out of range, a year it does not
-// read), which parseTime then reads or explains; what it accepts,
-// parseTime reads the same (TestParseTimeUTC, FuzzParseTimeUTC).
-func parseTimeUTC(b []byte) (int64, bool) {
+// fields at fixed offsets, reading eight bytes at a time; with m, a time in
+// m's minute from its seconds on, and else it keeps the time's minute in
+// m. It reports false for anything else (an offset, a field out of range,
+// a year it does not read), which parseTime then reads or explains; what
+// it accepts, parseTime reads the same (TestParseTimeUTC,
+// FuzzParseTimeUTC).
+func parseTimeUTC(b []byte, m *minute) (int64, bool) {
 	if len(b) < 20 || len(b) > 30 || b[len(b)-1] != 'Z' {
 		return 0, false
 	}
@@ -31,29 +48,43 @@ func parseTimeUTC(b []byte) (int64, bool) {
 	// is not a separator must be a digit.
 	w0 := binary.LittleEndian.Uint64(b[0:8])
 	w1 := binary.LittleEndian.Uint64(b[8:16])
-	w2 := binary.LittleEndian.Uint64(b[11:19])
-	const (
-		sep0, sepVal0 = 0xff0000ff00000000, 0x2d00002d00000000 // '-' at 4 and 7
-		sep1, sepVal1 = 0x0000ff0000ff0000, 0x00003a0000540000 // 'T' at 2, ':' at 5
-		sep2, sepVal2 = 0x0000ff0000ff0000, 0x00003a00003a0000 // ':' at 2 and 5
-	)
-	if w0&sep0 != sepVal0 || w1&sep1 != sepVal1 || w2&sep2 != sepVal2 ||
-		!digits8(w0, ^uint64(sep0)) || !digits8(w1, ^uint64(sep1)) || !digits8(w2, ^uint64(sep2)) {
-		return 0, false
-	}
-	// The digits' values: a digit XOR '0' is its value, with no borrow
-	// from a neighbour as subtracting would make.
-	d0, d1, d2 := w0^0x3030303030303030, w1^0x3030303030303030, w2^0x3030303030303030
-	digit := func(w uint64, i int) int { return int(w >> (8 * i) & 0xff) }
-	year := digit(d0, 0)*1000 + digit(d0, 1)*100 + digit(d0, 2)*10 + digit(d0, 3)
-	month := digit(d0, 5)*10 + digit(d0, 6)
-	day := digit(d1, 0)*10 + digit(d1, 1)
-	hour := digit(d2, 0)*10 + digit(d2, 1)
-	minute := digit(d2, 3)*10 + digit(d2, 4)
-	sec := digit(d2, 6)*10 + digit(d2, 7)
-	if year < 1678 || year > 2261 || month < 1 || month > 12 || day < 1 || (day > 28 && day > daysIn(month, year)) ||
-		hour > 23 || minute > 59 || sec > 59 {
-		return 0, false
+	var secs int64
+	if m != nil && m.ok && m.text == [2]uint64{w0, w1} {
+		s1, s2 := b[17]-'0', b[18]-'0'
+		if b[16] != ':' || s1 > 5 || s2 > 9 {
+			return 0, false
+		}
+		secs = m.secs + int64(s1)*10 + int64(s2)
+	} else {
+		w2 := binary.LittleEndian.Uint64(b[11:19])
+		const (
+			sep0, sepVal0 = 0xff0000ff00000000, 0x2d00002d00000000 // '-' at 4 and 7
+			sep1, sepVal1 = 0x0000ff0000ff0000, 0x00003a0000540000 // 'T' at 2, ':' at 5
+			sep2, sepVal2 = 0x0000ff0000ff0000, 0x00003a00003a0000 // ':' at 2 and 5
+		)
+		if w0&sep0 != sepVal0 || w1&sep1 != sepVal1 || w2&sep2 != sepVal2 ||
+			!digits8(w0, ^uint64(sep0)) || !digits8(w1, ^uint64(sep1)) || !digits8(w2, ^uint64(sep2)) {
+			return 0, false
+		}
+		// The digits' values: a digit XOR '0' is its value, with no
+		// borrow from a neighbour as subtracting would make.
+		d0, d1, d2 := w0^0x3030303030303030, w1^0x3030303030303030, w2^0x3030303030303030
+		digit := func(w uint64, i int) int { return int(w >> (8 * i) & 0xff) }
+		year := digit(d0, 0)*1000 + digit(d0, 1)*100 + digit(d0, 2)*10 + digit(d0, 3)
+		month := digit(d0, 5)*10 + digit(d0, 6)
+		day := digit(d1, 0)*10 + digit(d1, 1)
+		hour := digit(d2, 0)*10 + digit(d2, 1)
+		mins := digit(d2, 3)*10 + digit(d2, 4)
+		sec := digit(d2, 6)*10 + digit(d2, 7)
+		if year < 1678 || year > 2261 || month < 1 || month > 12 || day < 1 || (day > 28 && day > daysIn(month, year)) ||
+			hour > 23 || mins > 59 || sec > 59 {
+			return 0, false
+		}
+		secs = unixDays(year, month, day)*86400 + int64(hour*3600+mins*60)
+		if m != nil {
+			*m = minute{text: [2]uint64{w0, w1}, secs: secs, ok: true}
+		}
+		secs += int64(sec)
 	}
 	nanos := 0
 	switch frac := b[19 : len(b)-1]; {
@@ -62,7 +93,7 @@ func parseTimeUTC(b []byte) (int64, bool) {
 		return 0, false
 	case len(frac) == 10:
 		// Nine digits, as RFC3339Nano writes most times: eight read at
-		// once (the classic pairwise sum), then the ninth.
+		// once, then the ninth.
 		w := binary.LittleEndian.Uint64(frac[1:9])
 		c := frac[9] - '0'
 		if !digits8(w, ^uint64(0)) || c > 9 {
@@ -84,7 +115,6 @@ func parseTimeUTC(b []byte) (int64, bool) {
 		}
 		nanos *= pow10[10-len(frac)]
 	}
-	secs := unixDays(year, month, day)*86400 + int64(hour*3600+minute*60+sec)
 	return secs*1e9 + int64(nanos), true
 }
 

@@ -98,15 +98,6 @@ type recCutter struct {
 	slack  int // recordSlack (tests make it small)
 }
 
-// parse parses one record (CRI, most of them, without the switch of
-// containerlog.Parse).
-func (c recCutter) parse(raw []byte) (containerlog.Record, error) {
-	if c.format == containerlog.CRI {
-		return containerlog.ParseCRI(raw)
-	}
-	return containerlog.Parse(c.format, raw)
-}
-
 // recordLimit is the longest record read as one, and how far past the last
 // clean point lines in progress may reach before they are sent so far.
 func (c recCutter) recordLimit() int { return c.limit + c.slack }
@@ -229,6 +220,7 @@ func (c recCutter) cutAppend(out []recLine, data []byte, st recState, atEnd bool
 			raw = raw[n:]
 		}
 	}
+	parser := containerlog.Parser{Format: c.format}
 	pos := 0
 	for pos < len(data) && !full {
 		rest := data[pos:]
@@ -246,10 +238,15 @@ func (c recCutter) cutAppend(out []recLine, data []byte, st recState, atEnd bool
 		} else {
 			break // the record is not complete yet
 		}
+		var r containerlog.Record
+		var err error
+		if !over {
+			r, err = parser.Parse(raw)
+		}
 		if over {
 			force()
 			bad(raw, pos, "a record longer than maxLineLength and "+sizeText(c.slack)+" (sent raw, in pieces)")
-		} else if r, err := c.parse(raw); err != nil {
+		} else if err != nil {
 			bad(bytes.TrimSuffix(raw, []byte("\r")), pos, "not a "+c.format.String()+" record: "+err.Error())
 		} else if s := r.Stream; !r.Partial && !pend[s].has && pieces[s] == 0 && len(r.Text) <= c.limit {
 			// A whole line in one record, nothing of its stream pending
