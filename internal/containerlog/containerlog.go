@@ -98,7 +98,9 @@ func Detect(line []byte) Format {
 
 // Parse parses line (without its newline) as a record of format f.
 func Parse(f Format, line []byte) (Record, error) {
-	return (&Parser{Format: f}).Parse(line)
+	var r Record
+	err := (&Parser{Format: f}).Parse(line, &r)
+	return r, err
 }
 
 // A Parser parses the records of one file, one after the other, as Parse
@@ -110,17 +112,17 @@ type Parser struct {
 	last   minute
 }
 
-// Parse parses line (without its newline) as a record of p's format.
-func (p *Parser) Parse(line []byte) (Record, error) {
-	if p.Format == CRI {
-		return parseCRI(line, &p.last)
+// Parse parses line (without its newline) as a record of p's format into
+// r (a record is a dozen words: filled in place rather than copied out).
+func (p *Parser) Parse(line []byte, r *Record) error {
+	switch p.Format {
+	case CRI:
+		return parseCRI(line, &p.last, r)
+	case Docker:
+		var err error
+		*r, err = parseDocker(line, &p.last)
+		return err
 	}
-	return p.parse(line)
-}
-
-func (p *Parser) parse(line []byte) (Record, error) {
-	if p.Format == Docker {
-		return parseDocker(line, &p.last)
-	}
-	return Record{}, errors.New("not a container log format")
+	*r = Record{}
+	return errors.New("not a container log format")
 }

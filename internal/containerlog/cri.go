@@ -24,12 +24,14 @@ const maxHeader = 128
 // they were (containerd has already taken "\n" or "\r\n" off the line's
 // end; a '\r' left is the container's). Text is a slice of line.
 func ParseCRI(line []byte) (Record, error) {
-	return parseCRI(line, nil)
+	var r Record
+	err := parseCRI(line, nil, &r)
+	return r, err
 }
 
-// parseCRI is ParseCRI with the last minute read in m (nil: none).
-func parseCRI(line []byte, m *minute) (Record, error) {
-	var r Record
+// parseCRI is ParseCRI into r (a record as large as this is copied at a
+// cost when returned), with the last minute read in m (nil: none).
+func parseCRI(line []byte, m *minute, r *Record) error {
 	// Most times are UTC with nine fractional digits: 30 bytes, which
 	// parseTimeUTC accepts only without a space, so the space after them
 	// is the first.
@@ -41,11 +43,11 @@ func parseCRI(line []byte, m *minute) (Record, error) {
 	if !ok {
 		i = bytes.IndexByte(line[:min(len(line), maxHeader)], ' ')
 		if i < 0 {
-			return r, errors.New("no time: a CRI record starts with an RFC 3339 time and a space")
+			return errors.New("no time: a CRI record starts with an RFC 3339 time and a space")
 		}
 		var err error
 		if ns, err = parseTimeIn(line[:i], m); err != nil {
-			return r, err
+			return err
 		}
 	}
 	r.Time, r.Nanos = line[:i], ns
@@ -54,16 +56,16 @@ func parseCRI(line []byte, m *minute) (Record, error) {
 	if len(rest) >= 9 && rest[6] == ' ' && rest[8] == ' ' && (rest[7] == 'F' || rest[7] == 'P') {
 		if s, ok := parseStream(rest[:6]); ok {
 			r.Stream, r.Partial, r.Text = s, rest[7] == 'P', rest[9:]
-			return r, nil
+			return nil
 		}
 	}
 	j := bytes.IndexByte(rest[:min(len(rest), maxHeader)], ' ')
 	if j < 0 {
-		return r, errors.New("no stream after the time")
+		return errors.New("no stream after the time")
 	}
 	s, ok := parseStream(rest[:j])
 	if !ok {
-		return r, fmt.Errorf("stream %q is neither stdout nor stderr", trim(rest[:j]))
+		return fmt.Errorf("stream %q is neither stdout nor stderr", trim(rest[:j]))
 	}
 	r.Stream = s
 	rest = rest[j+1:]
@@ -74,15 +76,15 @@ func parseCRI(line []byte, m *minute) (Record, error) {
 	} else if len(rest) <= maxHeader {
 		rest = nil // "time stream F" with no text and no space: an empty line
 	} else {
-		return r, errors.New("no tag (P or F) after the stream")
+		return errors.New("no tag (P or F) after the stream")
 	}
 	if t, _, _ := bytes.Cut(tags, []byte(":")); len(t) == 1 && t[0] == 'P' {
 		r.Partial = true
 	} else if len(t) != 1 || t[0] != 'F' {
-		return r, fmt.Errorf("tag %q is neither P nor F", trim(tags))
+		return fmt.Errorf("tag %q is neither P nor F", trim(tags))
 	}
 	r.Text = rest
-	return r, nil
+	return nil
 }
 
 // trim shortens b for an error message.

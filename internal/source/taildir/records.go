@@ -241,7 +241,7 @@ func (c recCutter) cutAppend(out []recLine, data []byte, st recState, atEnd bool
 		var r containerlog.Record
 		var err error
 		if !over {
-			r, err = parser.Parse(raw)
+			err = parser.Parse(raw, &r)
 		}
 		if over {
 			force()
