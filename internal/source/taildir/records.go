@@ -250,8 +250,18 @@ func (c recCutter) cutAppend(out []recLine, data []byte, st recState, atEnd bool
 			bad(bytes.TrimSuffix(raw, []byte("\r")), pos, "not a "+c.format.String()+" record: "+err.Error())
 		} else if s := r.Stream; !r.Partial && !pend[s].has && pieces[s] == 0 && len(r.Text) <= c.limit {
 			// A whole line in one record, nothing of its stream pending
-			// (nine lines in ten): the line is the record's text.
-			emit(&recLine{body: r.Text, stream: s, time: r.Time, nanos: r.Nanos, off: pos})
+			// (nine lines in ten): the line is the record's text, emitted
+			// as emit does, made in place.
+			switch {
+			case gen < st.sent:
+				gen++
+			case len(out) == maxEvents:
+				full = true
+			default:
+				gen++
+				out = append(out, recLine{body: r.Text, stream: s, time: r.Time, nanos: r.Nanos, off: pos,
+					mark: recMark{off: clean, st: recState{pieces: cleanPieces, sent: gen - cleanGen, flush: st.flush}}})
+			}
 		} else {
 			p := &pend[s]
 			if len(p.text) > 0 && len(p.text)+len(r.Text) > c.limit {
