@@ -156,7 +156,7 @@ func (t *tailer) readRecords(ctx context.Context, tf *tailFile, size int64) bool
 			}
 			mk := b[len(b)-1].mark
 			t.commitRecords(tf, data, pl, &base, mk.off, mk.st, len(b))
-			t.countRecords(tf, b, pl, xStart, yStart)
+			t.countRecords(tf, b, t.built, pl, xStart, yStart)
 			batches++
 			i += len(b)
 			if batches >= t.s.maxBatchCount && (i < len(out) || !atEnd) {
@@ -400,6 +400,7 @@ func (t *tailer) buildRecords(tf *tailFile, hs recHeaderSet, lines []recLine, da
 	var sb strings.Builder
 	sb.Grow(14 * len(lines))
 	var ms millisText
+	var built recCounts
 	t.events = t.events[:0]
 	for i := range lines {
 		l := &lines[i]
@@ -411,6 +412,12 @@ func (t *tailer) buildRecords(tf *tailFile, hs recHeaderSet, lines []recLine, da
 			n += 2
 		}
 		h := append(t.arena.Make(n), common...)
+		switch {
+		case l.bad != "" || l.piece > 0:
+			built.odd = true
+		case l.joined:
+			built.joined++
+		}
 		if t.s.byteOffsetHeader {
 			off := yStart + int64(l.off-pl)
 			if l.off < pl {
@@ -443,7 +450,16 @@ func (t *tailer) buildRecords(tf *tailFile, hs recHeaderSet, lines []recLine, da
 		}
 		t.events = append(t.events, event.Event{Body: l.body[:len(l.body):len(l.body)], Headers: h, ReceivedAt: now})
 	}
+	t.built = built
 	return t.events
+}
+
+// recCounts is what countRecords needs of a batch, counted while it was
+// built (the lines are in the cache then): how many lines were joined, and
+// whether any was a piece or not a record.
+type recCounts struct {
+	joined int64
+	odd    bool
 }
 
 // within returns where b lies in data, when b is a part of it.
@@ -501,7 +517,13 @@ func addHeader(h event.Headers, clash bool, k, v string) event.Headers {
 
 // countRecords counts and logs (throttled) the lines of a committed batch
 // that were split into pieces, joined from several records, or not records.
-func (t *tailer) countRecords(tf *tailFile, lines []recLine, pl int, xStart, yStart int64) {
+// c is what buildRecords saw of the batch: most batches hold no piece and
+// no bad record, and need no look at each line.
+func (t *tailer) countRecords(tf *tailFile, lines []recLine, c recCounts, pl int, xStart, yStart int64) {
+	t.s.joinedLines.Add(c.joined)
+	if !c.odd {
+		return
+	}
 	for _, l := range lines {
 		switch {
 		case l.bad != "":
@@ -519,8 +541,6 @@ func (t *tailer) countRecords(tf *tailFile, lines []recLine, pl int, xStart, ySt
 			t.s.splitLines.Add(1)
 			t.throttle.Log(t.log, slog.LevelWarn, "split", "taildir source sends a line longer than maxLineLength in pieces",
 				"file", tf.path, "maxLineLength", t.s.maxLineLength, "headers", pieceHeader+", "+lastPieceHeader)
-		case l.joined:
-			t.s.joinedLines.Add(1)
 		}
 	}
 }
