@@ -2,6 +2,7 @@ package containerlog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -52,10 +53,21 @@ func parseCRI(line []byte, m *minute, r *Record) error {
 	}
 	r.Time, r.Nanos = line[:i], ns
 	rest := line[i+1:]
-	// The records the runtimes write, "stdout F text": read at once.
-	if len(rest) >= 9 && rest[6] == ' ' && rest[8] == ' ' && (rest[7] == 'F' || rest[7] == 'P') {
-		if s, ok := parseStream(rest[:6]); ok {
-			r.Stream, r.Partial, r.Text = s, rest[7] == 'P', rest[9:]
+	// The records the runtimes write, "stdout F text": their first eight
+	// bytes read as one word.
+	if len(rest) >= 9 && rest[8] == ' ' {
+		switch binary.LittleEndian.Uint64(rest) {
+		case stdoutF:
+			r.Stream, r.Partial, r.Text = Stdout, false, rest[9:]
+			return nil
+		case stdoutP:
+			r.Stream, r.Partial, r.Text = Stdout, true, rest[9:]
+			return nil
+		case stderrF:
+			r.Stream, r.Partial, r.Text = Stderr, false, rest[9:]
+			return nil
+		case stderrP:
+			r.Stream, r.Partial, r.Text = Stderr, true, rest[9:]
 			return nil
 		}
 	}
@@ -86,6 +98,15 @@ func parseCRI(line []byte, m *minute, r *Record) error {
 	r.Text = rest
 	return nil
 }
+
+// The stream and tag of the records the runtimes write, as ParseCRI loads
+// them.
+var (
+	stdoutF = binary.LittleEndian.Uint64([]byte("stdout F"))
+	stdoutP = binary.LittleEndian.Uint64([]byte("stdout P"))
+	stderrF = binary.LittleEndian.Uint64([]byte("stderr F"))
+	stderrP = binary.LittleEndian.Uint64([]byte("stderr P"))
+)
 
 // trim shortens b for an error message.
 func trim(b []byte) []byte {

@@ -427,21 +427,27 @@ func (t *tailer) buildRecords(tf *tailFile, hs recHeaderSet, lines []recLine, da
 		}
 		if l.bad != "" {
 			h = addHeader(h, clash, formatErrorHeader, l.bad)
-		} else {
+		} else if l.time == nil {
 			h = addHeader(h, clash, streamHeader, l.stream.String())
-			if l.time != nil {
-				var tm string
-				if at, ok := within(data, l.time); ok {
-					tm = text[at : at+len(l.time)]
-				} else {
-					at := sb.Len()
-					sb.Write(l.time)
-					tm = sb.String()[at:]
-				}
+		} else {
+			var tm string
+			if at, ok := within(data, l.time); ok {
+				tm = text[at : at+len(l.time)]
+			} else {
 				at := sb.Len()
-				sb.Write(ms.format(l.nanos / 1e6))
-				h = addHeader(h, clash, timeHeader, tm)
-				h = addHeader(h, clash, timestampHeader, sb.String()[at:])
+				sb.Write(l.time)
+				tm = sb.String()[at:]
+			}
+			at := sb.Len()
+			sb.Write(ms.format(l.nanos / 1e6))
+			stamp := sb.String()[at:]
+			if clash {
+				h.Set(streamHeader, l.stream.String())
+				h.Set(timeHeader, tm)
+				h.Set(timestampHeader, stamp)
+			} else {
+				h = append(h, event.Header{Key: streamHeader, Value: l.stream.String()}, event.Header{Key: timeHeader, Value: tm},
+					event.Header{Key: timestampHeader, Value: stamp})
 			}
 		}
 		if l.piece > 0 {
