@@ -364,6 +364,38 @@ func FuzzParseTimeUTC(f *testing.F) {
 	})
 }
 
+// FuzzParser checks a Parser, which keeps the minute of the last time,
+// against ParseCRI and ParseDocker, which keep nothing: the records of a
+// file read one after the other come out the same.
+func FuzzParser(f *testing.F) {
+	f.Add([]byte("2016-10-06T00:17:09.669794202Z stdout F a"), []byte("2016-10-06T00:17:10.000000001Z stderr P b"), false)
+	f.Add([]byte("2016-10-06T00:17:09.669794202Z stdout F a"), []byte("2016-10-06T00:17:60.669794202Z stdout F a"), false)
+	f.Add([]byte("2016-10-06T00:17:09.669794202Z stdout F a"), []byte("2016-10-06T00:17:09.66979420aZ stdout F a"), false)
+	f.Add([]byte("2016-10-06T00:17:09.669794202Z stdout F a"), []byte("2016-10-06T00:17:09.669794202Z stdout F:x a"), false)
+	f.Add([]byte("2016-10-06T00:17:09.669794202Z stdout F a"), []byte("2016-10-06T00:17:09.669794202Z stdout F "), false)
+	f.Add([]byte(`{"log":"a\n","stream":"stdout","time":"2019-01-01T11:11:11.111111111Z"}`),
+		[]byte(`{"log":"b","stream":"stderr","time":"2019-01-01T11:11:12.5Z"}`), true)
+	f.Fuzz(func(t *testing.T, a, b []byte, docker bool) {
+		p := Parser{Format: CRI}
+		parse := ParseCRI
+		if docker {
+			p.Format, parse = Docker, ParseDocker
+		}
+		for _, line := range [][]byte{a, b} {
+			var got Record
+			err := p.Parse(line, &got)
+			want, wantErr := parse(line)
+			if (err != nil) != (wantErr != nil) {
+				t.Fatalf("Parser.Parse(%q): %v; alone: %v", line, err, wantErr)
+			}
+			if err == nil && (!bytes.Equal(got.Time, want.Time) || got.Nanos != want.Nanos || got.Stream != want.Stream ||
+				got.Partial != want.Partial || !bytes.Equal(got.Text, want.Text)) {
+				t.Fatalf("Parser.Parse(%q) = %+v; alone: %+v", line, got, want)
+			}
+		}
+	})
+}
+
 func BenchmarkParseTime(b *testing.B) {
 	for _, s := range []string{"2016-10-06T00:17:09.669794202Z", "2016-10-06T00:17:09.66979Z", "2016-10-06T00:17:09.669794202+02:00"} {
 		tm := []byte(s)
