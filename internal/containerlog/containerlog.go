@@ -98,11 +98,31 @@ func Detect(line []byte) Format {
 
 // Parse parses line (without its newline) as a record of format f.
 func Parse(f Format, line []byte) (Record, error) {
-	switch f {
+	var r Record
+	err := (&Parser{Format: f}).Parse(line, &r)
+	return r, err
+}
+
+// A Parser parses the records of one file, one after the other, as Parse
+// does. It remembers the minute of the last time it read: a file's
+// records come many to a minute, and the time of the next is then read
+// from its seconds on.
+type Parser struct {
+	Format Format
+	last   minute
+}
+
+// Parse parses line (without its newline) as a record of p's format into
+// r (a record is a dozen words: filled in place rather than copied out).
+func (p *Parser) Parse(line []byte, r *Record) error {
+	switch p.Format {
 	case CRI:
-		return ParseCRI(line)
+		return parseCRI(line, &p.last, r)
 	case Docker:
-		return ParseDocker(line)
+		var err error
+		*r, err = parseDocker(line, &p.last)
+		return err
 	}
-	return Record{}, errors.New("not a container log format")
+	*r = Record{}
+	return errors.New("not a container log format")
 }

@@ -3,6 +3,7 @@ package containerlog
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,6 +155,74 @@ func TestParseTimeEveryDay(t *testing.T) {
 	}
 }
 
+// TestParseTimeUTC checks the fixed-layout reader of UTC times against
+// parseTime, the general one: on the times the runtimes write (0 to 9
+// fractional digits), on every field at its limits, and on times one byte
+// off the layout, which it must leave to parseTime.
+func TestParseTimeUTC(t *testing.T) {
+	// Each time is read without a minute kept, and with the minute of the
+	// time read before (so in the same minute as the last, or not).
+	var m minute
+	same := func(s string, wantFast bool) {
+		t.Helper()
+		slow, err := parseTime([]byte(s))
+		for _, m := range []*minute{nil, &m} {
+			fast, ok := parseTimeUTC([]byte(s), m)
+			if ok != wantFast {
+				t.Errorf("parseTimeUTC(%q, %v) ok = %v, want %v", s, m != nil, ok, wantFast)
+			}
+			if ok && (err != nil || fast != slow) {
+				t.Errorf("parseTimeUTC(%q, %v) = %d; parseTime says %d, %v", s, m != nil, fast, slow, err)
+			}
+		}
+	}
+	for _, s := range []string{
+		"2016-10-06T00:17:09.669794202Z", "2016-10-06T00:17:09Z", "2016-10-06T00:17:09.1Z", "2016-10-06T00:17:09.12Z",
+		"2016-10-06T00:17:09.123Z", "2016-10-06T00:17:09.1234Z", "2016-10-06T00:17:09.12345Z", "2016-10-06T00:17:09.123456Z",
+		"2016-10-06T00:17:09.1234567Z", "2016-10-06T00:17:09.12345678Z", "2016-10-06T00:17:09.000000000Z",
+		"2016-10-06T00:17:09.999999999Z", "2016-10-06T00:17:09.900000000Z", "2016-10-06T00:17:09.000000009Z",
+		"1678-01-01T00:00:00Z", "2261-12-31T23:59:59.999999999Z", "1970-01-01T00:00:00Z", "1969-12-31T23:59:59.5Z",
+		"2024-02-29T12:00:00Z", "2000-02-29T12:00:00Z", "2024-12-31T00:00:00Z", "2024-04-30T00:00:00Z",
+	} {
+		same(s, true)
+		if want, err := time.Parse(time.RFC3339Nano, s); err != nil {
+			t.Fatal(err)
+		} else if got, _ := parseTimeUTC([]byte(s), nil); got != want.UnixNano() {
+			t.Errorf("parseTimeUTC(%q) = %d, time.Parse says %d", s, got, want.UnixNano())
+		}
+	}
+	for _, s := range []string{
+		"", "2016-10-06T00:17:09", "2016-10-06T00:17:09.Z", "2016-10-06T00:17:09.1234567890Z", "2016-10-06T00:17:09+00:00",
+		"2016-10-06T00:17:09.5+02:00", "2023-02-29T00:00:00Z", "1900-02-29T00:00:00Z", "2024-04-31T00:00:00Z",
+		"2024-00-01T00:00:00Z", "2024-13-01T00:00:00Z", "2024-01-00T00:00:00Z", "2024-01-32T00:00:00Z",
+		"2016-10-06T24:00:00Z", "2016-10-06T00:60:00Z", "2016-10-06T00:00:60Z", "1677-12-31T23:59:59Z", "2262-01-01T00:00:00Z",
+		"2016-10-06t00:17:09Z", "2016-10-06 00:17:09Z", "2016/10/06T00:17:09Z", "2016-10-06T00.17:09Z", "2016-10-06T00:17.09Z",
+		"2016-10-06T00:17:09,5Z", "2016-10-06T00:17:09.12a4Z", "2016-10-06T00:17:09.12345678aZ", "2016-10-06T00:17:09.1234a678Z",
+		"2016-10-06T00:17:09.:23456789Z", "2016-10-06T00:17:09./23456789Z", "2016-1o-06T00:17:09Z", "2O16-10-06T00:17:09Z",
+		"2016-10-06T00:17:09ZZ", "2016-10-06T00:17:0\xffZ", "\xff016-10-06T00:17:09Z",
+	} {
+		same(s, false)
+	}
+	// A minute kept, then times of it that are not right from the seconds
+	// on.
+	for _, s := range []string{"2016-10-06T00:17:60Z", "2016-10-06T00:17:6Z", "2016-10-06T00:17.09Z", "2016-10-06T00:17:0aZ",
+		"2016-10-06T00:17:/9Z", "2016-10-06T00:17:09.Z", "2016-10-06T00:17:09+00:00"} {
+		same("2016-10-06T00:17:00Z", true)
+		same(s, false)
+	}
+	for _, s := range []string{"2016-10-06T00:17:59.999999999Z", "2016-10-06T00:17:00Z", "2016-10-06T00:17:01.5Z"} {
+		same("2016-10-06T00:17:00Z", true)
+		same(s, true)
+	}
+	// Every day of the years read, and every fractional length.
+	end := time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
+	for d, i := time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC), 0; d.Before(end); d, i = d.AddDate(0, 0, 1), i+1 {
+		at := d.Add(time.Duration(i*7919%86400) * time.Second).Add(time.Duration(i) * 104729 % time.Second / time.Duration(pow10[i%10]) * time.Duration(pow10[i%10]))
+		same(at.Format(time.RFC3339Nano), true)
+		same(at.Format("2006-01-02T15:04:05.000000000Z"), true)
+	}
+}
+
 func TestParseTimeDoesNotAllocate(t *testing.T) {
 	b := []byte("2016-10-06T00:17:09.669794202+02:00")
 	if n := testing.AllocsPerRun(100, func() { _, _ = ParseTime(b) }); n != 0 {
@@ -262,6 +331,82 @@ func FuzzParseTime(f *testing.F) {
 			t.Fatalf("ParseTime(%q) = %d; time.Parse says %d, %v", b, ns, want.UnixNano(), err)
 		}
 	})
+}
+
+// FuzzParseTimeUTC checks the fixed-layout reader against parseTime: what
+// it accepts, parseTime reads as the same instant, and every time parseTime
+// reads in UTC ('Z') it accepts too (else the runtimes' times would miss
+// the fast path unnoticed).
+//
+// Two times are read one after the other, each without a minute kept and
+// with the minute of the one before: the same.
+func FuzzParseTimeUTC(f *testing.F) {
+	f.Add([]byte("2016-10-06T00:17:09.669794202Z"), []byte("2016-10-06T00:17:10.669794202Z"))
+	f.Add([]byte("2016-10-06T00:17:09Z"), []byte("2016-10-06T00:17:6aZ"))
+	f.Add([]byte("2024-02-29T23:59:59.9Z"), []byte("2024-02-29T23:59:59.9+01:00"))
+	f.Add([]byte("2016-10-06T00:17:09.12345678aZ"), []byte("2016-10-06T00:17:09.123456789Z"))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		var m minute
+		for _, b := range [][]byte{a, b} {
+			slow, err := parseTime(b)
+			fast, ok := parseTimeUTC(b, nil)
+			kept, okKept := parseTimeUTC(b, &m)
+			if ok != okKept || fast != kept {
+				t.Fatalf("parseTimeUTC(%q) = %d, %v; with the minute of the time before, %d, %v", b, fast, ok, kept, okKept)
+			}
+			if ok && (err != nil || fast != slow) {
+				t.Fatalf("parseTimeUTC(%q) = %d; parseTime says %d, %v", b, fast, slow, err)
+			}
+			if !ok && err == nil && b[len(b)-1] == 'Z' {
+				t.Fatalf("parseTimeUTC(%q) leaves a UTC time parseTime reads (%d) to it", b, slow)
+			}
+		}
+	})
+}
+
+// FuzzParser checks a Parser, which keeps the minute of the last time,
+// against ParseCRI and ParseDocker, which keep nothing: the records of a
+// file read one after the other come out the same.
+func FuzzParser(f *testing.F) {
+	f.Add([]byte("2016-10-06T00:17:09.669794202Z stdout F a"), []byte("2016-10-06T00:17:10.000000001Z stderr P b"), false)
+	f.Add([]byte("2016-10-06T00:17:09.669794202Z stdout F a"), []byte("2016-10-06T00:17:60.669794202Z stdout F a"), false)
+	f.Add([]byte("2016-10-06T00:17:09.669794202Z stdout F a"), []byte("2016-10-06T00:17:09.66979420aZ stdout F a"), false)
+	f.Add([]byte("2016-10-06T00:17:09.669794202Z stdout F a"), []byte("2016-10-06T00:17:09.669794202Z stdout F:x a"), false)
+	f.Add([]byte("2016-10-06T00:17:09.669794202Z stdout F a"), []byte("2016-10-06T00:17:09.669794202Z stdout F "), false)
+	f.Add([]byte(`{"log":"a\n","stream":"stdout","time":"2019-01-01T11:11:11.111111111Z"}`),
+		[]byte(`{"log":"b","stream":"stderr","time":"2019-01-01T11:11:12.5Z"}`), true)
+	f.Fuzz(func(t *testing.T, a, b []byte, docker bool) {
+		p := Parser{Format: CRI}
+		parse := ParseCRI
+		if docker {
+			p.Format, parse = Docker, ParseDocker
+		}
+		for _, line := range [][]byte{a, b} {
+			var got Record
+			err := p.Parse(line, &got)
+			want, wantErr := parse(line)
+			if (err != nil) != (wantErr != nil) {
+				t.Fatalf("Parser.Parse(%q): %v; alone: %v", line, err, wantErr)
+			}
+			if err == nil && (!bytes.Equal(got.Time, want.Time) || got.Nanos != want.Nanos || got.Stream != want.Stream ||
+				got.Partial != want.Partial || !bytes.Equal(got.Text, want.Text)) {
+				t.Fatalf("Parser.Parse(%q) = %+v; alone: %+v", line, got, want)
+			}
+		}
+	})
+}
+
+func BenchmarkParseTime(b *testing.B) {
+	for _, s := range []string{"2016-10-06T00:17:09.669794202Z", "2016-10-06T00:17:09.66979Z", "2016-10-06T00:17:09.669794202+02:00"} {
+		tm := []byte(s)
+		b.Run(strconv.Itoa(len(s)), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := ParseTime(tm); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 func BenchmarkParseCRI(b *testing.B) {

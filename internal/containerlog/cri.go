@@ -2,6 +2,7 @@ package containerlog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -25,31 +26,58 @@ const maxHeader = 128
 // end; a '\r' left is the container's). Text is a slice of line.
 func ParseCRI(line []byte) (Record, error) {
 	var r Record
-	head := line[:min(len(line), maxHeader)]
-	i := bytes.IndexByte(head, ' ')
-	if i < 0 {
-		return r, errors.New("no time: a CRI record starts with an RFC 3339 time and a space")
+	err := parseCRI(line, nil, &r)
+	return r, err
+}
+
+// parseCRI is ParseCRI into r (a record as large as this is copied at a
+// cost when returned), with the last minute read in m (nil: none).
+func parseCRI(line []byte, m *minute, r *Record) error {
+	// Most times are UTC with nine fractional digits: 30 bytes, which
+	// parseTimeUTC accepts only without a space, so the space after them
+	// is the first.
+	i := len("2006-01-02T15:04:05.999999999Z")
+	ns, ok := int64(0), false
+	if len(line) > i && line[i] == ' ' {
+		ns, ok = parseTimeUTC(line[:i], m)
 	}
-	ns, err := ParseTime(line[:i])
-	if err != nil {
-		return r, err
+	if !ok {
+		i = bytes.IndexByte(line[:min(len(line), maxHeader)], ' ')
+		if i < 0 {
+			return errors.New("no time: a CRI record starts with an RFC 3339 time and a space")
+		}
+		var err error
+		if ns, err = parseTimeIn(line[:i], m); err != nil {
+			return err
+		}
 	}
 	r.Time, r.Nanos = line[:i], ns
 	rest := line[i+1:]
-	// The records the runtimes write, "stdout F text": read at once.
-	if len(rest) >= 9 && rest[6] == ' ' && rest[8] == ' ' && (rest[7] == 'F' || rest[7] == 'P') {
-		if s, ok := parseStream(rest[:6]); ok {
-			r.Stream, r.Partial, r.Text = s, rest[7] == 'P', rest[9:]
-			return r, nil
+	// The records the runtimes write, "stdout F text": their first eight
+	// bytes read as one word.
+	if len(rest) >= 9 && rest[8] == ' ' {
+		switch binary.LittleEndian.Uint64(rest) {
+		case stdoutF:
+			r.Stream, r.Partial, r.Text = Stdout, false, rest[9:]
+			return nil
+		case stdoutP:
+			r.Stream, r.Partial, r.Text = Stdout, true, rest[9:]
+			return nil
+		case stderrF:
+			r.Stream, r.Partial, r.Text = Stderr, false, rest[9:]
+			return nil
+		case stderrP:
+			r.Stream, r.Partial, r.Text = Stderr, true, rest[9:]
+			return nil
 		}
 	}
 	j := bytes.IndexByte(rest[:min(len(rest), maxHeader)], ' ')
 	if j < 0 {
-		return r, errors.New("no stream after the time")
+		return errors.New("no stream after the time")
 	}
 	s, ok := parseStream(rest[:j])
 	if !ok {
-		return r, fmt.Errorf("stream %q is neither stdout nor stderr", trim(rest[:j]))
+		return fmt.Errorf("stream %q is neither stdout nor stderr", trim(rest[:j]))
 	}
 	r.Stream = s
 	rest = rest[j+1:]
@@ -60,16 +88,25 @@ func ParseCRI(line []byte) (Record, error) {
 	} else if len(rest) <= maxHeader {
 		rest = nil // "time stream F" with no text and no space: an empty line
 	} else {
-		return r, errors.New("no tag (P or F) after the stream")
+		return errors.New("no tag (P or F) after the stream")
 	}
 	if t, _, _ := bytes.Cut(tags, []byte(":")); len(t) == 1 && t[0] == 'P' {
 		r.Partial = true
 	} else if len(t) != 1 || t[0] != 'F' {
-		return r, fmt.Errorf("tag %q is neither P nor F", trim(tags))
+		return fmt.Errorf("tag %q is neither P nor F", trim(tags))
 	}
 	r.Text = rest
-	return r, nil
+	return nil
 }
+
+// The stream and tag of the records the runtimes write, as ParseCRI loads
+// them.
+var (
+	stdoutF = binary.LittleEndian.Uint64([]byte("stdout F"))
+	stdoutP = binary.LittleEndian.Uint64([]byte("stdout P"))
+	stderrF = binary.LittleEndian.Uint64([]byte("stderr F"))
+	stderrP = binary.LittleEndian.Uint64([]byte("stderr P"))
+)
 
 // trim shortens b for an error message.
 func trim(b []byte) []byte {

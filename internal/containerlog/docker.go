@@ -36,11 +36,16 @@ type dockerRecord struct {
 // UTF-8 character cut in two as U+FFFD in each record: the file no longer
 // holds that character, so the joined line holds U+FFFD where it was.
 func ParseDocker(line []byte) (Record, error) {
+	return parseDocker(line, nil)
+}
+
+// parseDocker is ParseDocker with the last minute read in m (nil: none).
+func parseDocker(line []byte, m *minute) (Record, error) {
 	var r Record
 	if text, nl, stream, tm, ok := plainDocker(line); ok {
 		s, ok := parseStream(stream)
 		if ok && len(tm) > 0 {
-			ns, err := ParseTime(tm)
+			ns, err := parseTimeIn(tm, m)
 			if err != nil {
 				return r, err
 			}
@@ -72,7 +77,7 @@ func ParseDocker(line []byte) (Record, error) {
 	if len(tm) == 0 {
 		return r, errors.New(`no "time"`)
 	}
-	ns, err := ParseTime(tm)
+	ns, err := parseTimeIn(tm, m)
 	if err != nil {
 		return r, err
 	}

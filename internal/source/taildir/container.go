@@ -10,6 +10,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/internal/containerlog"
 	"github.com/sluicehq/sluice/internal/event"
@@ -149,13 +150,13 @@ func (t *tailer) readRecords(ctx context.Context, tf *tailFile, size int64) bool
 			b := out[i:min(i+t.limit, len(out))]
 			hs := t.recHeaders(tf, len(b))
 			if !t.putBatch(ctx, tf, len(b), func(now int64) []event.Event {
-				return t.buildRecords(tf, hs, b, pl, xStart, yStart, now)
+				return t.buildRecords(tf, hs, b, data, pl, xStart, yStart, now)
 			}) {
 				return false
 			}
 			mk := b[len(b)-1].mark
 			t.commitRecords(tf, data, pl, &base, mk.off, mk.st, len(b))
-			t.countRecords(tf, b, pl, xStart, yStart)
+			t.countRecords(tf, b, t.built, pl, xStart, yStart)
 			batches++
 			i += len(b)
 			if batches >= t.s.maxBatchCount && (i < len(out) || !atEnd) {
@@ -349,14 +350,16 @@ func (t *tailer) recHeaders(tf *tailFile, n int) recHeaderSet {
 
 // buildRecords makes the events of a batch of lines; offsets below pl are
 // in the file tf took over (from xStart), the others in tf (from yStart).
+// data holds the bytes the lines were cut from.
 //
 // It runs for every line, so what does not depend on the line is done once
 // a batch: the headers every line gets (the group's, the pod's, the
-// file's) are listed once, the time headers of the whole batch are one
+// file's) are listed once, the milliseconds of the whole batch are one
 // string, each line's a part of it, and the headers of all the events are
-// cut from the tailer's arena. Each event still gets headers of its own
-// (an interceptor may change one event's headers).
-func (t *tailer) buildRecords(tf *tailFile, hs recHeaderSet, lines []recLine, pl int, xStart, yStart, now int64) []event.Event {
+// cut from the tailer's arena, each event's no more than it holds. Each
+// event still gets headers of its own (an interceptor may change one
+// event's headers).
+func (t *tailer) buildRecords(tf *tailFile, hs recHeaderSet, lines []recLine, data []byte, pl int, xStart, yStart, now int64) []event.Event {
 	// common: in the order that decides which wins when two have the same
 	// name (the later).
 	var common event.Headers
@@ -379,47 +382,42 @@ func (t *tailer) buildRecords(tf *tailFile, hs recHeaderSet, lines []recLine, pl
 	for _, k := range [...]string{"byteoffset", formatErrorHeader, streamHeader, timeHeader, timestampHeader, pieceHeader, lastPieceHeader} {
 		clash = clash || common.Has(k)
 	}
-	n := 4 + len(common)
+	base := len(common)
 	if t.s.byteOffsetHeader {
-		n++
+		base++
 	}
-	// The raw times and the milliseconds of the batch, one after the other
-	// in one string; ends holds where each ends.
-	size := 0
-	for i := range lines {
-		size += len(lines[i].time) + 20
+	// The raw time of a line is a part of data wherever the record held it
+	// as it was (always in CRI, in Docker unless escaped): its header is
+	// then that part of a string of data, not a copy. data is not written
+	// after the read that filled it (bodies are parts of it too, capped,
+	// and an event's body never holds a time its headers hold), so the
+	// string stays what it was. The milliseconds, and the other raw times,
+	// are parts of one string for the batch.
+	var text string
+	if len(data) > 0 {
+		text = unsafe.String(&data[0], len(data))
 	}
 	var sb strings.Builder
-	sb.Grow(size)
-	ends := make([]int, 0, 2*len(lines))
-	// Lines come many to a second: the seconds' digits are written once
-	// for all of them, each line's milliseconds after.
-	var digits, secDigits [20]byte
-	sec, secText := int64(-1), []byte(nil)
-	for i := range lines {
-		if l := &lines[i]; l.bad == "" && l.time != nil {
-			sb.Write(l.time)
-			ends = append(ends, sb.Len())
-			if ms := l.nanos / 1e6; ms >= 1000 {
-				if ms/1000 != sec {
-					sec = ms / 1000
-					secText = strconv.AppendInt(secDigits[:0], sec, 10)
-				}
-				frac := ms % 1000
-				sb.Write(secText)
-				sb.Write([]byte{byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)})
-			} else {
-				sb.Write(strconv.AppendInt(digits[:0], ms, 10))
-			}
-			ends = append(ends, sb.Len())
-		}
-	}
-	stamps := sb.String()
+	sb.Grow(14 * len(lines))
+	var ms millisText
+	var built recCounts
 	t.events = t.events[:0]
-	at := 0
 	for i := range lines {
 		l := &lines[i]
+		n := base + 1
+		if l.bad == "" && l.time != nil {
+			n += 2
+		}
+		if l.piece > 0 {
+			n += 2
+		}
 		h := append(t.arena.Make(n), common...)
+		switch {
+		case l.bad != "" || l.piece > 0:
+			built.odd = true
+		case l.joined:
+			built.joined++
+		}
 		if t.s.byteOffsetHeader {
 			off := yStart + int64(l.off-pl)
 			if l.off < pl {
@@ -429,12 +427,27 @@ func (t *tailer) buildRecords(tf *tailFile, hs recHeaderSet, lines []recLine, pl
 		}
 		if l.bad != "" {
 			h = addHeader(h, clash, formatErrorHeader, l.bad)
-		} else {
+		} else if l.time == nil {
 			h = addHeader(h, clash, streamHeader, l.stream.String())
-			if l.time != nil {
-				h = addHeader(h, clash, timeHeader, stamps[at:ends[0]])
-				h = addHeader(h, clash, timestampHeader, stamps[ends[0]:ends[1]])
-				at, ends = ends[1], ends[2:]
+		} else {
+			var tm string
+			if at, ok := within(data, l.time); ok {
+				tm = text[at : at+len(l.time)]
+			} else {
+				at := sb.Len()
+				sb.Write(l.time)
+				tm = sb.String()[at:]
+			}
+			at := sb.Len()
+			sb.Write(ms.format(l.nanos / 1e6))
+			stamp := sb.String()[at:]
+			if clash {
+				h.Set(streamHeader, l.stream.String())
+				h.Set(timeHeader, tm)
+				h.Set(timestampHeader, stamp)
+			} else {
+				h = append(h, event.Header{Key: streamHeader, Value: l.stream.String()}, event.Header{Key: timeHeader, Value: tm},
+					event.Header{Key: timestampHeader, Value: stamp})
 			}
 		}
 		if l.piece > 0 {
@@ -443,7 +456,60 @@ func (t *tailer) buildRecords(tf *tailFile, hs recHeaderSet, lines []recLine, pl
 		}
 		t.events = append(t.events, event.Event{Body: l.body[:len(l.body):len(l.body)], Headers: h, ReceivedAt: now})
 	}
+	t.built = built
 	return t.events
+}
+
+// recCounts is what countRecords needs of a batch, counted while it was
+// built (the lines are in the cache then): how many lines were joined, and
+// whether any was a piece or not a record.
+type recCounts struct {
+	joined int64
+	odd    bool
+}
+
+// within returns where b lies in data, when b is a part of it.
+func within(data, b []byte) (int, bool) {
+	at := cap(data) - cap(b) // b = data[at:...] keeps data's capacity
+	if len(b) == 0 || at < 0 || at+len(b) > len(data) || &data[at] != &b[0] {
+		return 0, false
+	}
+	return at, true
+}
+
+// millisText writes Unix milliseconds in decimal, as strconv.FormatInt
+// does. Those of 2001 to 2286 (13 digits, the times the runtimes write)
+// are written two digits at a time, and the first 8 digits (which change
+// every 100 seconds) once for all the lines of the same 100 seconds.
+type millisText struct {
+	buf  [20]byte
+	high int64 // ms / 1e5 whose digits buf[:8] holds; 0: none yet
+}
+
+// digitPairs holds "00" to "99".
+const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
+	"404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
+
+// format returns ms in decimal, in m's buffer (valid until the next call).
+func (m *millisText) format(ms int64) []byte {
+	if ms < 1e12 || ms >= 1e13 {
+		m.high = 0
+		return strconv.AppendInt(m.buf[:0], ms, 10)
+	}
+	d := &m.buf
+	put := func(i int, v int64) { d[i], d[i+1] = digitPairs[2*v], digitPairs[2*v+1] }
+	if high := ms / 1e5; high != m.high {
+		m.high = high
+		put(0, high/1e6)
+		put(2, high/1e4%100)
+		put(4, high/100%100)
+		put(6, high%100)
+	}
+	low := ms % 1e5
+	d[8] = byte('0' + low/1e4)
+	put(9, low/100%100)
+	put(11, low%100)
+	return d[:13]
 }
 
 // addHeader appends header k to h, or sets it when h may already hold k.
@@ -457,7 +523,13 @@ func addHeader(h event.Headers, clash bool, k, v string) event.Headers {
 
 // countRecords counts and logs (throttled) the lines of a committed batch
 // that were split into pieces, joined from several records, or not records.
-func (t *tailer) countRecords(tf *tailFile, lines []recLine, pl int, xStart, yStart int64) {
+// c is what buildRecords saw of the batch: most batches hold no piece and
+// no bad record, and need no look at each line.
+func (t *tailer) countRecords(tf *tailFile, lines []recLine, c recCounts, pl int, xStart, yStart int64) {
+	t.s.joinedLines.Add(c.joined)
+	if !c.odd {
+		return
+	}
 	for _, l := range lines {
 		switch {
 		case l.bad != "":
@@ -475,8 +547,6 @@ func (t *tailer) countRecords(tf *tailFile, lines []recLine, pl int, xStart, ySt
 			t.s.splitLines.Add(1)
 			t.throttle.Log(t.log, slog.LevelWarn, "split", "taildir source sends a line longer than maxLineLength in pieces",
 				"file", tf.path, "maxLineLength", t.s.maxLineLength, "headers", pieceHeader+", "+lastPieceHeader)
-		case l.joined:
-			t.s.joinedLines.Add(1)
 		}
 	}
 }

@@ -50,6 +50,7 @@ type tailer struct {
 	limit     int // the most lines in one batch (flow.Batching)
 	events    []event.Event
 	arena     event.HeaderArena // the events' headers
+	built     recCounts         // what buildRecords saw in the batch it last built
 
 	static    map[string]bool // directories of groups without wildcards
 	globDirs  map[string]bool // directories the groups' wildcards match now
