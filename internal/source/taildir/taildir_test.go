@@ -345,7 +345,11 @@ func TestCopyTruncate(t *testing.T) {
 // TestDeletedWhileUnread: a file deleted before its last lines were read is
 // read to the end through the open descriptor.
 func TestDeletedWhileUnread(t *testing.T) {
-	fx := newFixture(t, map[string]string{"watchFiles": "false", "pollInterval": "100", "idleTimeout": "200"})
+	// The file must still be open when it is deleted: an idle file is
+	// closed after idleTimeout, and one deleted after that is gone with
+	// what was written into it (as with Flume). 200 ms was less than a
+	// loaded machine took between reading "one" and deleting the file.
+	fx := newFixture(t, map[string]string{"watchFiles": "false", "pollInterval": "100", "idleTimeout": "1500"})
 	fx.start()
 	fx.append("app.log", "one\n")
 	fx.expect("one")
@@ -361,7 +365,7 @@ func TestDeletedWhileUnread(t *testing.T) {
 	if !testutil.Eventually(func() bool {
 		ps, _ := loadPositions(fx.pos)
 		return len(ps) == 0
-	}, 5*time.Second) {
+	}, 10*time.Second) {
 		t.Fatalf("a deleted file stays in the positions: %+v", readPositions(t, fx.pos))
 	}
 }
