@@ -142,3 +142,55 @@ func benchDocker(size int) ([]byte, int) {
 	}
 	return b.Bytes(), lines
 }
+
+// BenchmarkTailLive appends one line at a time to a file being tailed and
+// waits for its event: a live log that grows by a line, as most of a
+// node's container logs do. B/append is what reading one append costs in
+// memory (the slab the read fills, the events): it was a whole batch's
+// slab, over 100 KB, before reads were bounded by what the file holds.
+//
+//	go test -run XXX -bench BenchmarkTailLive -benchtime 2000x ./internal/source/taildir/
+func BenchmarkTailLive(b *testing.B) {
+	for _, format := range []string{"line", "cri"} {
+		b.Run("format="+format, func(b *testing.B) {
+			dir := b.TempDir()
+			path := filepath.Join(dir, "0.log")
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			p := config.FromMap("a1.sources.r1.", map[string]string{
+				"filegroups": "g1", "filegroups.g1": dir + `/[0-9]+\.log`, "format": format,
+				"positionFile": filepath.Join(dir, "pos.json"), "pollInterval": "10",
+			})
+			env := sourcetest.Env("r1", "taildir")
+			env.Logger = slog.New(slog.DiscardHandler)
+			s, err := New(env, p)
+			if err != nil || p.Err() != nil {
+				b.Fatal(err, p.Err())
+			}
+			proc := &countingProcessor{}
+			if err := s.Start(context.Background(), proc); err != nil {
+				b.Fatal(err)
+			}
+			defer s.Stop(context.Background())
+			line := "2024-05-01T10:00:00.123456789Z stdout F " + strings.Repeat("x", 160) + "\n"
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			a0 := ms.TotalAlloc
+			n := int64(0)
+			for b.Loop() {
+				if _, err := f.WriteString(line); err != nil {
+					b.Fatal(err)
+				}
+				n++
+				for proc.events.Load() < n {
+					time.Sleep(50 * time.Microsecond)
+				}
+			}
+			runtime.ReadMemStats(&ms)
+			b.ReportMetric(float64(ms.TotalAlloc-a0)/float64(n), "B/append")
+		})
+	}
+}

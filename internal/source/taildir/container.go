@@ -117,7 +117,7 @@ func (t *tailer) readRecords(ctx context.Context, tf *tailFile, size int64) bool
 			st = cl.from.cl.st
 		}
 		st.flush = flushable && (st.flush || tf.flush)
-		want := max(min(t.limit*t.avgLine+t.avgLine, maxRead), minRead, grow)
+		want := max(min(t.limit*t.avgLine+t.avgLine, maxRead, t.readRoom(tf, tf.pos)), minRead, grow)
 		slab := make([]byte, pl+want)
 		copy(slab, prefix)
 		m, err := tf.f.ReadAt(slab[pl:], tf.pos)

@@ -84,6 +84,21 @@ func (t *tailer) readFile(ctx context.Context, tf *tailFile) bool {
 	return t.readLines(ctx, tf, size)
 }
 
+// readRoom is how many bytes a read at off needs to take what the file
+// holds there, and one more to see its end: a live file that grew by a
+// line is read into a slab of that size, not of a whole batch's (on a
+// node, hundreds of live container logs each made a batch's slab of
+// garbage, over 100 KB, per append). The size is asked again when the last
+// one known is behind off: the file grows while it is read.
+func (t *tailer) readRoom(tf *tailFile, off int64) int {
+	if tf.size <= off {
+		if st, err := tf.f.Stat(); err == nil && st.Size() > tf.size {
+			tf.size, tf.lastGrowth = st.Size(), time.Now()
+		}
+	}
+	return int(min(max(tf.size-off, 0), maxRead)) + 1
+}
+
 // readLines is readFile for a file of lines.
 func (t *tailer) readLines(ctx context.Context, tf *tailFile, size int64) bool {
 	if size == tf.pos {
@@ -98,7 +113,8 @@ func (t *tailer) readLines(ctx context.Context, tf *tailFile, size int64) bool {
 		// has no newline yet, doubling, but never more than a piece of the
 		// limit needs (limit+2 bytes tell a line of exactly the limit,
 		// "\r\n" included, from a longer one).
-		want := max(min(t.limit*t.avgLine+t.avgLine, maxRead), minRead, min(2*len(carry), limit+2), len(carry))
+		want := max(min(t.limit*t.avgLine+t.avgLine, maxRead, len(carry)+t.readRoom(tf, tf.pos+int64(len(carry)))),
+			minRead, min(2*len(carry), limit+2), len(carry))
 		slab := make([]byte, want)
 		n := copy(slab, carry)
 		m, err := tf.f.ReadAt(slab[n:], tf.pos+int64(n))

@@ -1003,3 +1003,42 @@ func TestFileFoundAtStop(t *testing.T) {
 	}
 	fx.expect()
 }
+
+// TestReadRoom: a read is sized by what the file holds past the offset
+// (one byte more, to see its end), asking the size again once the last
+// one known is behind.
+func TestReadRoom(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.log")
+	if err := os.WriteFile(path, make([]byte, 100), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tf := &tailFile{f: f, size: 100}
+	var tl tailer
+	if got := tl.readRoom(tf, 40); got != 61 {
+		t.Errorf("60 bytes past the offset: room %d, want 61", got)
+	}
+	w, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(make([]byte, 50))
+	w.Close()
+	if got := tl.readRoom(tf, 40); got != 61 {
+		t.Errorf("the size known is ahead of the offset, so not asked again: room %d, want 61", got)
+	}
+	if got := tl.readRoom(tf, 100); got != 51 || tf.size != 150 {
+		t.Errorf("at the size known: room %d, size %d, want 51 and 150 (asked again)", got, tf.size)
+	}
+	if got := tl.readRoom(tf, 150); got != 1 {
+		t.Errorf("at the end: room %d, want 1", got)
+	}
+	tf.size = 1 << 40
+	if got := tl.readRoom(tf, 0); got != maxRead+1 {
+		t.Errorf("a huge file: room %d, want maxRead+1", got)
+	}
+}
