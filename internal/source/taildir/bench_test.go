@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
+	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/source/sourcetest"
 	"github.com/sluicehq/sluice/internal/testutil"
 )
@@ -28,6 +29,19 @@ type countingProcessor struct{ events atomic.Int64 }
 func (p *countingProcessor) Process(_ context.Context, events []event.Event) error {
 	p.events.Add(int64(len(events)))
 	return nil
+}
+
+// benchSource makes a taildir source of props that logs nothing.
+func benchSource(b *testing.B, props map[string]string) flow.Source {
+	b.Helper()
+	p := config.FromMap("a1.sources.r1.", props)
+	env := sourcetest.Env("r1", "taildir")
+	env.Logger = slog.New(slog.DiscardHandler)
+	s, err := New(env, p)
+	if err != nil || p.Err() != nil {
+		b.Fatal(err, p.Err())
+	}
+	return s
 }
 
 // BenchmarkTail tails a file of container log records (lines of 100 to
@@ -83,17 +97,11 @@ func BenchmarkTail(b *testing.B) {
 				var ms runtime.MemStats
 				b.SetBytes(int64(len(content)))
 				for i := 0; b.Loop(); i++ {
-					p := config.FromMap("a1.sources.r1.", map[string]string{
+					s := benchSource(b, map[string]string{
 						"filegroups": "g1", "filegroups.g1": logs + `/[0-9]+\.log`, "format": format,
 						"positionFile": filepath.Join(dir, fmt.Sprintf("pos-%s-%v-%d.json", format, run.fileHeader, i)), "batchSize": "1000",
 						"fileHeader": strconv.FormatBool(run.fileHeader),
 					})
-					env := sourcetest.Env("r1", "taildir")
-					env.Logger = slog.New(slog.DiscardHandler)
-					s, err := New(env, p)
-					if err != nil || p.Err() != nil {
-						b.Fatal(err, p.Err())
-					}
 					proc := &countingProcessor{}
 					runtime.ReadMemStats(&ms)
 					m0, a0 := ms.Mallocs, ms.TotalAlloc
@@ -160,16 +168,10 @@ func BenchmarkTailLive(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer f.Close()
-			p := config.FromMap("a1.sources.r1.", map[string]string{
+			s := benchSource(b, map[string]string{
 				"filegroups": "g1", "filegroups.g1": dir + `/[0-9]+\.log`, "format": format,
 				"positionFile": filepath.Join(dir, "pos.json"), "pollInterval": "10",
 			})
-			env := sourcetest.Env("r1", "taildir")
-			env.Logger = slog.New(slog.DiscardHandler)
-			s, err := New(env, p)
-			if err != nil || p.Err() != nil {
-				b.Fatal(err, p.Err())
-			}
 			proc := &countingProcessor{}
 			if err := s.Start(context.Background(), proc); err != nil {
 				b.Fatal(err)
