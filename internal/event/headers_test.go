@@ -2,6 +2,7 @@ package event
 
 import (
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,6 +45,46 @@ func TestHeaders(t *testing.T) {
 	}
 	if strings.Join(keys, ",") != "a=1,b=2" {
 		t.Fatalf("All yields %v", keys)
+	}
+}
+
+// TestAppendSorted: the appended copy is ordered by key, what dst held
+// before stays as it was, and h is not touched.
+func TestAppendSorted(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		h, dst  Headers
+		want    Headers
+		wantOut Headers // h after
+	}{
+		{"empty", nil, nil, nil, nil},
+		{"one", Headers{{"a", "1"}}, nil, Headers{{"a", "1"}}, Headers{{"a", "1"}}},
+		{"several", Headers{{"m", "1"}, {"a", "2"}, {"z", "3"}, {"b", "4"}}, nil,
+			Headers{{"a", "2"}, {"b", "4"}, {"m", "1"}, {"z", "3"}}, Headers{{"m", "1"}, {"a", "2"}, {"z", "3"}, {"b", "4"}}},
+		{"after dst", Headers{{"b", "1"}, {"a", "2"}}, Headers{{"z", "0"}},
+			Headers{{"z", "0"}, {"a", "2"}, {"b", "1"}}, Headers{{"b", "1"}, {"a", "2"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.h.AppendSorted(tc.dst)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("AppendSorted = %v, want %v", got, tc.want)
+			}
+			if !slices.Equal(tc.h, tc.wantOut) {
+				t.Fatalf("h became %v, want %v", tc.h, tc.wantOut)
+			}
+		})
+	}
+	// Many headers: every pair once, in order (a writer walks them so, with
+	// no lookup per key).
+	var many Headers
+	for i := 5000; i > 0; i-- {
+		many = append(many, Header{"k" + strconv.Itoa(i), strconv.Itoa(i)})
+	}
+	got := many.AppendSorted(nil)
+	for i := 1; i < len(got); i++ {
+		if got[i-1].Key >= got[i].Key || many.Value(got[i].Key) != got[i].Value {
+			t.Fatalf("pair %d: %v after %v", i, got[i], got[i-1])
+		}
 	}
 }
 

@@ -195,9 +195,7 @@ func AppendHeaders(dst []byte, h event.Headers) []byte {
 	dst = append(dst, '{')
 	if len(h) > 0 {
 		var scratch [16]event.Header
-		sorted := event.Headers(append(scratch[:0], h...))
-		sorted.Sort()
-		for i, kv := range sorted {
+		for i, kv := range h.AppendSorted(scratch[:0]) {
 			if i > 0 {
 				dst = append(dst, ", "...)
 			}

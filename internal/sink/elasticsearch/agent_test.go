@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/sink/elasticsearch"
+	elasticsearchsink "github.com/sluicehq/sluice/internal/sink/elasticsearch"
 	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
 

@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -83,18 +82,14 @@ func (w *Writer) appendDeadLetter(dst []byte, e *event.Event, r itemResult) []by
 		dst = append(dst, "null"...)
 	}
 	dst = append(dst, `,"headers":{`...)
-	w.keys = w.keys[:0]
-	for k := range e.Headers.All() {
-		w.keys = append(w.keys, k)
-	}
-	slices.Sort(w.keys)
-	for j, k := range w.keys {
+	w.keys = e.Headers.AppendSorted(w.keys[:0])
+	for j, kv := range w.keys {
 		if j > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, k)
+		dst = appendJSONString(dst, kv.Key)
 		dst = append(dst, ':')
-		dst = appendJSONString(dst, e.Headers.Value(k))
+		dst = appendJSONString(dst, kv.Value)
 	}
 	dst = append(dst, '}')
 	if utf8.Valid(e.Body) {

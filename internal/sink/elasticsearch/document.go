@@ -2,7 +2,6 @@ package elasticsearchsink
 
 import (
 	"bytes"
-	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -59,7 +58,7 @@ func appendTimestamp(dst []byte, ms int64, text string) []byte {
 }
 
 // appendDocument appends the document of e (no trailing newline).
-func appendDocument(dst []byte, e *event.Event, ms int64, text string, keys []string) ([]byte, []string) {
+func appendDocument(dst []byte, e *event.Event, ms int64, text string, keys event.Headers) ([]byte, event.Headers) {
 	body := trimSpace(e.Body)
 	if len(body) >= 2 && body[0] == '{' {
 		if ok, hasTS := scanObject(body, "@timestamp"); ok {
@@ -89,18 +88,15 @@ func appendDocument(dst []byte, e *event.Event, ms int64, text string, keys []st
 	dst = appendTimestamp(dst, ms, text)
 	dst = append(dst, `,"message":`...)
 	dst = appendJSONBytes(dst, e.Body)
-	keys = keys[:0]
-	for k := range e.Headers.All() {
-		if k != "message" && k != "@timestamp" {
-			keys = append(keys, k)
+	keys = e.Headers.AppendSorted(keys[:0])
+	for _, kv := range keys {
+		if kv.Key == "message" || kv.Key == "@timestamp" {
+			continue
 		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
 		dst = append(dst, ',')
-		dst = appendJSONString(dst, k)
+		dst = appendJSONString(dst, kv.Key)
 		dst = append(dst, ':')
-		dst = appendJSONString(dst, e.Headers.Value(k))
+		dst = appendJSONString(dst, kv.Value)
 	}
 	return append(dst, '}'), keys
 }

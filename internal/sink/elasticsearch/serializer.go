@@ -1,7 +1,6 @@
 package elasticsearchsink
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 
@@ -69,7 +68,7 @@ var logstashFields = [...]struct{ field, header string }{
 func blank(s string) bool { return strings.TrimSpace(s) == "" }
 
 // appendLogStash appends the LogStash document of e (no trailing newline).
-func appendLogStash(dst []byte, e *event.Event, ms int64, text string, keys []string) ([]byte, []string) {
+func appendLogStash(dst []byte, e *event.Event, ms int64, text string, keys event.Headers) ([]byte, event.Headers) {
 	dst = append(dst, `{"@message":`...)
 	dst = appendField(dst, e.Body)
 	dst = append(dst, `,"@timestamp":`...)
@@ -90,14 +89,14 @@ func appendLogStash(dst []byte, e *event.Event, ms int64, text string, keys []st
 		}
 	}
 	dst = append(dst, `,"@fields":{`...)
-	keys = sortedKeys(keys, e.Headers, "")
-	for i, k := range keys {
+	keys = e.Headers.AppendSorted(keys[:0])
+	for i, kv := range keys {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, k)
+		dst = appendJSONString(dst, kv.Key)
 		dst = append(dst, ':')
-		dst = appendField(dst, bytesOf(e.Headers.Value(k)))
+		dst = appendField(dst, bytesOf(kv.Value))
 	}
 	return append(dst, "}}"...), keys
 }
@@ -106,29 +105,20 @@ func appendLogStash(dst []byte, e *event.Event, ms int64, text string, keys []st
 // <header>: <value>, ...}, values as appendField writes them. A header
 // named "body" is left out: the body holds that name (Flume would write the
 // key twice, which Elasticsearch refuses).
-func appendDynamic(dst []byte, e *event.Event, keys []string) ([]byte, []string) {
+func appendDynamic(dst []byte, e *event.Event, keys event.Headers) ([]byte, event.Headers) {
 	dst = append(dst, `{"body":`...)
 	dst = appendField(dst, e.Body)
-	keys = sortedKeys(keys, e.Headers, "body")
-	for _, k := range keys {
+	keys = e.Headers.AppendSorted(keys[:0])
+	for _, kv := range keys {
+		if kv.Key == "body" {
+			continue
+		}
 		dst = append(dst, ',')
-		dst = appendJSONString(dst, k)
+		dst = appendJSONString(dst, kv.Key)
 		dst = append(dst, ':')
-		dst = appendField(dst, bytesOf(e.Headers.Value(k)))
+		dst = appendField(dst, bytesOf(kv.Value))
 	}
 	return append(dst, '}'), keys
-}
-
-// sortedKeys returns the keys of h but skip, sorted, in keys' storage.
-func sortedKeys(keys []string, h event.Headers, skip string) []string {
-	keys = keys[:0]
-	for _, kv := range h {
-		if kv.Key != skip || skip == "" {
-			keys = append(keys, kv.Key)
-		}
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // appendField appends a value as Flume's ContentBuilderUtil.appendField

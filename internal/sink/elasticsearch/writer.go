@@ -105,8 +105,8 @@ type Writer struct {
 	enc     []byte     // encoded action and document lines of the batch
 	off     []int      // event i is enc[off[i]:off[i+1]]
 	state   []uint8
-	results []itemResult // for dead items
-	keys    []string
+	results []itemResult  // for dead items
+	keys    event.Headers // an event's headers by name, kept for the next
 	pending *pending
 	seed    maphash.Seed
 	dlq     *os.File

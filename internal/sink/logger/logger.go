@@ -12,7 +12,6 @@ import (
 	"context"
 	"log/slog"
 	"math"
-	"slices"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/event"
@@ -76,18 +75,14 @@ const hexDigits = "0123456789ABCDEF"
 func AppendDump(dst []byte, e *event.Event, maxBytes int) []byte {
 	dst = append(dst, "{ headers:{"...)
 	if len(e.Headers) > 0 {
-		keys := make([]string, 0, len(e.Headers))
-		for k := range e.Headers.All() {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for i, k := range keys {
+		var scratch [16]event.Header
+		for i, kv := range e.Headers.AppendSorted(scratch[:0]) {
 			if i > 0 {
 				dst = append(dst, ", "...)
 			}
-			dst = append(dst, k...)
+			dst = append(dst, kv.Key...)
 			dst = append(dst, '=')
-			dst = append(dst, e.Headers.Value(k)...)
+			dst = append(dst, kv.Value...)
 		}
 	}
 	dst = append(dst, "} body:"...)

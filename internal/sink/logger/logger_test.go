@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -97,5 +98,27 @@ func BenchmarkWrite(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		w.Write(context.Background(), evs)
+	}
+}
+
+// BenchmarkAppendDump prints events of few and of many headers: a hostile
+// sender may give one event tens of thousands, and the dump must stay
+// n log n in them (ns/header should hardly grow with the count).
+//
+//	go test -run XXX -bench BenchmarkAppendDump -benchmem ./internal/sink/logger/
+func BenchmarkAppendDump(b *testing.B) {
+	for _, n := range []int{3, 1000, 10000} {
+		var h event.Headers
+		for i := range n {
+			h = append(h, event.Header{Key: "header-" + strconv.Itoa(n-i), Value: strconv.Itoa(i)})
+		}
+		e := &event.Event{Headers: h, Body: []byte("body")}
+		b.Run("headers="+strconv.Itoa(n), func(b *testing.B) {
+			var dst []byte
+			for b.Loop() {
+				dst = AppendDump(dst[:0], e, 16)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/header")
+		})
 	}
 }
