@@ -1,6 +1,7 @@
 package httpsource
 
 import (
+	"strings"
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/internal/event"
@@ -296,6 +297,45 @@ func (p *fastParser) rawString() (content []byte, simple, ok bool) {
 	return nil, false, false
 }
 
+// skipValue passes over one JSON value of valid JSON, whatever it holds,
+// and reports false at bytes that are not one.
+func (p *fastParser) skipValue() bool {
+	p.ws()
+	if p.i >= len(p.b) {
+		return false
+	}
+	switch p.b[p.i] {
+	case '"':
+		_, _, ok := p.rawString()
+		return ok
+	case '{', '[':
+		depth := 0
+		for p.i < len(p.b) {
+			switch p.b[p.i] {
+			case '"':
+				if _, _, ok := p.rawString(); !ok {
+					return false
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			}
+			p.i++
+			if depth == 0 {
+				return true
+			}
+		}
+		return false
+	}
+	start := p.i // a number or a literal: up to what ends it
+	for p.i < len(p.b) && !strings.ContainsRune(",}] \t\r\n", rune(p.b[p.i])) {
+		p.i++
+	}
+	return p.i > start
+}
+
 // str reads a string token as encoding/json does (escapes decoded, invalid
 // UTF-8 replaced).
 func (p *fastParser) str() (string, bool) {
@@ -403,24 +443,35 @@ func (sh shape) cost(n int) int64 {
 }
 
 // decodedHeaders makes the keys of h, decoded in order from a JSON object,
-// unique as a map decode would: the last value of a key wins, and a null
-// (null[i], when null is not nil) removes the key. An object whose members
-// are all removed gives empty headers, not nil, as the general decoder does.
+// unique as the general decoder does: a key keeps the place where it first
+// appears and its last value, and a key whose last value is null (null[i],
+// when null is not nil) is left out. An object whose members are all left
+// out gives empty headers, not nil, as the general decoder does.
 func decodedHeaders(h event.Headers, null []bool) event.Headers {
 	if null == nil {
 		h.Dedupe()
 		return h
 	}
-	m := make(map[string]string, len(h))
+	// Rare (a null header): a map keeps it linear in hostile input.
+	at := make(map[string]int, len(h))
+	out, outNull := h[:0], null[:0] // each written at or before the index read
 	for i, kv := range h {
-		if null[i] {
-			delete(m, kv.Key)
-		} else {
-			m[kv.Key] = kv.Value
+		if j, ok := at[kv.Key]; ok {
+			out[j].Value, outNull[j] = kv.Value, null[i]
+			continue
+		}
+		at[kv.Key] = len(out)
+		out, outNull = append(out, kv), append(outNull, null[i])
+	}
+	kept := out[:0]
+	for j, kv := range out {
+		if !outNull[j] {
+			kept = append(kept, kv)
 		}
 	}
-	if len(m) == 0 {
+	clear(h[len(kept):])
+	if len(kept) == 0 {
 		return event.Headers{}
 	}
-	return event.HeadersOf(m)
+	return kept
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -129,25 +131,46 @@ func decodeGeneral(data []byte, cs string) ([]event.Event, error) {
 		return nil, &BadRequestError{Msg: describeJSONError(data, err)}
 	}
 	out := make([]event.Event, len(in))
+	var order [][]string // each event's header keys in the request's order, read once an event has headers
 	for i, je := range in {
 		if je == nil {
 			return nil, &BadRequestError{Msg: fmt.Sprintf("invalid JSON syntax: event %d is null; each event must be an object", i)}
 		}
 		e := &out[i]
 		if len(je.Headers) > 0 {
+			if order == nil {
+				o, err := keyOrders(data, len(in))
+				if err != nil {
+					return nil, &BadRequestError{Msg: describeJSONError(data, err)}
+				}
+				order = o
+			}
 			e.Headers = make(event.Headers, 0, len(je.Headers))
-			for k, raw := range je.Headers {
+			for _, k := range order[i] {
+				raw, ok := je.Headers[k]
+				if !ok {
+					continue // a key given twice: the map has it once, at its first place here
+				}
+				delete(je.Headers, k)
 				v, ok, err := text(raw)
 				if err != nil {
 					return nil, &BadRequestError{Msg: fmt.Sprintf("invalid event %d: header %q %v", i, k, err)}
 				}
 				if ok {
-					e.Headers = append(e.Headers, event.Header{Key: k, Value: v}) // a map's keys: unique
+					e.Headers = append(e.Headers, event.Header{Key: k, Value: v})
 				}
 			}
-			// A map's order is random; sorted, a request gives the same
-			// headers in the same order every time.
-			e.Headers.Sort()
+			// Keys keyOrder did not list (none, FuzzJSONHandler says): kept,
+			// after the others, by key.
+			for _, k := range slices.Sorted(maps.Keys(je.Headers)) {
+				v, ok, err := text(je.Headers[k])
+				if err != nil {
+					return nil, &BadRequestError{Msg: fmt.Sprintf("invalid event %d: header %q %v", i, k, err)}
+				}
+				if ok {
+					e.Headers = append(e.Headers, event.Header{Key: k, Value: v})
+				}
+			}
 		}
 		body, _, err := text(je.Body)
 		if err != nil {
@@ -156,6 +179,57 @@ func decodeGeneral(data []byte, cs string) ([]event.Event, error) {
 		e.Body = encodeBody(body, cs)
 	}
 	return out, nil
+}
+
+// keyOrders reads the keys of each event's headers object of data, n
+// events that encoding/json has decoded already, in the order the request
+// wrote them: the events' headers keep that order, as Flume's handler does
+// (Gson decodes a JSON object into a map that keeps its insertion order),
+// where encoding/json gives a map of none.
+func keyOrders(data []byte, n int) ([][]string, error) {
+	var in []struct {
+		Headers keyOrder `json:"headers"`
+	}
+	if err := json.Unmarshal(data, &in); err != nil {
+		return nil, err
+	}
+	if len(in) != n {
+		return nil, fmt.Errorf("%d events, then %d", n, len(in))
+	}
+	out := make([][]string, n)
+	for i := range in {
+		out[i] = in[i].Headers
+	}
+	return out, nil
+}
+
+// keyOrder is the keys of a JSON object, in their order (a key given twice
+// is listed twice: the caller takes each once, at its first place).
+type keyOrder []string
+
+// UnmarshalJSON lists the keys of b, which encoding/json has found to be
+// one valid JSON value, without decoding the values (a json.Decoder for
+// each object would cost more than the memory budget allows a request).
+func (k *keyOrder) UnmarshalJSON(b []byte) error {
+	p := fastParser{b: b}
+	p.ws()
+	if !p.byte('{') {
+		return nil // null (anything else was refused before)
+	}
+	for {
+		p.ws()
+		if p.byte('}') {
+			return nil
+		}
+		key, ok := p.str()
+		p.ws()
+		if !ok || !p.byte(':') || !p.skipValue() {
+			return fmt.Errorf("a headers object that is not valid JSON at byte %d", p.i)
+		}
+		*k = append(*k, key)
+		p.ws()
+		p.byte(',')
+	}
 }
 
 func normCharset(cs string) (string, error) {

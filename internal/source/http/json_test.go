@@ -3,6 +3,7 @@ package httpsource
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 
@@ -57,6 +58,24 @@ func FuzzJSONHandler(f *testing.F) {
 		if charset != "" && charset != "utf-8" {
 			return
 		}
+		// Every header encoding/json reads is there, each once, none else
+		// (the order comes from a scan of its own).
+		var decoded []struct {
+			Headers map[string]*string `json:"headers"`
+		}
+		if err := json.Unmarshal(data, &decoded); err == nil && len(decoded) == len(events) {
+			for i, d := range decoded {
+				want := map[string]string{}
+				for k, v := range d.Headers {
+					if v != nil {
+						want[k] = *v
+					}
+				}
+				if got := events[i].Headers.Map(); len(got) != len(events[i].Headers) || !maps.Equal(got, want) {
+					t.Fatalf("event %d: headers %v, encoding/json reads %v", i, events[i].Headers, want)
+				}
+			}
+		}
 		type je struct {
 			Headers map[string]string `json:"headers"`
 			Body    string            `json:"body"`
@@ -85,7 +104,7 @@ func FuzzJSONHandler(f *testing.F) {
 }
 
 // FuzzDecodeFast: whatever the fast decoder accepts, it decodes exactly as
-// the general (encoding/json) decoder does.
+// the general (encoding/json) decoder does, the headers' order included.
 func FuzzDecodeFast(f *testing.F) {
 	for _, s := range []string{
 		`[{"headers":{"a":"b"},"body":"text"}]`,
@@ -95,6 +114,7 @@ func FuzzDecodeFast(f *testing.F) {
 		`[{"headers":{}},{"headers":null},{"headers":{"z":null}}]`,
 		`[{"headers":{"a":"1","a":"2"},"body":"dup"}]`,
 		`[{"headers":{"a":"1","a":null}}]`,
+		`[{"headers":{"b":"1","a":null,"c":"2","a":"3","b":"4"}}]`,
 		`[{"body":-0.5e+10},{"body":0},{"body":"\"q\" \\ \/ \b\f\n\r\t"}]`,
 		"[{\"body\":\"bad \xff utf8\"},{\"headers\":{\"\xfe\":\"k\"}}]",
 		`[{"Body":"case"}]`, `[{"other":1}]`, `[{"body":"x"},]`, `[01]`, `[{"body":1.}]`,
@@ -115,7 +135,7 @@ func FuzzDecodeFast(f *testing.F) {
 		}
 		for i := range fast {
 			if string(fast[i].Body) != string(general[i].Body) || (fast[i].Body == nil) != (general[i].Body == nil) ||
-				!sameHeaders(fast[i].Headers, general[i].Headers) || (fast[i].Headers == nil) != (general[i].Headers == nil) {
+				!slices.Equal(fast[i].Headers, general[i].Headers) || (fast[i].Headers == nil) != (general[i].Headers == nil) {
 				t.Fatalf("%q event %d: fast %q %v, general %q %v", data, i, fast[i].Body, fast[i].Headers, general[i].Body, general[i].Headers)
 			}
 		}
@@ -161,20 +181,48 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-// TestDecodeGeneralHeaderOrder: encoding/json decodes the headers object
-// into a map, whose order is random; the events' headers are in one order,
-// by key, however often the same request is decoded.
-func TestDecodeGeneralHeaderOrder(t *testing.T) {
-	data := []byte(`[{"headers":{"d":"4","b":"2","a":"1","c":"3","e":null},"body":"x"}]`)
-	want := event.Headers{{Key: "a", Value: "1"}, {Key: "b", Value: "2"}, {Key: "c", Value: "3"}, {Key: "d", Value: "4"}}
-	for range 20 {
-		evs, err := decodeGeneral(data, "utf-8")
-		if err != nil {
-			t.Fatal(err)
+// TestHeaderOrder: the events' headers are in the order the request wrote
+// them, as Flume's handler keeps them (Gson's map keeps insertion order),
+// whichever decoder reads the request: a key given twice keeps its first
+// place and its last value, a key whose last value is null is left out.
+// The general decoder gets each input as it is and, where the fast one
+// would take it, with a key it does not know added (which only the general
+// one reads).
+func TestHeaderOrder(t *testing.T) {
+	h := func(kv ...string) event.Headers {
+		var out event.Headers
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, event.Header{Key: kv[i], Value: kv[i+1]})
 		}
-		if !slices.Equal(evs[0].Headers, want) {
-			t.Fatalf("headers %v, want %v", evs[0].Headers, want)
-		}
+		return out
+	}
+	for _, tc := range []struct {
+		name, headers string
+		want          event.Headers
+	}{
+		{"written order", `{"d":"4","b":"2","a":"1","c":"3"}`, h("d", "4", "b", "2", "a", "1", "c", "3")},
+		{"a null left out", `{"d":"4","b":"2","e":null,"a":"1"}`, h("d", "4", "b", "2", "a", "1")},
+		{"twice: first place, last value", `{"z":"1","a":"2","z":"3"}`, h("z", "3", "a", "2")},
+		{"null, then a value", `{"z":null,"a":"2","z":"3"}`, h("z", "3", "a", "2")},
+		{"a value, then null", `{"z":"1","a":"2","z":null}`, h("a", "2")},
+		{"numbers and booleans as written", `{"n":1.50,"t":true}`, h("n", "1.50", "t", "true")},
+		{"all null", `{"z":null}`, event.Headers{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := `[{"headers":` + tc.headers + `,"body":"x"}]`
+			if fast, ok := decodeFast([]byte(req), 1); ok && !slices.Equal(fast[0].Headers, tc.want) {
+				t.Errorf("fast decoder: %v, want %v", fast[0].Headers, tc.want)
+			}
+			for _, in := range []string{req, `[{"headers":` + tc.headers + `,"body":"x","other":1}]`} {
+				evs, err := decodeGeneral([]byte(in), "utf-8")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(evs[0].Headers, tc.want) || evs[0].Headers == nil {
+					t.Errorf("general decoder, %s: %v, want %v", in, evs[0].Headers, tc.want)
+				}
+			}
+		})
 	}
 }
 
