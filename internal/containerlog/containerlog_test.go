@@ -420,14 +420,23 @@ func BenchmarkParseCRI(b *testing.B) {
 	}
 }
 
+// BenchmarkParseDocker reads a record of ASCII text and one of Chinese
+// (as dockerd writes it: raw UTF-8), of about 200 bytes each.
 func BenchmarkParseDocker(b *testing.B) {
-	line := []byte(`{"log":"` + strings.Repeat("x", 200) + `\n","stream":"stdout","time":"2019-01-01T11:11:11.111111111Z"}`)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(line)))
-	for b.Loop() {
-		if _, err := ParseDocker(line); err != nil {
-			b.Fatal(err)
-		}
+	for _, tc := range []struct{ name, text string }{
+		{"ascii", strings.Repeat("x", 201)},
+		{"chinese", strings.Repeat("日志", 33) + "xxx"},
+	} {
+		line := []byte(`{"log":"` + tc.text + `\n","stream":"stdout","time":"2019-01-01T11:11:11.111111111Z"}`)
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(line)))
+			for b.Loop() {
+				if _, err := ParseDocker(line); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
@@ -467,6 +476,9 @@ func FuzzPlainDocker(f *testing.F) {
 	f.Add([]byte(`{"log":"q\"\n","stream":"stdout","time":"t"}`))
 	f.Add([]byte(`{"log":"tab\tx\n","stream":"st\"","time":"t"}`))
 	f.Add([]byte("{\"log\":\"ctl\x01 and \xc3\xa9 \x7f\\n\",\"stream\":\"stdout\",\"time\":\"t\"}"))
+	f.Add([]byte(`{"log":"日志 é 😀 \u003c\n","stream":"stdout","time":"t"}`))
+	f.Add([]byte(`{"log":"日志 é 😀\r\n","stream":"stdout","time":"t"}`))
+	f.Add([]byte("{\"log\":\"cut \xe6\x97\\n\",\"stream\":\"stdout\",\"time\":\"t\"}"))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		text, nl, stream, tm, ok := plainDocker(line)
 		if !ok {
@@ -484,6 +496,20 @@ func FuzzPlainDocker(f *testing.F) {
 			t.Fatalf("plainDocker(%q) = %q %v %q %q; scanDocker: %q %q %q", line, text, nl, stream, tm, log, stream2, tm2)
 		}
 	})
+}
+
+func TestPlainText(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{"", true}, {"ascii only", true}, {"日志 é 😀 \x7f", true}, {"\u2028 raw", true},
+		{"tab\tin", false}, {"日志\x01", false}, {"cut \xe6\x97", false}, {"\xff", false}, {"\xed\xa0\x80 surrogate", false},
+	} {
+		if got := plainText([]byte(tc.in)); got != tc.want {
+			t.Errorf("plainText(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
 }
 
 func TestPlainASCII(t *testing.T) {

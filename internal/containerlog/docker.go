@@ -96,8 +96,9 @@ func parseDocker(line []byte, m *minute) (Record, error) {
 //
 //	{"log":"<text>[\r]\n","stream":"<stream>","time":"<time>"}
 //
-// with every value ASCII without control characters, '"' or '\\' (the
-// escapes "\r" and "\n" at the end of "log" aside). text is "log" without
+// with "log" valid UTF-8 and "stream" and "time" ASCII, none with control
+// characters, '"' or '\\' (the escapes "\r" and "\n" at the end of "log"
+// aside). text is "log" without
 // them and nl says whether "log" ended with "\n". It returns ok false for
 // anything else, which scanDocker reads (FuzzPlainDocker: both read the
 // same).
@@ -135,10 +136,28 @@ func plainDocker(b []byte) (text []byte, nl bool, stream, tm []byte, ok bool) {
 		return nil, false, nil, nil, false
 	}
 	tm = rest[:q]
-	if !plainASCII(text) || !plainASCII(stream) || !plainASCII(tm) || bytes.IndexByte(stream, '\\') >= 0 || bytes.IndexByte(tm, '\\') >= 0 {
+	if !plainText(text) || !plainASCII(stream) || !plainASCII(tm) || bytes.IndexByte(stream, '\\') >= 0 || bytes.IndexByte(tm, '\\') >= 0 {
 		return nil, false, nil, nil, false
 	}
 	return text, nl, stream, tm, true
+}
+
+// plainText reports whether b is text a JSON string holds as it is, and
+// encoding/json reads as it is: valid UTF-8 without control characters.
+// dockerd writes a line's UTF-8 raw (only '"', '\\', control characters
+// and, as encoding/json does, <, > and & escaped), so most lines that are
+// not ASCII (Chinese, accents, emoji) are read here, in place, rather than
+// decoded rune by rune into a copy.
+func plainText(b []byte) bool {
+	if plainASCII(b) {
+		return true
+	}
+	for _, c := range b {
+		if c < 0x20 {
+			return false
+		}
+	}
+	return utf8.Valid(b)
 }
 
 // plainASCII reports whether b holds only ASCII bytes that a JSON string
