@@ -279,8 +279,19 @@ func (t *tailer) newFile(key fileKey, dir, path string, g *group, size int64) *t
 			t.log.Info("taildir source continues a file from its saved position", "file", path, "inode", key.ino, "pos", p.Pos, "sent", tf.sentState())
 		} else if ok && tf.sig.n > 0 {
 			// The saved file was deleted and its inode given to this one
-			// (a rotated file compressed while the source was stopped).
-			t.log.Info("taildir source reads a file from the start: its inode was reused", "file", path, "inode", key.ino)
+			// (a rotated file compressed while the source was stopped), or
+			// it is the same file truncated in place (copytruncate while
+			// the source was stopped, or just before it stopped, unseen):
+			// then the lines after the position are in logrotate's copy,
+			// which findCopy looks for once every file is found.
+			t.log.Info("taildir source reads a file from the start: its inode was reused, or it was truncated", "file", path, "inode", key.ino)
+			was := *tf
+			was.pos = p.Pos
+			if tf.cl != nil {
+				cl := *tf.cl
+				was.cl = &cl
+			}
+			t.truncatedAtStart = append(t.truncatedAtStart, &was)
 			tf.sig, tf.piece = sig{}, 0
 			if tf.cl != nil {
 				tf.cl.st = recState{}

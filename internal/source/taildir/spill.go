@@ -83,6 +83,20 @@ func (t *tailer) spillRest(ctx context.Context, tf *tailFile) {
 		"file", tf.path, "pos", tf.base+tf.pos, "bytes", n, "copy", name)
 	tf.pos += n
 	tf.sig, tf.tail, tf.piece = sig{}, tf.tail[:0], 0
+	if tf.spill == "" {
+		// The position saved keeps the bytes before it, as every other
+		// does: a file given this one's inode while the source is stopped
+		// (the kubelet compresses a rotated log, then deletes it) is then
+		// told apart from it and read from its start. Without them it was
+		// taken for this file, read from this position, and not joined to
+		// the file it continues.
+		k := min(tf.pos, sigLen)
+		buf := make([]byte, k)
+		if m, _ := tf.f.ReadAt(buf, tf.pos-k); int64(m) == k {
+			tf.tail = append(tf.tail, buf...)
+			tf.sig = sig{n: int(k), sum: sum(buf)}
+		}
+	}
 	if tf.cl != nil {
 		// Its rest is the spill file's now, line in progress and successor too.
 		tf.cl.st = recState{}

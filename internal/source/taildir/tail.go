@@ -39,7 +39,11 @@ type tailer struct {
 	saved   []position
 	fps     map[position]fingerprint
 	startup bool
-	gen     uint64
+	// truncatedAtStart are the saved files found at start with other bytes
+	// before their position, as they were saved: their copies are looked
+	// for once every file is found.
+	truncatedAtStart []*tailFile
+	gen              uint64
 
 	dirty     map[*tailFile]bool
 	rescan    map[string]bool
@@ -118,6 +122,10 @@ func (t *tailer) open() error {
 	}
 	clear(t.rescan)
 	t.recoverRotated()
+	for _, was := range t.truncatedAtStart {
+		t.findCopy(was)
+	}
+	t.truncatedAtStart = nil
 	t.loadSpills()
 	t.startup, t.saved, t.fps = false, nil, nil
 	t.posDirty = true

@@ -342,6 +342,36 @@ func TestCopyTruncate(t *testing.T) {
 	}
 }
 
+// TestCopyTruncateWhileStopped: logrotate's copytruncate ran while the
+// source was stopped, or just before it stopped without its seeing it:
+// the lines after the saved position are in the copy only. They are read
+// from the copy at the start, and the truncated file from its start; a
+// line before the position is not read again.
+func TestCopyTruncateWhileStopped(t *testing.T) {
+	fx := newFixture(t, map[string]string{"filegroups.g1": ""})
+	fx.props["filegroups.g1"] = fx.dir + `/app\.log`
+	fx.start()
+	fx.append("app.log", "one\ntwo\n")
+	fx.expect("one", "two")
+	fx.stop()
+	fx.append("app.log", "three\nfour\n")
+	data, err := os.ReadFile(fx.path("app.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WriteFile(t, fx.path("app.log.1"), string(data))
+	if err := os.Truncate(fx.path("app.log"), 0); err != nil {
+		t.Fatal(err)
+	}
+	fx.append("app.log", "five\n")
+	fx.start()
+	got := sourcetest.Bodies(fx.pl.Drain(t, 3, 5*time.Second))
+	slices.Sort(got)
+	if want := []string{"five", "four", "three"}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
 // TestDeletedWhileUnread: a file deleted before its last lines were read is
 // read to the end through the open descriptor.
 func TestDeletedWhileUnread(t *testing.T) {
@@ -430,6 +460,60 @@ func TestInodeReusedWhileStopped(t *testing.T) {
 	}
 	fx.start()
 	fx.expect("new file with a longer first line")
+}
+
+// TestSpilledFileKeepsItsSignature: the unread end of a file rotated away
+// is kept in a spill file at a stop, and the rotated file's position moves
+// to its end, with the bytes before it: when the rotated file is then
+// deleted and a new file under the watched name gets its inode (the
+// kubelet compresses rotated logs while the agent is down), the new file
+// is read from its start, not from the old file's end.
+func TestSpilledFileKeepsItsSignature(t *testing.T) {
+	fx := newFixture(t, nil)
+	fx.props["filegroups.g1"] = fx.dir + `/app\.log`
+	fx.append("app.log", "one\n")
+	gate := &gatedProcessor{inner: fx.pl.Processor}
+	fx.startWith(gate)
+	fx.expect("one")
+	if err := os.Rename(fx.path("app.log"), fx.path("app.log.1")); err != nil {
+		t.Fatal(err)
+	}
+	fx.append("app.log.1", "tw") // a line in progress: not read before the stop
+	ino := inode(t, fx.path("app.log.1"))
+	fx.append("app.log", "") // the writer opens the new file
+	if !testutil.Eventually(func() bool { return len(readPositions(t, fx.pos)) == 2 }, 5*time.Second) {
+		t.Fatalf("the new file was not found: %+v", readPositions(t, fx.pos))
+	}
+	gate.closed.Store(true)
+	fx.stop()
+	var kept *fingerprint
+	for p, fp := range loadFingerprints(fx.pos) {
+		if p.Inode == ino {
+			kept = &fp
+		}
+	}
+	if kept == nil || kept.Pos != int64(len("one\ntw")) || kept.SigLen != len("one\ntw") {
+		t.Fatalf("the rotated file's saved position: %+v, want at its end with the bytes before it", kept)
+	}
+
+	os.Remove(fx.path("app.log.1"))
+	os.Remove(fx.path("app.log"))
+	var reused bool
+	for i := 0; i < 50 && !reused; i++ {
+		fx.append("app.log", "a new file, longer than the old one\n")
+		if reused = inode(t, fx.path("app.log")) == ino; !reused {
+			os.Remove(fx.path("app.log"))
+		}
+	}
+	if !reused {
+		t.Skip("the file system did not reuse the inode")
+	}
+	fx.start()
+	got := sourcetest.Bodies(fx.pl.Drain(t, 2, 5*time.Second))
+	slices.Sort(got)
+	if want := []string{"a new file, longer than the old one", "tw"}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
 }
 
 func TestPollingFallback(t *testing.T) {
