@@ -108,11 +108,7 @@ func TestAutoFormat(t *testing.T) {
 	fx.append("2.log", dockerLine(t0, "stdout", "docker ")+dockerLine(t0, "stdout", "line\n"))
 	fx.append("3.log", "a plain line\n")
 	fx.start()
-	got := sourcetest.Bodies(fx.pl.Drain(t, 3, 5*time.Second))
-	slices.Sort(got)
-	if want := []string{"a plain line", "cri line", "docker line"}; !slices.Equal(got, want) {
-		t.Fatalf("got %q, want %q", got, want)
-	}
+	fx.expectUnordered("a plain line", "cri line", "docker line")
 }
 
 func TestBadRecord(t *testing.T) {
@@ -266,8 +262,7 @@ func TestPartialAcrossRotation(t *testing.T) {
 func TestPartialAcrossRotationAndStop(t *testing.T) {
 	fx := newContainerFixture(t, "cri", nil)
 	fx.append("0.log", criLine(t0, "stdout", false, "before")+criLine(t0, "stdout", true, "split "))
-	gate := &gatedProcessor{inner: fx.pl.Processor}
-	fx.startWith(gate)
+	gate := fx.startGated()
 	fx.expect("before")
 	if err := os.Rename(fx.path("0.log"), fx.path("0.log.20240501-100000")); err != nil {
 		t.Fatal(err)

@@ -57,6 +57,14 @@ func newFixture(t *testing.T, extra map[string]string) *fixture {
 	return fx
 }
 
+// newAppLogFixture watches app.log alone, not the names it is rotated to.
+func newAppLogFixture(t *testing.T) *fixture {
+	t.Helper()
+	fx := newFixture(t, nil)
+	fx.props["filegroups.g1"] = fx.dir + `/app\.log`
+	return fx
+}
+
 func (fx *fixture) start() {
 	fx.t.Helper()
 	p := config.FromMap("a1.sources.r1.", fx.props)
@@ -111,6 +119,33 @@ func (fx *fixture) expect(want ...string) []event.Event {
 		fx.t.Fatalf("unexpected extra events %q", sourcetest.Bodies(extra))
 	}
 	return got
+}
+
+// expectUnordered drains exactly want, in any order: lines of several files
+// have no order between them.
+func (fx *fixture) expectUnordered(want ...string) {
+	fx.t.Helper()
+	got := sourcetest.Bodies(fx.pl.Drain(fx.t, len(want), 5*time.Second))
+	slices.Sort(got)
+	want = slices.Sorted(slices.Values(want))
+	if !slices.Equal(got, want) {
+		fx.t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// reuseInode deletes name and writes text into new files under that name
+// until one gets inode ino back, and skips the test when the file system
+// does not hand it out again.
+func (fx *fixture) reuseInode(name string, ino uint64, text string) {
+	fx.t.Helper()
+	for range 50 {
+		os.Remove(fx.path(name))
+		fx.append(name, text)
+		if inode(fx.t, fx.path(name)) == ino {
+			return
+		}
+	}
+	fx.t.Skip("the file system did not reuse the inode")
 }
 
 func lines(prefix string, from, n int) (string, []string) {
@@ -233,11 +268,7 @@ func TestFlumePositionFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	fx.start()
-	got := sourcetest.Bodies(fx.pl.Drain(t, 5, 5*time.Second))
-	slices.Sort(got)
-	if want := []string{"a7", "a8", "a9", "old2", "old3"}; !slices.Equal(got, want) {
-		t.Fatalf("got %q, want %q", got, want)
-	}
+	fx.expectUnordered("a7", "a8", "a9", "old2", "old3")
 	fx.stop()
 	ps := readPositions(t, fx.pos)
 	if len(ps) != 2 || ps[0].File != fx.path("app.log") || ps[0].Pos != int64(len(text)) {
@@ -251,11 +282,7 @@ func TestSkipToEnd(t *testing.T) {
 	fx.start()
 	fx.append("app.log", "new\n")
 	fx.append("app.log.2", "created after start\n")
-	got := sourcetest.Bodies(fx.pl.Drain(t, 2, 5*time.Second))
-	slices.Sort(got)
-	if want := []string{"created after start", "new"}; !slices.Equal(got, want) {
-		t.Fatalf("got %q, want %q", got, want)
-	}
+	fx.expectUnordered("created after start", "new")
 }
 
 // TestRenameKeepsPosition: a file renamed to a name that still matches is
@@ -284,11 +311,7 @@ func TestRenameKeepsPosition(t *testing.T) {
 			}
 			f.WriteString("late1\nlate2\n")
 			fx.append("app.log", "new1\n")
-			got := sourcetest.Bodies(fx.pl.Drain(t, 3, 5*time.Second))
-			slices.Sort(got)
-			if want := []string{"late1", "late2", "new1"}; !slices.Equal(got, want) {
-				t.Fatalf("got %q, want %q", got, want)
-			}
+			fx.expectUnordered("late1", "late2", "new1")
 			if extra := fx.pl.Take(t, 10, 300*time.Millisecond); len(extra) > 0 {
 				t.Fatalf("read again: %q", sourcetest.Bodies(extra))
 			}
@@ -296,25 +319,45 @@ func TestRenameKeepsPosition(t *testing.T) {
 	}
 }
 
-// TestRotatedWhileStopped: the tail of a file rotated away while the source
-// was stopped is read after the restart, and the new file from its start.
+// TestRotatedWhileStopped: a file rotated while the source was stopped,
+// or just before it stopped without its seeing it. The lines after the
+// saved position are in the rotated file only (renamed, or logrotate's
+// copy of a copytruncate): they are read from it at the start, and the
+// file under the watched name from its start; a line before the position
+// is not read again.
 func TestRotatedWhileStopped(t *testing.T) {
-	fx := newFixture(t, map[string]string{"filegroups.g1": ""})
-	fx.props["filegroups.g1"] = fx.dir + `/app\.log`
-	fx.start()
-	fx.append("app.log", "a\nb\n")
-	fx.expect("a", "b")
-	fx.stop()
-	fx.append("app.log", "c\n")
-	if err := os.Rename(fx.path("app.log"), fx.path("app.log.1")); err != nil {
-		t.Fatal(err)
-	}
-	fx.append("app.log", "d\n")
-	fx.start()
-	got := sourcetest.Bodies(fx.pl.Drain(t, 2, 5*time.Second))
-	slices.Sort(got)
-	if want := []string{"c", "d"}; !slices.Equal(got, want) {
-		t.Fatalf("got %q, want %q", got, want)
+	for _, tc := range []struct {
+		name   string
+		rotate func(fx *fixture)
+	}{
+		{"rename", func(fx *fixture) {
+			if err := os.Rename(fx.path("app.log"), fx.path("app.log.1")); err != nil {
+				fx.t.Fatal(err)
+			}
+		}},
+		{"copytruncate", func(fx *fixture) {
+			data, err := os.ReadFile(fx.path("app.log"))
+			if err != nil {
+				fx.t.Fatal(err)
+			}
+			testutil.WriteFile(fx.t, fx.path("app.log.1"), string(data))
+			if err := os.Truncate(fx.path("app.log"), 0); err != nil {
+				fx.t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newAppLogFixture(t)
+			fx.start()
+			fx.append("app.log", "a\nb\n")
+			fx.expect("a", "b")
+			fx.stop()
+			fx.append("app.log", "c\nd\n")
+			tc.rotate(fx)
+			fx.append("app.log", "e\n")
+			fx.start()
+			fx.expectUnordered("c", "d", "e")
+		})
 	}
 }
 
@@ -339,36 +382,6 @@ func TestCopyTruncate(t *testing.T) {
 			fx.append("app.log", tc.after)
 			fx.expect(tc.want...)
 		})
-	}
-}
-
-// TestCopyTruncateWhileStopped: logrotate's copytruncate ran while the
-// source was stopped, or just before it stopped without its seeing it:
-// the lines after the saved position are in the copy only. They are read
-// from the copy at the start, and the truncated file from its start; a
-// line before the position is not read again.
-func TestCopyTruncateWhileStopped(t *testing.T) {
-	fx := newFixture(t, map[string]string{"filegroups.g1": ""})
-	fx.props["filegroups.g1"] = fx.dir + `/app\.log`
-	fx.start()
-	fx.append("app.log", "one\ntwo\n")
-	fx.expect("one", "two")
-	fx.stop()
-	fx.append("app.log", "three\nfour\n")
-	data, err := os.ReadFile(fx.path("app.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.WriteFile(t, fx.path("app.log.1"), string(data))
-	if err := os.Truncate(fx.path("app.log"), 0); err != nil {
-		t.Fatal(err)
-	}
-	fx.append("app.log", "five\n")
-	fx.start()
-	got := sourcetest.Bodies(fx.pl.Drain(t, 3, 5*time.Second))
-	slices.Sort(got)
-	if want := []string{"five", "four", "three"}; !slices.Equal(got, want) {
-		t.Fatalf("got %q, want %q", got, want)
 	}
 }
 
@@ -412,17 +425,7 @@ func TestInodeReuse(t *testing.T) {
 		t.Fatal("the idle file was not closed")
 	}
 	ino := inode(t, fx.path("app.log"))
-	os.Remove(fx.path("app.log"))
-	var reused bool
-	for i := 0; i < 50 && !reused; i++ {
-		fx.append("app.log", "second file, different bytes!\n")
-		if reused = inode(t, fx.path("app.log")) == ino; !reused {
-			os.Remove(fx.path("app.log"))
-		}
-	}
-	if !reused {
-		t.Skip("the file system did not reuse the inode")
-	}
+	fx.reuseInode("app.log", ino, "second file, different bytes!\n")
 	fx.expect("second file, different bytes!")
 }
 
@@ -447,17 +450,7 @@ func TestInodeReusedWhileStopped(t *testing.T) {
 	fx.expect("old line")
 	fx.stop()
 	ino := inode(t, fx.path("app.log"))
-	os.Remove(fx.path("app.log"))
-	var reused bool
-	for i := 0; i < 50 && !reused; i++ {
-		fx.append("app.log", "new file with a longer first line\n")
-		if reused = inode(t, fx.path("app.log")) == ino; !reused {
-			os.Remove(fx.path("app.log"))
-		}
-	}
-	if !reused {
-		t.Skip("the file system did not reuse the inode")
-	}
+	fx.reuseInode("app.log", ino, "new file with a longer first line\n")
 	fx.start()
 	fx.expect("new file with a longer first line")
 }
@@ -469,11 +462,9 @@ func TestInodeReusedWhileStopped(t *testing.T) {
 // kubelet compresses rotated logs while the agent is down), the new file
 // is read from its start, not from the old file's end.
 func TestSpilledFileKeepsItsSignature(t *testing.T) {
-	fx := newFixture(t, nil)
-	fx.props["filegroups.g1"] = fx.dir + `/app\.log`
+	fx := newAppLogFixture(t)
 	fx.append("app.log", "one\n")
-	gate := &gatedProcessor{inner: fx.pl.Processor}
-	fx.startWith(gate)
+	gate := fx.startGated()
 	fx.expect("one")
 	if err := os.Rename(fx.path("app.log"), fx.path("app.log.1")); err != nil {
 		t.Fatal(err)
@@ -497,23 +488,9 @@ func TestSpilledFileKeepsItsSignature(t *testing.T) {
 	}
 
 	os.Remove(fx.path("app.log.1"))
-	os.Remove(fx.path("app.log"))
-	var reused bool
-	for i := 0; i < 50 && !reused; i++ {
-		fx.append("app.log", "a new file, longer than the old one\n")
-		if reused = inode(t, fx.path("app.log")) == ino; !reused {
-			os.Remove(fx.path("app.log"))
-		}
-	}
-	if !reused {
-		t.Skip("the file system did not reuse the inode")
-	}
+	fx.reuseInode("app.log", ino, "a new file, longer than the old one\n")
 	fx.start()
-	got := sourcetest.Bodies(fx.pl.Drain(t, 2, 5*time.Second))
-	slices.Sort(got)
-	if want := []string{"a new file, longer than the old one", "tw"}; !slices.Equal(got, want) {
-		t.Fatalf("got %q, want %q", got, want)
-	}
+	fx.expectUnordered("a new file, longer than the old one", "tw")
 }
 
 func TestPollingFallback(t *testing.T) {
@@ -980,6 +957,14 @@ func (p *gatedProcessor) Process(ctx context.Context, events []event.Event) erro
 	return p.inner.Process(ctx, events)
 }
 
+// startGated starts the source behind a gate the test can close, as the
+// agent closes a source's intake before it stops it.
+func (fx *fixture) startGated() *gatedProcessor {
+	gate := &gatedProcessor{inner: fx.pl.Processor}
+	fx.startWith(gate)
+	return gate
+}
+
 func (fx *fixture) startWith(proc flow.Processor) {
 	fx.t.Helper()
 	p := config.FromMap("a1.sources.r1.", fx.props)
@@ -1004,8 +989,7 @@ func (fx *fixture) startWith(proc flow.Processor) {
 func TestRotatedTailKeptAcrossStop(t *testing.T) {
 	fx := newFixture(t, nil)
 	fx.append("app.log", "a\n")
-	gate := &gatedProcessor{inner: fx.pl.Processor}
-	fx.startWith(gate)
+	gate := fx.startGated()
 	fx.expect("a")
 
 	gate.closed.Store(true) // the agent closes the intake
@@ -1057,11 +1041,9 @@ func TestRotatedTailKeptAcrossStop(t *testing.T) {
 // kept, so that renamed away while the agent is down (a rotation) it is
 // still read after the restart.
 func TestFileFoundAtStop(t *testing.T) {
-	fx := newFixture(t, map[string]string{"filegroups.g1": ""})
-	fx.props["filegroups.g1"] = fx.dir + `/app\.log`
+	fx := newAppLogFixture(t)
 	fx.append("app.log", "a\n")
-	gate := &gatedProcessor{inner: fx.pl.Processor}
-	fx.startWith(gate)
+	gate := fx.startGated()
 	fx.expect("a")
 	gate.closed.Store(true)
 	fx.append("app.log", "b\n")
