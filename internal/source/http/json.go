@@ -145,32 +145,11 @@ func decodeGeneral(data []byte, cs string) ([]event.Event, error) {
 				}
 				order = o
 			}
-			e.Headers = make(event.Headers, 0, len(je.Headers))
-			for _, k := range order[i] {
-				raw, ok := je.Headers[k]
-				if !ok {
-					continue // a key given twice: the map has it once, at its first place here
-				}
-				delete(je.Headers, k)
-				v, ok, err := text(raw)
-				if err != nil {
-					return nil, &BadRequestError{Msg: fmt.Sprintf("invalid event %d: header %q %v", i, k, err)}
-				}
-				if ok {
-					e.Headers = append(e.Headers, event.Header{Key: k, Value: v})
-				}
+			h, err := orderedHeaders(je.Headers, order[i], i)
+			if err != nil {
+				return nil, err
 			}
-			// Keys keyOrder did not list (none, FuzzJSONHandler says): kept,
-			// after the others, by key.
-			for _, k := range slices.Sorted(maps.Keys(je.Headers)) {
-				v, ok, err := text(je.Headers[k])
-				if err != nil {
-					return nil, &BadRequestError{Msg: fmt.Sprintf("invalid event %d: header %q %v", i, k, err)}
-				}
-				if ok {
-					e.Headers = append(e.Headers, event.Header{Key: k, Value: v})
-				}
-			}
+			e.Headers = h
 		}
 		body, _, err := text(je.Body)
 		if err != nil {
@@ -179,6 +158,31 @@ func decodeGeneral(data []byte, cs string) ([]event.Event, error) {
 		e.Body = encodeBody(body, cs)
 	}
 	return out, nil
+}
+
+// orderedHeaders returns the headers of event i, m, in the order of keys,
+// each key at its first place, and then any key of m that keys does not
+// list (none, FuzzJSONHandler says), by key. It empties m.
+func orderedHeaders(m map[string]json.RawMessage, keys []string, i int) (event.Headers, error) {
+	h := make(event.Headers, 0, len(m))
+	for len(m) > 0 {
+		for _, k := range keys {
+			raw, ok := m[k]
+			if !ok {
+				continue // given twice: taken at its first place
+			}
+			delete(m, k)
+			v, ok, err := text(raw)
+			if err != nil {
+				return nil, &BadRequestError{Msg: fmt.Sprintf("invalid event %d: header %q %v", i, k, err)}
+			}
+			if ok {
+				h = append(h, event.Header{Key: k, Value: v})
+			}
+		}
+		keys = slices.Sorted(maps.Keys(m))
+	}
+	return h, nil
 }
 
 // keyOrders reads the keys of each event's headers object of data, n
