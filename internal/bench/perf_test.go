@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/agent"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/internal/testutil/agenttest"
 )
@@ -197,25 +196,11 @@ a1.sinks.k1.channel = c1
 	var drained int64
 	for drained < int64(total) && time.Since(start) < 5*time.Minute {
 		time.Sleep(time.Millisecond)
-		drained = counter(a, "SINK", "k1", "EventDrainSuccessCount")
+		drained = testutil.Counter(a.Metrics(), metrics.KindSink, "k1", "EventDrainSuccessCount")
 	}
 	elapsed := time.Since(start)
 	if drained != int64(total) {
 		t.Fatalf("null sink drained %d of %d", drained, total)
 	}
 	t.Logf("seq -> memory -> null: %d events in %v: %.2f M events/s", total, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds()/1e6)
-}
-
-func counter(a *agent.Agent, kind, name, attr string) int64 {
-	var v int64
-	for _, s := range a.Metrics().Sets() {
-		if string(s.Kind) == kind && s.Name == name {
-			s.Each(func(n, val string) {
-				if n == attr {
-					v, _ = strconv.ParseInt(val, 10, 64)
-				}
-			})
-		}
-	}
-	return v
 }

@@ -135,6 +135,27 @@ func Metric(set *metrics.Set, name string) string {
 	return v
 }
 
+// ComponentMetric is attribute attr of the metric set of the component
+// of kind and name in reg, or "" when there is no such set or attribute.
+func ComponentMetric(reg *metrics.Registry, kind metrics.Kind, name, attr string) string {
+	for _, s := range reg.Sets() {
+		if s.Kind == kind && s.Name == name {
+			return Metric(s, attr)
+		}
+	}
+	return ""
+}
+
+// Counter is ComponentMetric read as the integer a counter is, or -1 when
+// there is no such counter.
+func Counter(reg *metrics.Registry, kind metrics.Kind, name, attr string) int64 {
+	v, err := strconv.ParseInt(ComponentMetric(reg, kind, name, attr), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
 // MemoryDir returns a new directory on a memory filesystem (/dev/shm, where
 // Linux has one), removed when the test ends, else t.TempDir(). It is for
 // tests of what a process kill or restart does to a file channel, which

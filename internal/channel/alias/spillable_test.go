@@ -36,12 +36,7 @@ func buildSpillable(t *testing.T, props map[string]string) (flow.Channel, *metri
 }
 
 func capacity(reg *metrics.Registry) string {
-	for _, s := range reg.Sets() {
-		if s.Kind == metrics.KindChannel && s.Name == "c1" {
-			return testutil.Metric(s, "ChannelCapacity")
-		}
-	}
-	return ""
+	return testutil.ComponentMetric(reg, metrics.KindChannel, "c1", "ChannelCapacity")
 }
 
 func notes(p *config.Props) string {

@@ -113,12 +113,7 @@ func (f *fixture) dropped() float64 {
 }
 
 func (f *fixture) counter(name string) string {
-	for _, s := range f.reg.Sets() {
-		if s.Kind == metrics.KindSink && s.Name == "k1" {
-			return testutil.Metric(s, name)
-		}
-	}
-	return ""
+	return testutil.ComponentMetric(f.reg, metrics.KindSink, "k1", name)
 }
 
 // The User Guide's example config, event by event: the headers it sets, a

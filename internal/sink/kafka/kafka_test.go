@@ -268,18 +268,7 @@ func copyEvents(evs []event.Event) []event.Event { return append([]event.Event(n
 
 // counter reads a counter of the sink's set as Flume shows it.
 func counter(reg *metrics.Registry, name string) int64 {
-	for _, s := range reg.Sets() {
-		var v int64 = -1
-		s.Each(func(n, val string) {
-			if n == name {
-				v, _ = strconv.ParseInt(val, 10, 64)
-			}
-		})
-		if v >= 0 {
-			return v
-		}
-	}
-	return -1
+	return testutil.Counter(reg, metrics.KindSink, "k1", name)
 }
 
 // Keyed records go where Java's producer puts them (murmur2 of the key).

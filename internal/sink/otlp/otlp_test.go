@@ -145,12 +145,7 @@ func (f *fixture) dropped(reason string) float64 {
 }
 
 func (f *fixture) counter(name string) string {
-	for _, s := range f.reg.Sets() {
-		if s.Kind == metrics.KindSink && s.Name == "k1" {
-			return testutil.Metric(s, name)
-		}
-	}
-	return ""
+	return testutil.ComponentMetric(f.reg, metrics.KindSink, "k1", name)
 }
 
 // flumeEvents are Flume-style events: a body, a timestamp, headers, some

@@ -102,8 +102,8 @@ func TestSourceDeliversEveryRecord(t *testing.T) {
 	}
 	// Offsets are committed after the channel commit: a new member of the
 	// group finds nothing left.
-	if !testutil.Eventually(func() bool { return counter(reg, "r1", "EventAcceptedCount") == 500 }, 5*time.Second) {
-		t.Fatalf("EventAcceptedCount = %d", counter(reg, "r1", "EventAcceptedCount"))
+	if !testutil.Eventually(func() bool { return testutil.Counter(reg, metrics.KindSource, "r1", "EventAcceptedCount") == 500 }, 5*time.Second) {
+		t.Fatalf("EventAcceptedCount = %d", testutil.Counter(reg, metrics.KindSource, "r1", "EventAcceptedCount"))
 	}
 	s.Stop(context.Background())
 	pl2 := sourcetest.NewPipeline(t, 1000, 1000, 100*time.Millisecond)
@@ -113,7 +113,7 @@ func TestSourceDeliversEveryRecord(t *testing.T) {
 	if got := pl2.Drain(t, 2, 2*time.Second); len(got) != 1 || string(got[0].Body) != "500" {
 		t.Fatalf("after a restart the group got %q, want only the new record", sourcetest.Bodies(got))
 	}
-	if counter(reg, "r1", "KafkaEmptyCount") < 0 || counter(reg, "r1", "KafkaEventGetTimer") < 0 {
+	if testutil.Counter(reg, metrics.KindSource, "r1", "KafkaEmptyCount") < 0 || testutil.Counter(reg, metrics.KindSource, "r1", "KafkaEventGetTimer") < 0 {
 		t.Fatal("Kafka counters missing")
 	}
 }
@@ -220,8 +220,10 @@ func TestSourceLagAndPushback(t *testing.T) {
 	s := newSource(t, kc, reg, "r1", map[string]string{"kafka.topics": "lagging", "batchSize": "40"})
 	start(t, s, pl)
 	// The channel holds 100: the source is refused and the rest waits in Kafka.
-	if !testutil.Eventually(func() bool { return lag(t, reg) >= 100 && counter(reg, "r1", "ChannelWriteFail") > 0 }, 5*time.Second) {
-		t.Fatalf("lag %v, ChannelWriteFail %d; want lag >= 100 while the channel is full", lag(t, reg), counter(reg, "r1", "ChannelWriteFail"))
+	if !testutil.Eventually(func() bool {
+		return lag(t, reg) >= 100 && testutil.Counter(reg, metrics.KindSource, "r1", "ChannelWriteFail") > 0
+	}, 5*time.Second) {
+		t.Fatalf("lag %v, ChannelWriteFail %d; want lag >= 100 while the channel is full", lag(t, reg), testutil.Counter(reg, metrics.KindSource, "r1", "ChannelWriteFail"))
 	}
 	got := pl.Drain(t, 300, 10*time.Second)
 	if len(got) != 300 {
@@ -251,22 +253,6 @@ func lag(t *testing.T, reg *metrics.Registry) float64 {
 		return -1
 	}
 	return sum
-}
-
-func counter(reg *metrics.Registry, name, attr string) int64 {
-	for _, s := range reg.Sets() {
-		if s.Name != name {
-			continue
-		}
-		var v int64 = -1
-		s.Each(func(n, val string) {
-			if n == attr {
-				v, _ = strconv.ParseInt(val, 10, 64)
-			}
-		})
-		return v
-	}
-	return -1
 }
 
 func TestSourceConfig(t *testing.T) {

@@ -43,20 +43,6 @@ a1.sinks.k1.channel = c1
 	return a, port
 }
 
-func count(reg *metrics.Registry, kind metrics.Kind, name string) int64 {
-	var v int64
-	for _, s := range reg.Sets() {
-		if s.Kind == kind {
-			s.Each(func(n, val string) {
-				if n == name {
-					v, _ = strconv.ParseInt(val, 10, 64)
-				}
-			})
-		}
-	}
-	return v
-}
-
 // TestAgentTypes starts each syslog source by its Flume alias and by its
 // Flume class name in a whole agent and sends it one message.
 func TestAgentTypes(t *testing.T) {
@@ -71,7 +57,7 @@ func TestAgentTypes(t *testing.T) {
 			c.Write([]byte("<13>Jun 15 11:22:33 host hello\n"))
 			c.Close()
 			deadline := time.Now().Add(5 * time.Second)
-			for count(a.Metrics(), metrics.KindSink, "EventDrainSuccessCount") != 1 {
+			for testutil.Counter(a.Metrics(), metrics.KindSink, "k1", "EventDrainSuccessCount") != 1 {
 				if time.Now().After(deadline) {
 					t.Fatal("the message did not reach the sink")
 				}
@@ -134,9 +120,9 @@ func TestPerfTCP(t *testing.T) {
 			}
 			wg.Wait()
 			deadline := time.Now().Add(2 * time.Minute)
-			for count(a.Metrics(), metrics.KindSink, "EventDrainSuccessCount") < total {
+			for testutil.Counter(a.Metrics(), metrics.KindSink, "k1", "EventDrainSuccessCount") < total {
 				if time.Now().After(deadline) {
-					t.Fatalf("only %d of %d events drained", count(a.Metrics(), metrics.KindSink, "EventDrainSuccessCount"), total)
+					t.Fatalf("only %d of %d events drained", testutil.Counter(a.Metrics(), metrics.KindSink, "k1", "EventDrainSuccessCount"), total)
 				}
 				time.Sleep(2 * time.Millisecond)
 			}

@@ -89,18 +89,7 @@ func newSourceLogged(tb testing.TB, typ string, props map[string]string, pl *sou
 }
 
 func counter(reg *metrics.Registry, name string) int64 {
-	var v int64 = -1
-	for _, set := range reg.Sets() {
-		if set.Kind != metrics.KindSource {
-			continue
-		}
-		set.Each(func(n, val string) {
-			if n == name {
-				v, _ = strconv.ParseInt(val, 10, 64)
-			}
-		})
-	}
-	return v
+	return testutil.Counter(reg, metrics.KindSource, "r1", name)
 }
 
 func send(tb testing.TB, addr string, chunks ...string) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/agent"
+	"github.com/sluicehq/sluice/internal/metrics"
 	taildirsource "github.com/sluicehq/sluice/internal/source/taildir"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/internal/testutil/agenttest"
@@ -174,17 +175,7 @@ func tailOnce(t *testing.T, file, format string, want int) (cpu, wall time.Durat
 
 // drained is how many events sink name of agent a took.
 func drained(a *agent.Agent, name string) int {
-	n := 0
-	for _, s := range a.Metrics().Sets() {
-		if s.Kind == "SINK" && s.Name == name {
-			s.Each(func(k, v string) {
-				if k == "EventDrainSuccessCount" {
-					n, _ = strconv.Atoi(v)
-				}
-			})
-		}
-	}
-	return n
+	return int(testutil.Counter(a.Metrics(), metrics.KindSink, name, "EventDrainSuccessCount"))
 }
 
 func perLine(d time.Duration, lines int) float64 { return float64(d.Nanoseconds()) / float64(lines) }
